@@ -1,0 +1,92 @@
+/* backend.c: the backend registry and backend_select() (detection, override, the logged reason).
+ * Adding a backend is adding a folder plus one line in backend_registry(); nothing else changes. */
+#include "backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+
+extern const backend_entry cpu_backend_entry;
+#ifdef LOOM_HAVE_CUDA_BACKEND
+extern const backend_entry cuda_backend_entry; /* backends/cuda */
+#endif
+#ifdef LOOM_HAVE_METAL
+extern const backend_entry metal_backend_entry;
+#endif
+
+const backend_entry *backend_registry(int *count)
+{
+    static backend_entry entries[3];
+    int n = 0;
+#ifdef LOOM_HAVE_CUDA_BACKEND
+    entries[n++] = cuda_backend_entry;
+#endif
+#ifdef LOOM_HAVE_METAL
+    entries[n++] = metal_backend_entry;
+#endif
+    entries[n++] = cpu_backend_entry;
+    *count = n;
+    return entries;
+}
+
+static const backend_entry *backend_find(const char *name)
+{
+    int n;
+    const backend_entry *e = backend_registry(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(e[i].name, name) == 0) return &e[i];
+    return NULL;
+}
+
+static backend *backend_create_named(const char *name, const char *source,
+                                     const backend_config *cfg, char *why, size_t why_len)
+{
+    const backend_entry *e = backend_find(name);
+    if (!e) {
+        int n;
+        const backend_entry *all = backend_registry(&n);
+        char names[128] = "";
+        for (int i = 0; i < n; i++) {
+            strncat(names, all[i].name, sizeof names - strlen(names) - 1);
+            if (i + 1 < n) strncat(names, ", ", sizeof names - strlen(names) - 1);
+        }
+        loom_fail("unknown backend '%s' (from %s); this build has: %s", name, source, names);
+        return NULL;
+    }
+    const char *reason = "";
+    if (!e->available(&reason)) {
+        loom_fail("backend '%s' (from %s) is not available here: %s", name, source, reason);
+        return NULL;
+    }
+    if (why) snprintf(why, why_len, "forced by %s", source);
+    return e->create(cfg);
+}
+
+backend *backend_select(const char *name, const backend_config *cfg, char *why, size_t why_len)
+{
+    if (name && name[0]) return backend_create_named(name, "--backend", cfg, why, why_len);
+    const char *env = getenv("LOOM_BACKEND");
+    if (env && env[0]) return backend_create_named(env, "LOOM_BACKEND", cfg, why, why_len);
+
+    int n;
+    const backend_entry *e = backend_registry(&n);
+    char skipped[256] = "";
+    for (int i = 0; i < n; i++) {
+        const char *reason = "";
+        if (e[i].available(&reason)) {
+            if (why) snprintf(why, why_len, "auto-detected%s%s", skipped[0] ? "; " : "", skipped);
+            return e[i].create(cfg);
+        }
+        size_t used = strlen(skipped);
+        snprintf(skipped + used, sizeof skipped - used, "%s%s: %s", used ? "; " : "", e[i].name, reason);
+    }
+    loom_fail("no usable backend (%s)", skipped);
+    return NULL;
+}
+
+void backend_destroy(backend *be)
+{
+    if (be) be->ops->destroy(be);
+}

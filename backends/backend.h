@@ -1,0 +1,160 @@
+/* backend.h: the single door to a compute device (CPU, CUDA, Metal).
+ * core/ holds only opaque device pointers and calls the ops below; it never dereferences a device
+ * pointer and never includes a device header. Ops may run asynchronously on the device's compute
+ * stream, in issue order; backend_sync() or an event makes results visible to the host. */
+#ifndef LOOM_BACKEND_H
+#define LOOM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct backend backend;
+typedef struct backend_event backend_event;
+
+/* What the caller asks of a backend when creating it. */
+typedef struct backend_config {
+    int threads;      /* CPU threads for host-side kernels; 0 = the backend decides */
+    int device_index; /* which device of this kind (from the rank's local rank); ignored by cpu */
+    int precision;    /* BACKEND_FP32 or BACKEND_BF16 (bf16 compute, fp32 storage) */
+    int allow_tf32;   /* CUDA: TF32 tensor-core matmuls for fp32 (default on) */
+} backend_config;
+
+enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1 };
+
+/* The vtable. Every pointer argument named like a tensor is a device pointer unless its comment
+ * says "host". Shapes are in the argument names; all tensors are dense row-major fp32 (tokens and
+ * targets are int32).
+ *
+ * Gradient convention (as llm.c): parameter gradients (dweight, dbias, dwte, ...) are ACCUMULATED
+ * (+=), so micro-batches add up. Input gradients are OVERWRITTEN unless the op's comment says +=.
+ *
+ * Layouts: activations are (N = B*T, C). Linear weights are (out, in) as in torch.nn.Linear,
+ * so y = x W^T is matmul(..., transB=1). Attention q is (B, T, H, D) and k, v are (B, T, Hkv, D),
+ * exactly what the projection matmuls produce, so no transposes are needed. */
+typedef struct backend_ops {
+    const char *name;
+
+    /* --- lifetime and memory --- */
+    void (*destroy)(backend *be);
+    void *(*alloc)(backend *be, size_t bytes);           /* zero-filled; NULL + loom_fail on OOM */
+    void (*free)(backend *be, void *ptr);
+    void (*copy_h2d)(backend *be, void *dst, const void *host_src, size_t bytes);
+    void (*copy_d2h)(backend *be, void *host_dst, const void *src, size_t bytes); /* synchronous */
+    void (*copy_d2d)(backend *be, void *dst, const void *src, size_t bytes);
+    void (*fill)(backend *be, float *x, float value, size_t n);
+    void (*sync)(backend *be);                            /* wait for all queued work */
+
+    /* --- events: "this later work waits for that earlier work", without naming streams --- */
+    backend_event *(*event_create)(backend *be);
+    void (*event_destroy)(backend *be, backend_event *ev);
+    void (*event_record)(backend *be, backend_event *ev); /* marks the compute stream's position */
+    void (*event_sync)(backend *be, backend_event *ev);   /* host waits until it is reached */
+    /* The native stream handle the communication layer may enqueue on (cudaStream_t for cuda),
+     * NULL where work is synchronous (cpu). which: 0 = compute, 1 = communication. */
+    void *(*native_stream)(backend *be, int which);
+
+    /* --- dense algebra --- */
+    /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is (M,K), op(B) is (K,N).
+     * A is (M,K) or, transA, (K,M); B is (K,N) or, transB, (N,K). Leading dims are the row lengths. */
+    void (*matmul)(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
+                   int transA, int transB, float alpha, float beta);
+    void (*add)(backend *be, float *out, const float *a, const float *b, size_t n);  /* out = a + b */
+    void (*axpy)(backend *be, float *y, float alpha, const float *x, size_t n);     /* y += alpha x */
+    void (*scale)(backend *be, float *x, float alpha, size_t n);                     /* x *= alpha */
+    /* Host-returned sum of squares of x[0..n) in double precision (NaN/Inf propagate). Syncs. */
+    double (*sumsq)(backend *be, const float *x, size_t n);
+
+    /* --- bias of a linear layer --- */
+    void (*bias_add)(backend *be, float *out, const float *bias, int N, int C);      /* out[n,c] += bias[c] */
+    void (*bias_backward)(backend *be, float *dbias, const float *dout, int N, int C); /* dbias += sum_n dout */
+
+    /* --- embeddings: out[b,t,:] = wte[tok[b,t],:] (+ wpe[t,:] when wpe != NULL) --- */
+    void (*embedding_forward)(backend *be, float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int B, int T, int C);
+    /* dwte[tok] += dout, dwpe[t] += sum_b dout (wpe may be NULL). Deterministic (no atomics race). */
+    void (*embedding_backward)(backend *be, float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int B, int T, int C, int V);
+
+    /* --- normalisation over the last dim C of inp (N, C) --- */
+    /* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps); saves mean, rstd (N). */
+    void (*layernorm_forward)(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    /* dinp += ..., dweight += ..., dbias += ... */
+    void (*layernorm_backward)(backend *be, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C);
+    /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
+    void (*rmsnorm_forward)(backend *be, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps);
+    /* dinp += ..., dweight += ... */
+    void (*rmsnorm_backward)(backend *be, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N, int C);
+
+    /* --- activations --- */
+    /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*gelu_forward)(backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+    /* SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + e^-g) */
+    void (*swiglu_forward)(backend *be, float *out, const float *gate, const float *up, size_t n);
+    void (*swiglu_backward)(backend *be, float *dgate, float *dup, const float *dout,
+                            const float *gate, const float *up, size_t n);
+
+    /* --- rotary positions, in place on x (B, T, H, D), pairs (x[2i], x[2i+1]) rotated by
+     * angle t * theta^(-2i/D) (GPT-NeoX/Llama "interleaved" convention documented in docs/model.md).
+     * inverse = 1 rotates by the negative angle: that is the backward of the forward. --- */
+    void (*rope)(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
+
+    /* --- causal self-attention with grouped-query heads (H % Hkv == 0; head h reads kv head
+     * h / (H/Hkv)), scale 1/sqrt(D). Computed blockwise: never a (T, T) matrix for all heads.
+     * out (B,T,H,D); lse (B,H,T) is the row log-sum-exp of the scaled scores, saved for backward. */
+    void (*attention_forward)(backend *be, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int Hkv, int D);
+    /* Overwrites dq, dk, dv (recomputes the probabilities from q, k, lse). */
+    void (*attention_backward)(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, int B, int T, int H, int Hkv, int D);
+
+    /* --- fused softmax + cross-entropy, forward and backward in one pass over logits (N, V).
+     * targets[n] < 0 marks a position without loss. losses[n] = -log softmax(logits[n])[target]
+     * (0 where masked). logits is overwritten with dlogits = grad_scale * (softmax - onehot)
+     * (0 rows where masked). Padded vocab: columns >= V_real get probability 0 (never predicted). */
+    void (*softmax_xent)(backend *be, float *logits, float *losses, const int32_t *targets,
+                         int N, int V, int V_real, float grad_scale);
+
+    /* --- AdamW, decoupled weight decay, on n contiguous elements:
+     * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
+    void (*adamw)(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    backend_config cfg;
+    char description[160]; /* e.g. "cpu (OpenBLAS SkylakeX, 2 threads)" */
+    double peak_flops;     /* fp32 (or bf16 when selected) FLOP/s used for MFU; 0 = unknown */
+    void *impl;            /* the backend's own state */
+};
+
+/* --- the registry: one lookup serves auto-detection, --backend NAME and LOOM_BACKEND --- */
+
+typedef struct backend_entry {
+    const char *name;
+    /* 1 if usable on this machine; else 0 and *why says why (static string). */
+    int (*available)(const char **why);
+    backend *(*create)(const backend_config *cfg); /* NULL + loom_fail on error */
+} backend_entry;
+
+/* The compiled-in backends, in detection priority order (cuda, metal, cpu). */
+const backend_entry *backend_registry(int *count);
+
+/* Pick a backend: `name` (from --backend) if non-NULL and non-empty, else $LOOM_BACKEND, else the
+ * first available in priority order. Unknown or unavailable name -> NULL + loom_fail naming it.
+ * The reason for the choice is written to why_out (may be NULL). */
+backend *backend_select(const char *name, const backend_config *cfg, char *why_out, size_t why_len);
+
+/* Destroy a backend created by backend_select (NULL is fine). */
+void backend_destroy(backend *be);
+
+#endif

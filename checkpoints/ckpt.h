@@ -1,0 +1,76 @@
+/* ckpt.h: loom checkpoints: logical, unsharded, hardware-neutral fp32 tensors plus the exact
+ * training state, in one HDF5 file per checkpoint (format: docs/checkpoint-format.md).
+ * The caller hands full logical tensors in host memory (gathered from shards by the caller);
+ * this layer never sees ranks, devices or padding. Saving is crash-safe: temp name, fsync,
+ * rename, then the `latest` pointer moves; older checkpoints beyond `keep` are removed. */
+#ifndef LOOM_CKPT_H
+#define LOOM_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_FORMAT_VERSION 1
+#define CKPT_MAX_DIMS 4
+
+/* One named tensor inside a group's flat array. */
+typedef struct ckpt_tensor {
+    const char *name;              /* "h.3.attn.q.weight" */
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    size_t offset;                 /* in elements, into the group's flat data */
+} ckpt_tensor;
+
+/* A set of tensors stored under one HDF5 group path: "model", "optimizer/m", "optimizer/v",
+ * "lora", "optimizer/lora_m", ... The data is host memory holding the whole flat array. */
+typedef struct ckpt_group {
+    const char *path;
+    const ckpt_tensor *tensors;
+    int ntensors;
+    float *data;                   /* read: filled by ckpt_read_group; write: read from */
+} ckpt_group;
+
+/* The exact training state (attributes of the root group). */
+typedef struct ckpt_state {
+    int64_t step;                  /* optimizer steps completed */
+    int64_t tokens_seen;
+    int64_t sample_cursor;         /* global sample index of the next batch */
+    int64_t epoch;
+    uint64_t seed;
+    uint64_t rng_counter;
+    double lr;                     /* the LR used at the last step (informational) */
+    const char *model_config_json; /* write: caller's string; read: malloc'd, caller frees */
+    const char *job_config_json;   /* idem */
+    /* informational only */
+    int world_size;
+    int zero_stage;
+    const char *backend;           /* write: caller's string; read: malloc'd, caller frees */
+} ckpt_state;
+
+/* Save into directory `dir` as `dir/step_<step>.h5` and point `dir/latest` at it; keep the newest
+ * `keep` checkpoints (0 = keep all). 0 on success, -1 + loom_fail (the previous checkpoint and
+ * `latest` untouched) on failure. */
+int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep);
+
+/* Resolve a directory (its `latest`) or a file to the checkpoint file path. */
+int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len);
+
+typedef struct ckpt_reader ckpt_reader;
+
+/* Open and validate (format version, completeness). NULL + loom_fail naming the file. */
+ckpt_reader *ckpt_open(const char *file);
+/* Fill *state (strings malloc'd). */
+int ckpt_read_state(ckpt_reader *r, ckpt_state *state);
+/* 1 if the group exists in the file. */
+int ckpt_has_group(ckpt_reader *r, const char *path);
+/* Read every tensor of g into g->data at its offset, checking shape and checksum;
+ * -1 + loom_fail naming the tensor on a missing dataset, shape mismatch or bad checksum. */
+int ckpt_read_group(ckpt_reader *r, const ckpt_group *g);
+void ckpt_close(ckpt_reader *r);
+/* Free the strings ckpt_read_state allocated. */
+void ckpt_state_free(ckpt_state *state);
+
+/* `loom ckpt info FILE`: print what is inside (step, config, tensors with shape and checksum
+ * status, sizes) to stdout. 0 if the file is sound. */
+int ckpt_print_info(const char *file);
+
+#endif
