@@ -1,4 +1,4 @@
-/* presets.h: the model presets of configs/models/*.json, embedded at build time (see
+/* presets.h: the model presets of configs/models/<name>.json, embedded at build time (see
  * core/CMakeLists.txt). The table ends with {NULL, NULL}. */
 #ifndef LOOM_PRESETS_H
 #define LOOM_PRESETS_H

@@ -1,0 +1,354 @@
+/* model.c: the transformer's parameter layout (flat buffer + named tensor table), its buffers and
+ * its seeded initialisation. The passes themselves are in model_forward.c / model_backward.c.
+ * Everything is allocated here, once: the step loop never allocates. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+#include "core/model_internal.h"
+
+static int model_is_swiglu(const model_config *c) { return model_uses_swiglu(c); }
+static int model_is_layernorm(const model_config *c) { return strcmp(c->norm, "layernorm") == 0; }
+
+/* Append one tensor to the table (growing it), at the current end of the flat buffer. */
+static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_t cols,
+                      int region, int decay)
+{
+    if (m->ntensors == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        model_tensor *t = realloc(m->tensors, (size_t)*cap * sizeof *t);
+        if (!t) return loom_fail("model: out of host memory for the tensor table");
+        m->tensors = t;
+    }
+    model_tensor *t = &m->tensors[m->ntensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = cols > 0 ? 2 : 1;
+    t->shape[0] = rows;
+    t->shape[1] = cols > 0 ? cols : 0;
+    t->numel = (size_t)rows * (size_t)(cols > 0 ? cols : 1);
+    t->offset = m->nparams;
+    t->region = region;
+    t->decay = decay;
+    t->trainable = 1;
+    m->nparams += t->numel;
+    return 0;
+}
+
+/* One layer's tensors, in forward order, names as in HF GPT-2/Llama (h.<l>.<block>.<proj>). */
+static int layout_layer(model *m, int *cap, int l)
+{
+    const model_config *c = &m->cfg;
+    int C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    int r = l + 1, ln = model_is_layernorm(c), b = c->bias;
+    char n[MODEL_MAX_NAME];
+#define ADD(suffix, rows, cols, decay)                                                   \
+    do {                                                                                 \
+        snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                     \
+        if (layout_add(m, cap, n, rows, cols, r, decay)) return -1;                      \
+    } while (0)
+    ADD("ln_1.weight", C, 0, 0);
+    if (ln) ADD("ln_1.bias", C, 0, 0);
+    ADD("attn.q.weight", C, C, 1);
+    if (b) ADD("attn.q.bias", C, 0, 0);
+    ADD("attn.k.weight", kvC, C, 1);
+    if (b) ADD("attn.k.bias", kvC, 0, 0);
+    ADD("attn.v.weight", kvC, C, 1);
+    if (b) ADD("attn.v.bias", kvC, 0, 0);
+    ADD("attn.o.weight", C, C, 1);
+    if (b) ADD("attn.o.bias", C, 0, 0);
+    ADD("ln_2.weight", C, 0, 0);
+    if (ln) ADD("ln_2.bias", C, 0, 0);
+    if (model_is_swiglu(c)) {
+        ADD("mlp.gate.weight", F, C, 1);
+        ADD("mlp.up.weight", F, C, 1);
+        ADD("mlp.down.weight", C, F, 1);
+    } else {
+        ADD("mlp.fc.weight", F, C, 1);
+        if (b) ADD("mlp.fc.bias", F, 0, 0);
+        ADD("mlp.proj.weight", C, F, 1);
+        if (b) ADD("mlp.proj.bias", C, 0, 0);
+    }
+#undef ADD
+    return 0;
+}
+
+int model_layout(model *m, const model_config *cfg)
+{
+    m->cfg = *cfg;
+    m->ntensors = 0;
+    m->nparams = 0;
+    int cap = 0, L = cfg->n_layer;
+    m->nregions = L + 2;
+    m->region_offset = calloc((size_t)m->nregions + 1, sizeof *m->region_offset);
+    if (!m->region_offset) return loom_fail("model: out of host memory");
+
+    m->region_offset[0] = 0;
+    if (layout_add(m, &cap, "wte.weight", cfg->vocab, cfg->d_model, 0, 1)) return -1;
+    if (strcmp(cfg->positions, "learned") == 0 &&
+        layout_add(m, &cap, "wpe.weight", cfg->max_seq, cfg->d_model, 0, 1))
+        return -1;
+    for (int l = 0; l < L; l++) {
+        m->region_offset[l + 1] = m->nparams;
+        if (layout_layer(m, &cap, l)) return -1;
+    }
+    m->region_offset[L + 1] = m->nparams;
+    if (layout_add(m, &cap, "ln_f.weight", cfg->d_model, 0, L + 1, 0)) return -1;
+    if (model_is_layernorm(cfg) && layout_add(m, &cap, "ln_f.bias", cfg->d_model, 0, L + 1, 0))
+        return -1;
+    if (!cfg->tied_embeddings &&
+        layout_add(m, &cap, "lm_head.weight", cfg->vocab, cfg->d_model, L + 1, 1))
+        return -1;
+    m->region_offset[L + 2] = m->nparams;
+    return 0;
+}
+
+int model_find(const model *m, const char *name)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The address of each named tensor: m->ptr_params[i] / m->ptr_grads[i], then the named views. */
+static float *model_ptr(float **table, const model *m, const char *name)
+{
+    int i = model_find(m, name);
+    return i < 0 ? NULL : table[i];
+}
+
+static void model_fill_views(const model *m, float **table, model_params *v)
+{
+    char n[MODEL_MAX_NAME];
+    v->wte = model_ptr(table, m, "wte.weight");
+    v->wpe = model_ptr(table, m, "wpe.weight");
+    v->lnf_w = model_ptr(table, m, "ln_f.weight");
+    v->lnf_b = model_ptr(table, m, "ln_f.bias");
+    v->lm_head = m->cfg.tied_embeddings ? v->wte : model_ptr(table, m, "lm_head.weight");
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        layer_params *p = &v->layer[l];
+#define VIEW(field, suffix) (snprintf(n, sizeof n, "h.%d.%s", l, suffix), p->field = model_ptr(table, m, n))
+        VIEW(ln1_w, "ln_1.weight"); VIEW(ln1_b, "ln_1.bias");
+        VIEW(q_w, "attn.q.weight"); VIEW(q_b, "attn.q.bias");
+        VIEW(k_w, "attn.k.weight"); VIEW(k_b, "attn.k.bias");
+        VIEW(v_w, "attn.v.weight"); VIEW(v_b, "attn.v.bias");
+        VIEW(o_w, "attn.o.weight"); VIEW(o_b, "attn.o.bias");
+        VIEW(ln2_w, "ln_2.weight"); VIEW(ln2_b, "ln_2.bias");
+        VIEW(fc_w, "mlp.fc.weight"); VIEW(fc_b, "mlp.fc.bias");
+        VIEW(gate_w, "mlp.gate.weight"); VIEW(up_w, "mlp.up.weight");
+        VIEW(proj_w, model_is_swiglu(&m->cfg) ? "mlp.down.weight" : "mlp.proj.weight");
+        VIEW(proj_b, "mlp.proj.bias");
+#undef VIEW
+    }
+}
+
+/* Point the tensors of `region` (-1 = all) in `table` at base + (offset - region start). */
+static void model_point(model *m, float **table, int region, float *base)
+{
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        if (region >= 0 && t->region != region) continue;
+        size_t start = region >= 0 ? m->region_offset[region] : 0;
+        table[i] = base ? base + (t->offset - start) : NULL;
+    }
+}
+
+void model_bind_region(model *m, int region, float *params, float *grads)
+{
+    if (params) {
+        model_point(m, m->ptr_params, region, params);
+        model_fill_views(m, m->ptr_params, &m->p);
+    }
+    if (grads) {
+        model_point(m, m->ptr_grads, region, grads);
+        model_fill_views(m, m->ptr_grads, &m->g);
+    }
+}
+
+/* Bump allocator over one device arena: every activation in one allocation, so the count of
+ * bytes is exact and there is one free. */
+typedef struct arena { char *base; size_t used, cap; } arena;
+
+static float *arena_take(arena *a, size_t floats)
+{
+    size_t bytes = (floats * sizeof(float) + 255) & ~(size_t)255;
+    float *p = a->base ? (float *)(a->base + a->used) : NULL;
+    a->used += bytes;
+    return p;
+}
+
+/* Assign every activation pointer from the arena (a dry run with base == NULL sizes it). */
+static void model_carve_acts(model *m, arena *a)
+{
+    const model_config *c = &m->cfg;
+    size_t N = (size_t)m->B * m->T, C = c->d_model, F = c->d_ff, V = c->vocab;
+    size_t D = C / c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
+    int ln = model_is_layernorm(c), sw = model_is_swiglu(c);
+    layer_acts shared = {0};
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_acts *s = &m->acts[l];
+        s->x = arena_take(a, N * C);
+        if (m->recompute && l > 0) {
+            float *x = s->x;
+            *s = shared;
+            s->x = x;
+            continue;
+        }
+        s->ln1 = arena_take(a, N * C);
+        s->ln1_mean = ln ? arena_take(a, N) : NULL;
+        s->ln1_rstd = arena_take(a, N);
+        s->q = arena_take(a, N * C);
+        s->k = arena_take(a, N * kvC);
+        s->v = arena_take(a, N * kvC);
+        s->att = arena_take(a, N * C);
+        s->lse = arena_take(a, HT);
+        s->xm = arena_take(a, N * C);
+        s->ln2 = arena_take(a, N * C);
+        s->ln2_mean = ln ? arena_take(a, N) : NULL;
+        s->ln2_rstd = arena_take(a, N);
+        s->h = arena_take(a, N * F);
+        s->u = sw ? arena_take(a, N * F) : NULL;
+        s->act = arena_take(a, N * F);
+        s->g = s->act;
+        if (l == 0) shared = *s;
+    }
+    m->x_final = arena_take(a, N * C);
+    m->lnf = arena_take(a, N * C);
+    m->lnf_mean = ln ? arena_take(a, N) : NULL;
+    m->lnf_rstd = arena_take(a, N);
+    m->logits = arena_take(a, N * V);
+    m->losses = arena_take(a, N);
+    m->dres = arena_take(a, N * C);
+    m->dln = arena_take(a, N * C);
+    m->dq = arena_take(a, N * C);
+    m->dk = arena_take(a, N * kvC);
+    m->dv = arena_take(a, N * kvC);
+    m->datt = arena_take(a, N * C);
+    m->dh = arena_take(a, N * F);
+    m->du = sw ? arena_take(a, N * F) : NULL;
+    m->dact = arena_take(a, N * F);
+    m->tokens = (int32_t *)arena_take(a, N);
+    m->targets = (int32_t *)arena_take(a, N);
+}
+
+model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
+                    int with_grads, int recompute)
+{
+    model *m = calloc(1, sizeof *m);
+    if (!m) { loom_fail("model: out of host memory"); return NULL; }
+    m->be = be;
+    m->B = B;
+    m->T = T;
+    m->recompute = recompute;
+    if (model_layout(m, cfg)) goto fail;
+    m->p.layer = calloc((size_t)cfg->n_layer, sizeof(layer_params));
+    m->g.layer = calloc((size_t)cfg->n_layer, sizeof(layer_params));
+    m->acts = calloc((size_t)cfg->n_layer, sizeof(layer_acts));
+    m->ptr_params = calloc((size_t)m->ntensors, sizeof(float *));
+    m->ptr_grads = calloc((size_t)m->ntensors, sizeof(float *));
+    if (!m->p.layer || !m->g.layer || !m->acts || !m->ptr_params || !m->ptr_grads) {
+        loom_fail("model: out of host memory");
+        goto fail;
+    }
+    if (with_params) {
+        m->params = be->ops->alloc(be, m->nparams * sizeof(float));
+        if (!m->params) goto fail;
+        model_bind_region(m, -1, m->params, NULL);
+    }
+    if (with_grads) {
+        m->grads = be->ops->alloc(be, m->nparams * sizeof(float));
+        if (!m->grads) goto fail;
+        model_bind_region(m, -1, NULL, m->grads);
+    }
+    arena a = {0};
+    model_carve_acts(m, &a); /* dry run: size */
+    m->activation_bytes = a.used;
+    a.base = be->ops->alloc(be, a.used);
+    if (!a.base) goto fail;
+    a.used = 0;
+    model_carve_acts(m, &a);
+    m->host_losses = malloc((size_t)B * T * sizeof(float));
+    if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
+    return m;
+fail:
+    model_destroy(m);
+    return NULL;
+}
+
+void model_destroy(model *m)
+{
+    if (!m) return;
+    backend *be = m->be;
+    if (m->acts && m->acts[0].x) be->ops->free(be, m->acts[0].x); /* the arena's base */
+    if (m->grads) be->ops->free(be, m->grads);
+    if (m->params) be->ops->free(be, m->params);
+    free(m->host_losses);
+    free(m->ptr_params);
+    free(m->ptr_grads);
+    free(m->p.layer);
+    free(m->g.layer);
+    free(m->acts);
+    free(m->tensors);
+    free(m->region_offset);
+    free(m);
+}
+
+/* True for the residual-stream output projections, which GPT-2 scales by 1/sqrt(2 L). */
+static int model_is_residual_proj(const char *name)
+{
+    const char *s = strrchr(name, '.');
+    if (!s || strcmp(s, ".weight") != 0) return 0;
+    return strstr(name, "attn.o.") || strstr(name, "mlp.proj.") || strstr(name, "mlp.down.");
+}
+
+int model_init_values(const model *m, uint64_t seed, float *host)
+{
+    float std = m->cfg.init_std, proj_std = std / sqrtf(2.0f * (float)m->cfg.n_layer);
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        float *x = host + t->offset;
+        int is_norm = strstr(t->name, "ln_") != NULL;
+        if (t->ndim == 1) {
+            float v = (is_norm && strstr(t->name, ".weight")) ? 1.0f : 0.0f;
+            for (size_t j = 0; j < t->numel; j++) x[j] = v;
+            continue;
+        }
+        float s = model_is_residual_proj(t->name) ? proj_std : std;
+        /* one stream per tensor: the seed mixed with the tensor index, counter = element */
+        uint64_t ts = rng_u64(seed, 0x1000000ull + (uint64_t)i);
+        for (size_t j = 0; j < t->numel; j++) x[j] = s * rng_normal(ts, j);
+    }
+    return 0;
+}
+
+double model_sum_losses(model *m)
+{
+    size_t N = (size_t)m->B * m->T;
+    m->be->ops->copy_d2h(m->be, m->host_losses, m->losses, N * sizeof(float));
+    double sum = 0.0;
+    for (size_t i = 0; i < N; i++) sum += m->host_losses[i];
+    return sum;
+}
+
+void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
+{
+    size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);
+    m->be->ops->copy_h2d(m->be, m->tokens, tokens, bytes);
+    m->be->ops->copy_h2d(m->be, m->targets, targets, bytes);
+}
+
+double model_flops_per_token(const model_config *c, int T)
+{
+    /* 6 flops per matmul weight per token (2 forward, 4 backward), plus causal attention:
+     * QK^T and PV cost 2 * 2 * (T/2 avg keys) * C forward per layer, times 3 with backward. */
+    double C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    double per_layer = C * C * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
+    double matmul_w = per_layer * c->n_layer + (double)c->vocab * C;
+    return 6.0 * matmul_w + 6.0 * c->n_layer * (double)T * C;
+}

@@ -1,0 +1,130 @@
+/* model.h: the decoder-only transformer: parameter layout (one flat buffer + a named tensor table),
+ * activation buffers, and the explicit forward/backward passes built from backend ops.
+ * The model owns its device buffers; it never talks to other ranks (parallel/dp does that through
+ * the region hooks below) and never touches files (checkpoints/ does). */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/config.h"
+
+#define MODEL_MAX_NAME 64
+
+/* One named parameter tensor inside the flat parameter buffer. */
+typedef struct model_tensor {
+    char name[MODEL_MAX_NAME]; /* "h.3.attn.q.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t offset;             /* elements into the flat buffer */
+    size_t numel;
+    int region;                /* 0 = embeddings, 1..L = layer l-1, L+1 = final norm + head */
+    int decay;                 /* AdamW weight decay applies (matrices, not norms/biases) */
+    int trainable;             /* 0 for frozen base weights (LoRA fine-tunes) */
+} model_tensor;
+
+/* Device pointers of one layer's tensors (NULL where the architecture has none). */
+typedef struct layer_params {
+    float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+    float *ln2_w, *ln2_b, *fc_w, *fc_b, *gate_w, *up_w, *proj_w, *proj_b;
+} layer_params;
+
+typedef struct model_params {
+    float *wte, *wpe, *lnf_w, *lnf_b, *lm_head; /* lm_head == wte when tied */
+    layer_params *layer;                        /* n_layer entries */
+} model_params;
+
+/* Activations of one layer, kept for backward (or recomputed when cfg recompute is on). */
+typedef struct layer_acts {
+    float *x;                 /* (N, C) residual stream entering the layer (always kept) */
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *q, *k, *v;         /* (N, H*D), (N, Hkv*D) x2, after rope */
+    float *att, *lse;         /* (N, C), (B, H, T) */
+    float *xm;                /* (N, C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *h, *g;             /* gelu: pre/post activation (N, F); swiglu: gate, up in h, u */
+    float *u, *act;           /* swiglu: up (N,F), silu(gate)*up (N,F); gelu: act == g */
+} layer_acts;
+
+/* Region hooks: let data parallelism gather sharded parameters just before a region is used
+ * (ZeRO-3), give backward a place for a region's gradients (ZeRO-2/3) and reduce them as soon as
+ * backward has finished the region (overlap). Region ids as in model_tensor.region.
+ * Forward: begin(r,0) before region r is read, end(r,0) when forward no longer reads it (the head
+ *   region L+1, and region 0 when tied, stay begun into backward).
+ * Backward: begin(r,1) before region r's backward (not for L+1: still begun), end(r,1) once its
+ *   gradients are final for this micro-batch.
+ * Either hook may be NULL. Return -1 to abort the pass. */
+typedef struct model_hooks {
+    void *ctx;
+    int (*region_begin)(void *ctx, int region, int backward);
+    int (*region_end)(void *ctx, int region, int backward);
+} model_hooks;
+
+typedef struct model {
+    model_config cfg;
+    backend *be;
+    int B, T;                  /* the micro-batch shape the activations were sized for */
+    int recompute;
+
+    int ntensors;
+    model_tensor *tensors;     /* host */
+    size_t nparams;            /* elements in the flat buffer */
+    size_t *region_offset;     /* nregions + 1: region r spans [region_offset[r], region_offset[r+1]) */
+    int nregions;              /* n_layer + 2 */
+
+    float *params;             /* device, nparams; NULL when dp binds regions (ZeRO-3) */
+    float *grads;              /* device, nparams; NULL when frozen or dp binds regions */
+    float **ptr_params, **ptr_grads; /* per tensor: where it lives now (host table) */
+    model_params p, g;         /* named views into params and grads */
+
+    layer_acts *acts;          /* n_layer entries; with recompute they share one scratch set */
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *dres, *dln, *dq, *dk, *dv, *datt, *dh, *du, *dact; /* backward scratch */
+    int32_t *tokens, *targets; /* device, B*T */
+    float *host_losses;        /* host, B*T: the per-token losses read back each step */
+    size_t activation_bytes;   /* what the activations and scratch took */
+    model_hooks hooks;
+} model;
+
+/* Lay out the tensors of cfg (no allocation). Fills m->tensors, nparams, regions. */
+int model_layout(model *m, const model_config *cfg);
+
+/* Create a model on `be` for micro-batch (B, T): allocates the full parameter buffer (if
+ * with_params), the full gradient buffer (if with_grads) and every activation buffer, once.
+ * Without them, the owner binds region buffers with model_bind_region (ZeRO-2/3).
+ * Parameters are zero until model_init or a load. NULL + loom_fail on error. */
+model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
+                    int with_grads, int recompute);
+void model_destroy(model *m);
+
+/* Seeded GPT-2 style init into a host array of nparams floats: N(0, std) matrices (residual
+ * output projections std/sqrt(2L)), zero biases, unit norm weights. Deterministic in seed,
+ * independent of backend and world size. */
+int model_init_values(const model *m, uint64_t seed, float *host);
+
+/* Point region r's parameter (and/or gradient) views at a buffer holding that region's elements
+ * from its first one on (NULL leaves that side as it is). */
+void model_bind_region(model *m, int region, float *params, float *grads);
+
+/* Upload a micro-batch: tokens and targets (host, B*T int32; target < 0 = no loss). */
+void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
+
+/* Forward + loss: returns the SUM of token losses over the micro-batch (host); when grad_scale
+ * is non-zero, m->logits then holds dlogits * grad_scale ready for model_backward. */
+double model_forward(model *m, float grad_scale);
+
+/* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
+int model_backward(model *m);
+
+/* Forward only to logits for the given (B, T) prefix (generation/eval); logits in m->logits. */
+int model_logits(model *m, int B, int T);
+
+/* Matmul FLOPs of one training token (forward + backward), for MFU. */
+double model_flops_per_token(const model_config *cfg, int T);
+
+/* Index of a tensor by name, -1 if absent. */
+int model_find(const model *m, const char *name);
+
+#endif

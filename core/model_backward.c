@@ -1,0 +1,90 @@
+/* model_backward.c: the backward pass, the forward read in reverse. One buffer, m->dres, carries
+ * dL/dx of the residual stream down the layers; norm backward ops accumulate into it, which is
+ * exactly the residual's "gradient passes through and adds" rule. Parameter gradients accumulate
+ * (+=) into m->grads so micro-batches add up. */
+#include "model.h"
+#include "model_internal.h"
+
+/* For y = x W^T + b with W (out, in):  dx = dy W  (overwrite, or += when accumulate),
+ * dW += dy^T x,  db += colsum(dy). */
+static void linear_backward(model *m, float *dx, float *dW, float *db, const float *dy,
+                            const float *x, const float *W, int N, int in, int out, int accumulate)
+{
+    backend *be = m->be;
+    if (dx) be->ops->matmul(be, dx, dy, W, N, in, out, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f);
+    if (dW) be->ops->matmul(be, dW, dy, x, out, in, N, 1, 0, 1.0f, 1.0f);
+    if (db) be->ops->bias_backward(be, db, dy, N, out);
+}
+
+static void norm_backward(model *m, float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, const float *mean, const float *rstd, int N)
+{
+    backend *be = m->be;
+    int C = m->cfg.d_model;
+    if (mean) be->ops->layernorm_backward(be, dx, dw, db, dy, x, w, mean, rstd, N, C);
+    else be->ops->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C);
+}
+
+/* dres enters as dL/d(layer output) and leaves as dL/d(layer input). */
+static void model_layer_backward(model *m, int l)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    const layer_params *p = &m->p.layer[l];
+    layer_params *g = &m->g.layer[l];
+    layer_acts *a = &m->acts[l];
+    int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
+    int H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+
+    /* MLP block: x' = xm + act W_proj^T + b_proj */
+    linear_backward(m, m->dact, g->proj_w, g->proj_b, m->dres, a->act, p->proj_w, N, F, C, 0);
+    if (model_uses_swiglu(c)) {
+        be->ops->swiglu_backward(be, m->dh, m->du, m->dact, a->h, a->u, (size_t)N * F);
+        linear_backward(m, m->dln, g->gate_w, NULL, m->dh, a->ln2, p->gate_w, N, C, F, 0);
+        linear_backward(m, m->dln, g->up_w, NULL, m->du, a->ln2, p->up_w, N, C, F, 1);
+    } else {
+        be->ops->gelu_backward(be, m->dh, a->h, m->dact, (size_t)N * F);
+        linear_backward(m, m->dln, g->fc_w, g->fc_b, m->dh, a->ln2, p->fc_w, N, C, F, 0);
+    }
+    /* dres (= dL/dxm through the skip) += Norm2 backward */
+    norm_backward(m, m->dres, g->ln2_w, g->ln2_b, m->dln, a->xm, p->ln2_w, a->ln2_mean, a->ln2_rstd, N);
+
+    /* attention block: xm = x + att W_o^T + b_o */
+    linear_backward(m, m->datt, g->o_w, g->o_b, m->dres, a->att, p->o_w, N, C, C, 0);
+    be->ops->attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
+                                B, T, H, Hkv, D);
+    if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
+        be->ops->rope(be, m->dq, B, T, H, D, c->rope_theta, 1);
+        be->ops->rope(be, m->dk, B, T, Hkv, D, c->rope_theta, 1);
+    }
+    linear_backward(m, m->dln, g->q_w, g->q_b, m->dq, a->ln1, p->q_w, N, C, C, 0);
+    linear_backward(m, m->dln, g->k_w, g->k_b, m->dk, a->ln1, p->k_w, N, C, kvC, 1);
+    linear_backward(m, m->dln, g->v_w, g->v_b, m->dv, a->ln1, p->v_w, N, C, kvC, 1);
+    norm_backward(m, m->dres, g->ln1_w, g->ln1_b, m->dln, a->x, p->ln1_w, a->ln1_mean, a->ln1_rstd, N);
+}
+
+int model_backward(model *m)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int L = c->n_layer, N = m->B * m->T, C = c->d_model;
+
+    /* head and final norm: m->logits already holds dlogits (softmax_xent wrote it) */
+    float *dhead = c->tied_embeddings ? m->g.wte : m->g.lm_head;
+    linear_backward(m, m->dln, dhead, NULL, m->logits, m->lnf, m->p.lm_head, N, C, c->vocab, 0);
+    be->ops->fill(be, m->dres, 0.0f, (size_t)N * C);
+    norm_backward(m, m->dres, m->g.lnf_w, m->g.lnf_b, m->dln, m->x_final, m->p.lnf_w, m->lnf_mean,
+                  m->lnf_rstd, N);
+    if (model_end(m, L + 1, 1)) return -1;
+
+    for (int l = L - 1; l >= 0; l--) {
+        if (model_begin(m, l + 1, 1)) return -1;
+        if (m->recompute) model_layer_forward(m, l, NULL);
+        model_layer_backward(m, l);
+        if (model_end(m, l + 1, 1)) return -1;
+    }
+
+    if (!c->tied_embeddings && model_begin(m, 0, 1)) return -1;
+    be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres, m->tokens, m->B, m->T, C, c->vocab);
+    return model_end(m, 0, 1);
+}

@@ -1,0 +1,119 @@
+/* model_forward.c: the forward pass, one explicit function per block, pre-norm residual:
+ *   x = wte[tok] (+ wpe[t]);  per layer: xm = x + Attn(Norm1(x));  x' = xm + MLP(Norm2(xm))
+ *   logits = Norm_f(x_L) W_head^T;  loss = softmax cross-entropy on the targets.
+ * Calls only backend ops: it never reads a device pointer. */
+#include "model.h"
+#include "model_internal.h"
+
+#include <string.h>
+
+/* y(N, out) = x(N, in) W^T (+ b) for a weight W stored (out, in). */
+void model_linear(model *m, float *y, const float *x, const float *W, const float *b, int N,
+                  int in, int out)
+{
+    backend *be = m->be;
+    be->ops->matmul(be, y, x, W, N, out, in, 0, 1, 1.0f, 0.0f);
+    if (b) be->ops->bias_add(be, y, b, N, out);
+}
+
+void model_norm_forward(model *m, float *out, float *mean, float *rstd, const float *x,
+                        const float *w, const float *b, int N)
+{
+    backend *be = m->be;
+    int C = m->cfg.d_model;
+    if (mean) be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, m->cfg.norm_eps);
+    else be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, m->cfg.norm_eps);
+}
+
+/* Layer l from a->x to the layer's activations; writes x_out (the next residual) when non-NULL. */
+void model_layer_forward(model *m, int l, float *x_out)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    const layer_params *p = &m->p.layer[l];
+    layer_acts *a = &m->acts[l];
+    int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
+    int H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+
+    /* attention block */
+    model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, p->ln1_w, p->ln1_b, N);
+    model_linear(m, a->q, a->ln1, p->q_w, p->q_b, N, C, C);
+    model_linear(m, a->k, a->ln1, p->k_w, p->k_b, N, C, kvC);
+    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
+    if (model_uses_rope(c)) {
+        be->ops->rope(be, a->q, B, T, H, D, c->rope_theta, 0);
+        be->ops->rope(be, a->k, B, T, Hkv, D, c->rope_theta, 0);
+    }
+    be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, D);
+    /* xm = x + att W_o^T + b_o: the projection accumulates onto a copy of the residual */
+    be->ops->copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
+    be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, C, 0, 1, 1.0f, 1.0f);
+    if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, N, C);
+
+    /* MLP block */
+    model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, N);
+    if (model_uses_swiglu(c)) {
+        model_linear(m, a->h, a->ln2, p->gate_w, NULL, N, C, F);
+        model_linear(m, a->u, a->ln2, p->up_w, NULL, N, C, F);
+        be->ops->swiglu_forward(be, a->act, a->h, a->u, (size_t)N * F);
+    } else {
+        model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, N, C, F);
+        be->ops->gelu_forward(be, a->act, a->h, (size_t)N * F);
+    }
+    if (x_out) {
+        be->ops->copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
+        be->ops->matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
+        if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
+    }
+}
+
+int model_begin(model *m, int region, int backward)
+{
+    return m->hooks.region_begin ? m->hooks.region_begin(m->hooks.ctx, region, backward) : 0;
+}
+
+int model_end(model *m, int region, int backward)
+{
+    return m->hooks.region_end ? m->hooks.region_end(m->hooks.ctx, region, backward) : 0;
+}
+
+/* Embeddings, every layer and the final norm, leaving the final normed states in m->lnf. */
+static int model_trunk_forward(model *m)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int L = c->n_layer, N = m->B * m->T;
+    if (model_begin(m, 0, 0)) return -1;
+    be->ops->embedding_forward(be, m->acts[0].x, m->tokens, m->p.wte, m->p.wpe, m->B, m->T, c->d_model);
+    /* the embedding stays needed until backward when tied to the head */
+    if (!c->tied_embeddings && model_end(m, 0, 0)) return -1;
+    for (int l = 0; l < L; l++) {
+        if (model_begin(m, l + 1, 0)) return -1;
+        model_layer_forward(m, l, l + 1 < L ? m->acts[l + 1].x : m->x_final);
+        if (model_end(m, l + 1, 0)) return -1;
+    }
+    if (model_begin(m, L + 1, 0)) return -1;
+    model_norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->p.lnf_w, m->p.lnf_b, N);
+    return 0;
+}
+
+double model_forward(model *m, float grad_scale)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int N = m->B * m->T;
+    if (model_trunk_forward(m)) return -1.0;
+    model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, N, c->d_model, c->vocab);
+    be->ops->softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
+    /* the loss sum: sumsq would square it, so read the N losses back (N floats, cheap) */
+    return model_sum_losses(m);
+}
+
+int model_logits(model *m, int B, int T)
+{
+    (void)B; (void)T; /* the activations are sized for (m->B, m->T); callers pad to it */
+    const model_config *c = &m->cfg;
+    if (model_trunk_forward(m)) return -1;
+    model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, m->B * m->T, c->d_model, c->vocab);
+    return 0;
+}

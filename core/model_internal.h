@@ -1,0 +1,22 @@
+/* model_internal.h: helpers shared by model.c, model_forward.c and model_backward.c only.
+ * Not part of the model's contract: nothing outside core/model*.c includes it. */
+#ifndef LOOM_MODEL_INTERNAL_H
+#define LOOM_MODEL_INTERNAL_H
+
+#include <string.h>
+
+#include "model.h"
+
+static inline int model_uses_rope(const model_config *c) { return strcmp(c->positions, "rope") == 0; }
+static inline int model_uses_swiglu(const model_config *c) { return strcmp(c->mlp, "swiglu") == 0; }
+
+void model_linear(model *m, float *y, const float *x, const float *W, const float *b, int N,
+                  int in, int out);
+void model_norm_forward(model *m, float *out, float *mean, float *rstd, const float *x,
+                        const float *w, const float *b, int N);
+void model_layer_forward(model *m, int l, float *x_out);
+int model_begin(model *m, int region, int backward); /* the hooks, when installed */
+int model_end(model *m, int region, int backward);
+double model_sum_losses(model *m);
+
+#endif

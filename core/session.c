@@ -1,0 +1,117 @@
+/* session.c: the shared set-up of a job (see session.h): backend per rank, model, dp, optimizer,
+ * checkpoint save and resume. Checkpoints hold full logical tensors, so the gather to rank 0 and
+ * the scatter on load happen here through dp; ckpt.h never sees ranks. */
+#include "session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "core/log.h"
+
+int session_mkdirs(const char *path)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return loom_fail("%s: cannot create folder: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return loom_fail("%s: cannot create folder: %s", buf, strerror(errno));
+    return 0;
+}
+
+/* Threads per rank: the configured number, else this node's cores split between its ranks. */
+static int session_threads(const job_config *cfg, const comm *c)
+{
+    if (cfg->parallel.threads > 0) return cfg->parallel.threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = (int)(cores > 0 ? cores : 1) / (c->local_size > 0 ? c->local_size : 1);
+    return t > 0 ? t : 1;
+}
+
+static backend *session_backend(const job_config *cfg, const comm *c)
+{
+    backend_config bc = {0};
+    bc.threads = session_threads(cfg, c);
+    bc.device_index = c->local_rank;
+    bc.precision = strcmp(cfg->precision, "bf16") == 0 ? BACKEND_BF16 : BACKEND_FP32;
+    bc.allow_tf32 = 1;
+    char why[256] = "";
+    backend *be = backend_select(cfg->backend, &bc, why, sizeof why);
+    if (!be) return NULL;
+    log_info("backend %s  %s  (%s)", be->description,
+             bc.precision == BACKEND_BF16 ? "bfloat16" : "float32", why);
+    return be;
+}
+
+session *session_open(const job_config *cfg, comm *c, int train)
+{
+    session *s = calloc(1, sizeof *s);
+    if (!s) { loom_fail("out of host memory"); return NULL; }
+    s->cfg = cfg;
+    s->comm = c;
+    const train_config *tc = &cfg->train;
+    s->micro_batch = tc->micro_batch > 0 ? tc->micro_batch : tc->batch_size / c->size;
+    if (s->micro_batch < 1 || tc->batch_size % (s->micro_batch * c->size) != 0) {
+        loom_fail("train.batch_size %d must be a multiple of micro_batch (%d) x ranks (%d)",
+                  tc->batch_size, s->micro_batch, c->size);
+        goto fail;
+    }
+    if (cfg->out[0]) snprintf(s->out_dir, sizeof s->out_dir, "%s", cfg->out);
+    else snprintf(s->out_dir, sizeof s->out_dir, "runs/%s", cfg->name);
+    if (c->rank == 0 && session_mkdirs(s->out_dir)) goto fail;
+
+    s->be = session_backend(cfg, c);
+    if (!s->be) goto fail;
+    int stage = train ? cfg->parallel.zero_stage : 0, full_params, full_grads;
+    dp_model_needs(stage, &full_params, &full_grads);
+    s->model = model_create(&cfg->model, s->be, s->micro_batch, tc->seq_len, full_params,
+                            train && full_grads, tc->recompute);
+    if (!s->model) goto fail;
+    s->dp = dp_create(c, s->be, s->model, stage, (size_t)(cfg->parallel.bucket_mb * 1024.0f * 1024.0f));
+    if (!s->dp) goto fail;
+    if (train) {
+        int npieces;
+        size_t state_elems;
+        const optim_piece *pieces = dp_pieces(s->dp, &npieces, &state_elems);
+        s->opt = optim_create(s->be, s->model, pieces, npieces, state_elems);
+        if (!s->opt) goto fail;
+    }
+    log_info("model %s: %zu parameters, %d layers, d_model %d, %d ranks, micro-batch %d x %d",
+             cfg->model.preset[0] ? cfg->model.preset : "custom", s->model->nparams,
+             cfg->model.n_layer, cfg->model.d_model, c->size, s->micro_batch, tc->seq_len);
+    return s;
+fail:
+    session_close(s);
+    return NULL;
+}
+
+int session_init_or_resume(session *s, const char *resume)
+{
+    if (resume && resume[0]) return session_resume(s, resume);
+    float *host = malloc(s->model->nparams * sizeof(float));
+    if (!host) return loom_fail("out of host memory for %zu parameters", s->model->nparams);
+    int rc = model_init_values(s->model, s->cfg->train.seed, host);
+    if (rc == 0) rc = dp_load_params(s->dp, host);
+    free(host);
+    return rc;
+}
+
+void session_close(session *s)
+{
+    if (!s) return;
+    optim_destroy(s->opt);
+    dp_destroy(s->dp);
+    model_destroy(s->model);
+    backend_destroy(s->be);
+    free(s);
+}

@@ -1,0 +1,48 @@
+/* session.h: what every job (train, finetune, eval) sets up the same way: the backend chosen for
+ * this rank, the model on it, data parallelism, the optimizer, and checkpoint save/resume.
+ * One place for that wiring so the jobs differ only in their data and loop. */
+#ifndef LOOM_SESSION_H
+#define LOOM_SESSION_H
+
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/config.h"
+#include "core/model.h"
+#include "core/optim.h"
+#include "parallel/comm.h"
+#include "parallel/dp.h"
+
+typedef struct session {
+    const job_config *cfg;
+    comm *comm;           /* borrowed */
+    backend *be;
+    model *model;
+    dp *dp;
+    optim *opt;           /* NULL for inference-only sessions */
+    int micro_batch;      /* sequences per forward on this rank */
+    int64_t step;         /* optimizer steps completed */
+    int64_t sample_cursor;/* global sample index of the next batch */
+    char out_dir[512];
+} session;
+
+/* Pick the backend, create the model (gradients and optimizer when `train`), attach dp.
+ * Prints the backend line. NULL + loom_fail. */
+session *session_open(const job_config *cfg, comm *c, int train);
+
+/* Seeded init, or load `resume` (a checkpoint file or directory) when non-NULL. */
+int session_init_or_resume(session *s, const char *resume);
+
+/* Load a checkpoint (file or directory): parameters, optimizer state, step and data cursor.
+ * Any world size and ZeRO stage; the model config must match. */
+int session_resume(session *s, const char *path);
+
+/* Save a checkpoint when checkpoint.every divides the step, or when `final`. */
+int session_maybe_checkpoint(session *s, int final);
+
+void session_close(session *s);
+
+/* mkdir -p */
+int session_mkdirs(const char *path);
+
+#endif

@@ -1,0 +1,152 @@
+/* session_ckpt.c: checkpoint save and resume for a session. Shards are gathered into full logical
+ * host tensors (dp), rank 0 writes them through ckpt.h, and every rank agrees on the outcome;
+ * on resume every rank reads the file and keeps the slices it owns, whatever the world size or
+ * ZeRO stage was at save. */
+#include "session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt.h"
+#include "core/error.h"
+#include "core/log.h"
+
+/* The checkpoint's view of the model's tensor table. */
+static ckpt_tensor *session_ckpt_table(const model *m)
+{
+    ckpt_tensor *t = calloc((size_t)m->ntensors, sizeof *t);
+    if (!t) return NULL;
+    for (int i = 0; i < m->ntensors; i++) {
+        t[i].name = m->tensors[i].name;
+        t[i].ndim = m->tensors[i].ndim;
+        t[i].shape[0] = m->tensors[i].shape[0];
+        t[i].shape[1] = m->tensors[i].shape[1];
+        t[i].offset = m->tensors[i].offset;
+    }
+    return t;
+}
+
+static void session_ckpt_dir(const session *s, char *dir, size_t len)
+{
+    if (s->cfg->checkpoint.dir[0]) snprintf(dir, len, "%s", s->cfg->checkpoint.dir);
+    else snprintf(dir, len, "%s/ckpt", s->out_dir);
+}
+
+/* Gather everything (collective) and write on rank 0. */
+static int session_save(session *s)
+{
+    model *m = s->model;
+    size_t n = m->nparams;
+    float *host = malloc(3 * n * sizeof(float));
+    ckpt_tensor *table = session_ckpt_table(m);
+    char *model_json = config_model_to_json(&s->cfg->model), *job_json = config_to_json(s->cfg);
+    int rc = (!host || !table || !model_json || !job_json) ? loom_fail("checkpoint: out of host memory") : 0;
+    if (rc == 0) rc = dp_gather_params(s->dp, host);
+    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->m, host + n);
+    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->v, host + 2 * n);
+    if (rc == 0 && s->comm->rank == 0) {
+        const train_config *tc = &s->cfg->train;
+        ckpt_group groups[3] = {
+            {"model", table, m->ntensors, host},
+            {"optimizer/m", table, m->ntensors, host + n},
+            {"optimizer/v", table, m->ntensors, host + 2 * n},
+        };
+        ckpt_state st = {0};
+        st.step = s->step;
+        st.tokens_seen = s->step * (int64_t)tc->batch_size * tc->seq_len;
+        st.sample_cursor = s->step * (int64_t)tc->batch_size;
+        st.seed = tc->seed;
+        st.rng_counter = (uint64_t)s->opt->t;
+        st.lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
+        st.model_config_json = model_json;
+        st.job_config_json = job_json;
+        st.world_size = s->comm->size;
+        st.zero_stage = s->cfg->parallel.zero_stage;
+        st.backend = s->be->ops->name;
+        char dir[600];
+        session_ckpt_dir(s, dir, sizeof dir);
+        rc = ckpt_save(dir, &st, groups, 3, s->cfg->checkpoint.keep);
+        if (rc == 0) log_info("checkpoint: step %lld saved in %s", (long long)s->step, dir);
+    }
+    free(host);
+    free(table);
+    free(model_json);
+    free(job_json);
+    /* every rank learns whether rank 0's write worked */
+    double failed = rc != 0;
+    if (comm_allreduce_host(s->comm, &failed, 1)) return -1;
+    if (failed > 0 && rc == 0) return loom_fail("checkpoint: the save failed on rank 0");
+    return failed > 0 ? -1 : 0;
+}
+
+int session_maybe_checkpoint(session *s, int final)
+{
+    int every = s->cfg->checkpoint.every;
+    int due = final ? (every >= 0) : (every > 0 && s->step % every == 0 && s->step < s->cfg->train.steps);
+    if (!due || !s->opt) return 0;
+    if (session_save(s) == 0) return 0;
+    if (strcmp(s->cfg->checkpoint.on_error, "continue") == 0) {
+        log_warn("checkpoint failed, training continues (checkpoint.on_error): %s", loom_error());
+        return 0;
+    }
+    return -1;
+}
+
+/* Check the checkpoint's model config against the job's: same architecture or a clear error. */
+static int session_check_model(const session *s, const char *file, const char *json)
+{
+    model_config saved;
+    if (config_model_from_json(&saved, json))
+        return loom_fail("%s: unreadable model config: %s", file, loom_error());
+    const char *field = config_model_diff(&saved, &s->cfg->model);
+    if (field)
+        return loom_fail("%s: checkpoint model differs from the job's in field 'model.%s'", file, field);
+    return 0;
+}
+
+static int session_read(session *s, const char *file, ckpt_reader *r, float *host)
+{
+    model *m = s->model;
+    size_t n = m->nparams;
+    ckpt_state st = {0};
+    if (ckpt_read_state(r, &st)) return -1;
+    int rc = session_check_model(s, file, st.model_config_json);
+    ckpt_tensor *table = session_ckpt_table(m);
+    if (!table && rc == 0) rc = loom_fail("out of host memory");
+    ckpt_group g[3] = {
+        {"model", table, m->ntensors, host},
+        {"optimizer/m", table, m->ntensors, host + n},
+        {"optimizer/v", table, m->ntensors, host + 2 * n},
+    };
+    int ngroups = s->opt ? 3 : 1;
+    for (int i = 0; rc == 0 && i < ngroups; i++) rc = ckpt_read_group(r, &g[i]);
+    if (rc == 0) rc = dp_load_params(s->dp, host);
+    if (rc == 0 && s->opt) {
+        rc = dp_load_state(s->dp, s->opt->m, host + n);
+        if (rc == 0) rc = dp_load_state(s->dp, s->opt->v, host + 2 * n);
+        s->opt->t = (int)st.rng_counter;
+    }
+    if (rc == 0) {
+        s->step = st.step;
+        s->sample_cursor = st.sample_cursor;
+        log_info("resumed from %s at step %lld (saved by %d ranks, ZeRO %d, %s)", file,
+                 (long long)st.step, st.world_size, st.zero_stage, st.backend ? st.backend : "?");
+    }
+    free(table);
+    ckpt_state_free(&st);
+    return rc;
+}
+
+int session_resume(session *s, const char *path)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    float *host = malloc(3 * s->model->nparams * sizeof(float));
+    int rc = host ? session_read(s, file, r, host) : loom_fail("out of host memory");
+    free(host);
+    ckpt_close(r);
+    return rc;
+}

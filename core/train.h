@@ -1,0 +1,29 @@
+/* train.h: the training loop: batches -> forward -> backward -> gradient reduction -> AdamW ->
+ * progress line + metrics.jsonl (-> checkpoint). Runs identically on 1 or N ranks; the global
+ * batch at step s is the same set of samples for every world size. */
+#ifndef LOOM_TRAIN_H
+#define LOOM_TRAIN_H
+
+#include "core/config.h"
+#include "parallel/comm.h"
+
+typedef struct train_options {
+    const char *resume;   /* checkpoint file or directory to resume from, or NULL */
+    double *losses_out;   /* optional: receives the mean loss of each step (cfg steps entries) */
+    int quiet;            /* no progress lines */
+} train_options;
+
+typedef struct train_report {
+    int steps_done;
+    double last_loss;
+    double tokens_per_s;  /* median over the timed steps */
+    double mfu;           /* same, against the backend's peak */
+    size_t state_bytes;   /* params + grads + optimizer state this rank allocated */
+    size_t activation_bytes;
+    int bad_steps;        /* skipped non-finite steps */
+} train_report;
+
+/* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */
+int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
+
+#endif

@@ -1,0 +1,34 @@
+/* cli.h: what the subcommands of `loom` share: parsed job arguments and the one way to end
+ * with an error. Each subcommand lives in its own cmd_<name>.c and returns the exit code. */
+#ifndef LOOM_CLI_H
+#define LOOM_CLI_H
+
+#include "core/config.h"
+
+#define CLI_MAX_SETS 64
+
+/* `JOB.json [--set k=v]... [--out DIR] [--backend NAME] [--resume PATH] [--quiet]` */
+typedef struct cli_job {
+    const char *job_path;
+    const char *sets[CLI_MAX_SETS];
+    int nsets;
+    const char *out, *backend, *resume, *ckpt;
+    int quiet;
+} cli_job;
+
+/* Parse argv[first..argc) into *a. -1 + loom_fail on an unknown flag or a missing value. */
+int cli_parse_job(int argc, char **argv, int first, cli_job *a);
+
+/* Load the job config the arguments name, with --set, --out and --backend applied. */
+int cli_load_config(const cli_job *a, job_config *cfg);
+
+/* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */
+int cli_fail(void);
+
+int cmd_train(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
+
+#endif

@@ -1,0 +1,61 @@
+/* cmd_info.c: `loom info`: build features, the backends compiled in and whether each is usable,
+ * the one backend_select() would pick and why, threads. Plain "key: value" lines (parsable). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_blas.h"
+#include "launch/cli.h"
+#include "parallel/comm.h"
+
+#ifdef LOOM_HAVE_MPI
+#define FEATURE_MPI "yes"
+#else
+#define FEATURE_MPI "no"
+#endif
+#ifdef LOOM_HAVE_NCCL
+#define FEATURE_NCCL "yes"
+#else
+#define FEATURE_NCCL "no"
+#endif
+#ifdef LOOM_HDF5_PARALLEL
+#define FEATURE_HDF5 "yes (parallel build)"
+#else
+#define FEATURE_HDF5 "yes (serial build)"
+#endif
+
+int cmd_info(int argc, char **argv)
+{
+    (void)argc; (void)argv;
+    printf("loom: %s\n", "0.1");
+    printf("blas: %s (kernel %s)\n", LOOM_BLAS_NAME, cpu_blas_corename());
+    printf("mpi: %s\n", FEATURE_MPI);
+    printf("nccl: %s\n", FEATURE_NCCL);
+    printf("hdf5: %s\n", FEATURE_HDF5);
+    int n;
+    const backend_entry *e = backend_registry(&n);
+    printf("backends:");
+    for (int i = 0; i < n; i++) printf(" %s", e[i].name);
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        const char *why = "";
+        int ok = e[i].available(&why);
+        printf("backend.%s: %s%s%s\n", e[i].name, ok ? "available" : "unavailable", ok ? "" : " (", ok ? "" : why);
+        if (!ok) printf(")\n");
+    }
+    const char *env = getenv("LOOM_BACKEND");
+    const char *pick = NULL, *reason = "auto-detected: first available of";
+    if (env && env[0]) { pick = env; reason = "LOOM_BACKEND"; }
+    for (int i = 0; !pick && i < n; i++) {
+        const char *why = "";
+        if (e[i].available(&why)) pick = e[i].name;
+    }
+    printf("selected: %s (%s", pick ? pick : "none", reason);
+    if (!(env && env[0]))
+        for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", e[i].name);
+    printf(")\n");
+    printf("launched_by_mpi: %s\n", comm_launched_by_mpi() ? "yes" : "no");
+    printf("cpus: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
+    return 0;
+}

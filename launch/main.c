@@ -1,0 +1,39 @@
+/* main.c: the `loom` binary: picks the subcommand. Before anything else it makes sure OpenBLAS
+ * runs a kernel that fits this CPU (which may re-exec the process once, see backends/cpu). */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_blas.h"
+#include "launch/cli.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: loom <command> [args]\n"
+            "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
+            "                      pretrain or continue training (a token or text file)\n"
+            "  info                build features, devices, the backend that would be picked\n"
+            "  tokenize IN.txt OUT.bin [--width 2|4]\n"
+            "                      byte-level tokenize a text file into a token file\n"
+            "  config show JOB.json [--set key=value]...   the full effective config\n"
+            "  config docs         the config reference (docs/config.md)\n"
+            "  ckpt info FILE_OR_DIR                       what a checkpoint holds\n"
+            "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");
+}
+
+int main(int argc, char **argv)
+{
+    cpu_blas_ensure_fast_kernel(argv);
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
+    if (strcmp(cmd, "config") == 0) return cmd_config(argc, argv);
+    if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc, argv);
+    fprintf(stderr, "loom: error: unknown command '%s' (try: loom --help)\n", cmd);
+    return 2;
+}

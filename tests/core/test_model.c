@@ -1,0 +1,169 @@
+/* test_model.c: the whole model against finite differences, on the real CPU backend: for each
+ * architecture variant (LayerNorm/GELU/learned/tied, RMSNorm/SwiGLU/RoPE/GQA/untied), the analytic
+ * gradient of sampled parameters of every tensor vs a central difference of the loss; then an
+ * overfit run that must drive the loss on one fixed batch near zero. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/config.h"
+#include "core/model.h"
+#include "core/optim.h"
+#include "core/rng.h"
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
+            printf(__VA_ARGS__);                           \
+            printf("\n");                                  \
+            failures++;                                    \
+        }                                                  \
+    } while (0)
+
+static backend *cpu(void)
+{
+    backend_config bc = {.threads = 1};
+    backend *be = backend_select("cpu", &bc, NULL, 0);
+    if (!be) { printf("FAIL: no cpu backend\n"); exit(1); }
+    return be;
+}
+
+static model_config variant(int llama)
+{
+    job_config cfg;
+    config_defaults(&cfg);
+    model_config m = cfg.model;
+    config_apply_preset(&m, "tiny");
+    m.vocab = 48; m.d_model = 16; m.n_layer = 2; m.n_head = 4; m.d_ff = 24; m.max_seq = 8;
+    m.n_kv_head = llama ? 2 : 4;
+    if (llama) {
+        strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
+        m.tied_embeddings = 0; m.bias = 0;
+    }
+    m.init_std = 0.3f; /* large weights so every path carries signal */
+    return m;
+}
+
+static void make_batch(int B, int T, int V, int32_t *tok, int32_t *tgt, uint64_t seed)
+{
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (int32_t)(rng_u64(seed, (uint64_t)i) % (uint64_t)V);
+        tgt[i] = (int32_t)(rng_u64(seed + 1, (uint64_t)i) % (uint64_t)V);
+    }
+    tgt[1] = -1; /* one masked position */
+}
+
+static double loss_of(model *m)
+{
+    return model_forward(m, 0.0f);
+}
+
+static float get1(model *m, float *p) { float v; m->be->ops->copy_d2h(m->be, &v, p, sizeof v); return v; }
+static void set1(model *m, float *p, float v) { m->be->ops->copy_h2d(m->be, p, &v, sizeof v); }
+
+/* Analytic vs central-difference gradient of sampled elements of every tensor. */
+static void check_gradients(int llama)
+{
+    backend *be = cpu();
+    model_config mc = variant(llama);
+    int B = 2, T = 8;
+    model *m = model_create(&mc, be, B, T, 1, 1, 0);
+    CHECK(m != NULL, "model_create");
+    float *host = malloc(m->nparams * sizeof(float));
+    model_init_values(m, 7, host);
+    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    int32_t tok[16], tgt[16];
+    make_batch(B, T, mc.vocab, tok, tgt, 11);
+    model_set_batch(m, tok, tgt);
+
+    be->ops->fill(be, m->grads, 0.0f, m->nparams);
+    double base = model_forward(m, 1.0f); /* grad of the loss SUM */
+    model_backward(m);
+    float *grad = malloc(m->nparams * sizeof(float));
+    be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
+    CHECK(isfinite(base) && base > 0, "loss %g", base);
+
+    double worst = 0.0;
+    const char *worst_name = "";
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        double gmax = 0.0;
+        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(grad[t->offset + j]));
+        for (int s = 0; s < 6; s++) {
+            size_t j = t->offset + rng_u64(99 + (uint64_t)i, (uint64_t)s) % t->numel;
+            float *p = m->params + j, x = get1(m, p), h = 1e-2f;
+            set1(m, p, x + h);
+            double lp = loss_of(m);
+            set1(m, p, x - h);
+            double lm = loss_of(m);
+            set1(m, p, x);
+            double fd = (lp - lm) / (2.0 * h);
+            /* error relative to the tensor's largest gradient (fp32 noise scales with it); the floor
+             * covers tensors whose true gradient is 0, e.g. the key bias (softmax is shift-invariant) */
+            double err = fabs(fd - grad[j]) / fmax(gmax, 1e-2);
+            if (err > worst) { worst = err; worst_name = t->name; }
+            CHECK(err < 2e-2, "%s %s[%zu]: analytic %.6g vs finite difference %.6g (err %.3g)",
+                  llama ? "llama" : "gpt2", t->name, j - t->offset, grad[j], fd, err);
+        }
+    }
+    printf("gradient check (%s): %d tensors, worst relative error %.2e in %s\n",
+           llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
+           worst, worst_name);
+    free(grad);
+    free(host);
+    model_destroy(m);
+    backend_destroy(be);
+}
+
+/* AdamW on one fixed batch must memorise it. */
+static void check_overfit(int llama)
+{
+    backend *be = cpu();
+    model_config mc = variant(llama);
+    mc.init_std = 0.02f;
+    int B = 2, T = 8;
+    model *m = model_create(&mc, be, B, T, 1, 1, 0);
+    float *host = malloc(m->nparams * sizeof(float));
+    model_init_values(m, 3, host);
+    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    optim_piece piece = {0, m->nparams, 0};
+    optim *o = optim_create(be, m, &piece, 1, m->nparams);
+    job_config cfg;
+    config_defaults(&cfg);
+    train_config tc = cfg.train;
+    tc.weight_decay = 0.0f;
+    int32_t tok[16], tgt[16];
+    make_batch(B, T, mc.vocab, tok, tgt, 5);
+    model_set_batch(m, tok, tgt);
+    double first = 0, loss = 0;
+    float *pa[1] = {m->params}, *ga[1] = {m->grads};
+    for (int step = 0; step < 300; step++) {
+        be->ops->fill(be, m->grads, 0.0f, m->nparams);
+        loss = model_forward(m, 1.0f / 15.0f) / 15.0; /* 15 unmasked targets */
+        model_backward(m);
+        if (step == 0) first = loss;
+        optim_step(o, &tc, pa, ga, 1e-2f, 1.0f);
+    }
+    printf("overfit (%s): loss %.4f -> %.4f\n", llama ? "llama" : "gpt2", first, loss);
+    CHECK(loss < 0.05, "overfit loss %.4f did not approach zero (from %.4f)", loss, first);
+    optim_destroy(o);
+    free(host);
+    model_destroy(m);
+    backend_destroy(be);
+}
+
+int main(void)
+{
+    check_gradients(0);
+    check_gradients(1);
+    check_overfit(0);
+    check_overfit(1);
+    if (failures) printf("%d check(s) failed\n", failures);
+    else printf("all model checks passed\n");
+    return failures ? 1 : 0;
+}
