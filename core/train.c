@@ -12,6 +12,7 @@
 
 #include "core/data.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/model.h"
@@ -115,6 +116,7 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
     int bad_in_row = 0;
     double tokens_per_step = (double)tc->batch_size * tc->seq_len;
     for (int step = rc ? tc->steps : (int)t.s->step; step < tc->steps; step++) {
+        fault_at_step(c->rank, step + 1);
         double t0 = now_s(), loss = 0, norm = 0;
         float lr = 0;
         int st = trainer_step(&t, step, &loss, &norm, &lr);

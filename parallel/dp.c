@@ -19,7 +19,7 @@ struct dp {
     size_t *reg_lo, *reg_len, *slice; /* per region: start, length, slice length s_r */
     optim_piece *pieces;
     float **param_at, **grad_at;
-    size_t state_elems, max_padded, max_slice, bytes;
+    size_t state_elems, max_padded, bytes;
     float *stage_buf;                 /* W * s_r staging for all-gathers (stage >= 1) */
     float *shard_grads, *shard_params;/* state layout (stage >= 2, stage 3) */
     float *gstage[SLOTS], *grecv[SLOTS], *pgather[SLOTS];
@@ -37,6 +37,15 @@ static float *dp_alloc(dp *d, size_t floats)
 }
 
 static int dp_slot(const dp *d, int r) { return r == 0 ? 0 : r == d->R - 1 ? 1 : 2 + r % 2; }
+
+/* Padded size (W * s_r) of the largest region a staging slot ever holds. */
+static size_t dp_slot_size(const dp *d, int s)
+{
+    size_t most = 0;
+    for (int r = 0; r < d->R; r++)
+        if (dp_slot(d, r) == s && d->slice[r] * (size_t)d->W > most) most = d->slice[r] * (size_t)d->W;
+    return most;
+}
 
 void dp_model_needs(int zero_stage, int *full_params, int *full_grads)
 {
@@ -76,7 +85,6 @@ static int dp_plan(dp *d)
             p->state_offset = off;
         }
         off += d->slice[r];
-        if (d->slice[r] > d->max_slice) d->max_slice = d->slice[r];
         if (d->slice[r] * (size_t)d->W > d->max_padded) d->max_padded = d->slice[r] * (size_t)d->W;
     }
     d->state_elems = off;
@@ -122,16 +130,15 @@ static int dp_alloc_buffers(dp *d)
     if (d->stage >= 2) {
         if (!(d->shard_grads = dp_alloc(d, d->state_elems))) return -1;
         for (int s = 0; s < SLOTS; s++) {
-            if (!(d->gstage[s] = dp_alloc(d, d->max_padded))) return -1;
-            if (!(d->grecv[s] = dp_alloc(d, d->max_slice))) return -1;
-            d->greg[s] = -1;
+            if (!(d->gstage[s] = dp_alloc(d, dp_slot_size(d, s)))) return -1;
+            if (!(d->grecv[s] = dp_alloc(d, dp_slot_size(d, s) / (size_t)d->W))) return -1;
         }
         for (int r = 0; r < d->R; r++) d->grad_at[r] = d->shard_grads + d->pieces[r].state_offset;
     }
     if (d->stage >= 3) {
         if (!(d->shard_params = dp_alloc(d, d->state_elems))) return -1;
         for (int s = 0; s < SLOTS; s++)
-            if (!(d->pgather[s] = dp_alloc(d, d->max_padded))) return -1;
+            if (!(d->pgather[s] = dp_alloc(d, dp_slot_size(d, s)))) return -1;
         for (int r = 0; r < d->R; r++) d->param_at[r] = d->shard_params + d->pieces[r].state_offset;
     }
     return 0;
@@ -147,6 +154,7 @@ dp *dp_create(comm *c, backend *be, model *m, int zero_stage, size_t bucket_byte
     d->stage = zero_stage;
     d->W = c->size;
     d->rank = c->rank;
+    for (int s = 0; s < SLOTS; s++) d->greg[s] = -1; /* no reduce-scatter in flight */
     if (zero_stage < 0 || zero_stage > 3) {
         loom_fail("parallel.zero_stage must be 0..3, got %d", zero_stage);
         goto fail;
