@@ -140,7 +140,7 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
         if (session_maybe_checkpoint(t.s, 0)) { rc = -1; break; }
     }
     if (rc == 0 && session_maybe_checkpoint(t.s, 1)) rc = -1;
-    if (t.s) {
+    if (t.s && t.log) {
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);
         rep.activation_bytes = t.s->model->activation_bytes;
