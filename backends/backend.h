@@ -27,6 +27,7 @@ enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1 };
  *
  * Gradient convention (as llm.c): parameter gradients (dweight, dbias, dwte, ...) are ACCUMULATED
  * (+=), so micro-batches add up. Input gradients are OVERWRITTEN unless the op's comment says +=.
+ * The norms' dweight/dbias may be NULL: the weights are frozen (LoRA) and those sums are skipped.
  *
  * Layouts: activations are (N = B*T, C). Linear weights are (out, in) as in torch.nn.Linear,
  * so y = x W^T is matmul(..., transB=1). Attention q is (B, T, H, D) and k, v are (B, T, Hkv, D),
