@@ -109,31 +109,35 @@ int model_layout(model *m, const model_config *cfg)
     return 0;
 }
 
-int model_find(const model *m, const char *name)
+static int table_find(const model_tensor *t, int n, const char *name)
 {
-    for (int i = 0; i < m->ntensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) return i;
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0) return i;
     return -1;
 }
 
-/* The address of each named tensor: m->ptr_params[i] / m->ptr_grads[i], then the named views. */
-static float *model_ptr(float **table, const model *m, const char *name)
+int model_find(const model *m, const char *name) { return table_find(m->tensors, m->ntensors, name); }
+
+/* A set of tensors and where each one lives now. */
+typedef struct tensor_set { const model_tensor *t; int n; float **ptr; } tensor_set;
+
+static float *set_ptr(const tensor_set *s, const char *name)
 {
-    int i = model_find(m, name);
-    return i < 0 ? NULL : table[i];
+    int i = table_find(s->t, s->n, name);
+    return i < 0 ? NULL : s->ptr[i];
 }
 
-static void model_fill_views(const model *m, float **table, model_params *v)
+static void model_fill_views(const model *m, const tensor_set *s, model_params *v)
 {
     char n[MODEL_MAX_NAME];
-    v->wte = model_ptr(table, m, "wte.weight");
-    v->wpe = model_ptr(table, m, "wpe.weight");
-    v->lnf_w = model_ptr(table, m, "ln_f.weight");
-    v->lnf_b = model_ptr(table, m, "ln_f.bias");
-    v->lm_head = m->cfg.tied_embeddings ? v->wte : model_ptr(table, m, "lm_head.weight");
+    v->wte = set_ptr(s, "wte.weight");
+    v->wpe = set_ptr(s, "wpe.weight");
+    v->lnf_w = set_ptr(s, "ln_f.weight");
+    v->lnf_b = set_ptr(s, "ln_f.bias");
+    v->lm_head = m->cfg.tied_embeddings ? v->wte : set_ptr(s, "lm_head.weight");
     for (int l = 0; l < m->cfg.n_layer; l++) {
         layer_params *p = &v->layer[l];
-#define VIEW(field, suffix) (snprintf(n, sizeof n, "h.%d.%s", l, suffix), p->field = model_ptr(table, m, n))
+#define VIEW(field, suffix) (snprintf(n, sizeof n, "h.%d.%s", l, suffix), p->field = set_ptr(s, n))
         VIEW(ln1_w, "ln_1.weight"); VIEW(ln1_b, "ln_1.bias");
         VIEW(q_w, "attn.q.weight"); VIEW(q_b, "attn.q.bias");
         VIEW(k_w, "attn.k.weight"); VIEW(k_b, "attn.k.bias");
@@ -148,6 +152,18 @@ static void model_fill_views(const model *m, float **table, model_params *v)
     }
 }
 
+static void model_fill_lora_views(const model *m, const tensor_set *s, layer_lora *v)
+{
+    char n[MODEL_MAX_NAME];
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int t = 0; t < LORA_NTARGETS; t++) {
+            snprintf(n, sizeof n, "h.%d.%s.lora_A", l, lora_stem(&m->cfg, t));
+            v[l].t[t].A = set_ptr(s, n);
+            snprintf(n, sizeof n, "h.%d.%s.lora_B", l, lora_stem(&m->cfg, t));
+            v[l].t[t].B = set_ptr(s, n);
+        }
+}
+
 /* Point the tensors of `region` (-1 = all) in `table` at base + (offset - region start). */
 static void model_point(model *m, float **table, int region, float *base)
 {
@@ -159,16 +175,109 @@ static void model_point(model *m, float **table, int region, float *base)
     }
 }
 
+/* Re-derive the named views of one side (params or grads) of the trainable array. */
+static void model_refresh_views(model *m, float **ptrs, int grads)
+{
+    tensor_set s = {m->tensors, m->ntensors, ptrs};
+    if (m->lora.rank) model_fill_lora_views(m, &s, grads ? m->lg : m->lp);
+    else model_fill_views(m, &s, grads ? &m->g : &m->p);
+}
+
 void model_bind_region(model *m, int region, float *params, float *grads)
 {
     if (params) {
         model_point(m, m->ptr_params, region, params);
-        model_fill_views(m, m->ptr_params, &m->p);
+        model_refresh_views(m, m->ptr_params, 0);
     }
     if (grads) {
         model_point(m, m->ptr_grads, region, grads);
-        model_fill_views(m, m->ptr_grads, &m->g);
+        model_refresh_views(m, m->ptr_grads, 1);
     }
+}
+
+/* LoRA: the layout so far becomes the frozen base table; the trainable table is rebuilt with one
+ * A (r, in) and B (out, r) per adapted projection of each layer, in the layer's region. */
+static int model_layout_lora(model *m)
+{
+    m->base_tensors = m->tensors;
+    m->nbase = m->ntensors;
+    m->nbase_params = m->nparams;
+    m->tensors = NULL;
+    m->ntensors = 0;
+    m->nparams = 0;
+    int cap = 0, r = m->lora.rank, L = m->cfg.n_layer;
+    char n[MODEL_MAX_NAME];
+    m->region_offset[0] = m->region_offset[1] = 0;
+    for (int l = 0; l < L; l++) {
+        m->region_offset[l + 1] = m->nparams;
+        for (int t = 0; t < LORA_NTARGETS; t++) {
+            if (!(m->lora.targets & (1u << t))) continue;
+            int in, out;
+            lora_dims(&m->cfg, t, &in, &out);
+            snprintf(n, sizeof n, "h.%d.%s.lora_A", l, lora_stem(&m->cfg, t));
+            if (layout_add(m, &cap, n, r, in, l + 1, 0)) return -1;
+            snprintf(n, sizeof n, "h.%d.%s.lora_B", l, lora_stem(&m->cfg, t));
+            if (layout_add(m, &cap, n, out, r, l + 1, 0)) return -1;
+        }
+    }
+    m->region_offset[L + 1] = m->region_offset[L + 2] = m->nparams;
+    m->lora_scale = m->lora.alpha / (float)r;
+    return 0;
+}
+
+int model_base_table(const model *m, const model_tensor **tensors, int *n, size_t *nparams)
+{
+    *tensors = m->lora.rank ? m->base_tensors : m->tensors;
+    *n = m->lora.rank ? m->nbase : m->ntensors;
+    *nparams = m->lora.rank ? m->nbase_params : m->nparams;
+    return 0;
+}
+
+void model_load_base(model *m, const float *host)
+{
+    m->be->ops->copy_h2d(m->be, m->base, host, m->nbase_params * sizeof(float));
+}
+
+int model_lora_merge(const model *m, float *base_host, const float *lora_host)
+{
+    char n[MODEL_MAX_NAME];
+    int r = m->lora.rank;
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int t = 0; t < LORA_NTARGETS; t++) {
+            if (!(m->lora.targets & (1u << t))) continue;
+            int in, out;
+            lora_dims(&m->cfg, t, &in, &out);
+            snprintf(n, sizeof n, "h.%d.%s.lora_A", l, lora_stem(&m->cfg, t));
+            const float *A = lora_host + m->tensors[model_find(m, n)].offset;
+            snprintf(n, sizeof n, "h.%d.%s.lora_B", l, lora_stem(&m->cfg, t));
+            const float *B = lora_host + m->tensors[model_find(m, n)].offset;
+            snprintf(n, sizeof n, "h.%d.%s.weight", l, lora_stem(&m->cfg, t));
+            int w = table_find(m->base_tensors, m->nbase, n);
+            if (w < 0) return loom_fail("lora merge: no base tensor %s", n);
+            float *W = base_host + m->base_tensors[w].offset;
+            /* W (out, in) += s * B (out, r) A (r, in), summed in double */
+            for (int o = 0; o < out; o++)
+                for (int i = 0; i < in; i++) {
+                    double acc = 0.0;
+                    for (int k = 0; k < r; k++) acc += (double)B[(size_t)o * r + k] * A[(size_t)k * in + i];
+                    W[(size_t)o * in + i] += (float)(m->lora_scale * acc);
+                }
+        }
+    return 0;
+}
+
+/* LoRA: allocate the frozen base buffer and point the base views at it. */
+static int model_alloc_base(model *m)
+{
+    m->base = m->be->ops->alloc(m->be, m->nbase_params * sizeof(float));
+    m->ptr_base = calloc((size_t)m->nbase, sizeof(float *));
+    m->lp = calloc((size_t)m->cfg.n_layer, sizeof(layer_lora));
+    m->lg = calloc((size_t)m->cfg.n_layer, sizeof(layer_lora));
+    if (!m->base || !m->ptr_base || !m->lp || !m->lg) return loom_fail("model: out of memory for LoRA");
+    for (int i = 0; i < m->nbase; i++) m->ptr_base[i] = m->base + m->base_tensors[i].offset;
+    tensor_set s = {m->base_tensors, m->nbase, m->ptr_base};
+    model_fill_views(m, &s, &m->p);
+    return 0;
 }
 
 /* Bump allocator over one device arena: every activation in one allocation, so the count of
@@ -216,6 +325,8 @@ static void model_carve_acts(model *m, arena *a)
         s->u = sw ? arena_take(a, N * F) : NULL;
         s->act = arena_take(a, N * F);
         s->g = s->act;
+        for (int t = 0; t < LORA_NTARGETS; t++)
+            s->xa[t] = (m->lora.targets & (1u << t)) ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
         if (l == 0) shared = *s;
     }
     m->x_final = arena_take(a, N * C);
@@ -233,12 +344,13 @@ static void model_carve_acts(model *m, arena *a)
     m->dh = arena_take(a, N * F);
     m->du = sw ? arena_take(a, N * F) : NULL;
     m->dact = arena_take(a, N * F);
+    m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
     m->tokens = (int32_t *)arena_take(a, N);
     m->targets = (int32_t *)arena_take(a, N);
 }
 
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
-                    int with_grads, int recompute)
+                    int with_grads, int recompute, const lora_spec *lora)
 {
     model *m = calloc(1, sizeof *m);
     if (!m) { loom_fail("model: out of host memory"); return NULL; }
@@ -246,7 +358,9 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
     m->B = B;
     m->T = T;
     m->recompute = recompute;
+    if (lora) m->lora = *lora;
     if (model_layout(m, cfg)) goto fail;
+    if (m->lora.rank && model_layout_lora(m)) goto fail;
     m->p.layer = calloc((size_t)cfg->n_layer, sizeof(layer_params));
     m->g.layer = calloc((size_t)cfg->n_layer, sizeof(layer_params));
     m->acts = calloc((size_t)cfg->n_layer, sizeof(layer_acts));
@@ -256,6 +370,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         loom_fail("model: out of host memory");
         goto fail;
     }
+    if (m->lora.rank && model_alloc_base(m)) goto fail;
     if (with_params) {
         m->params = be->ops->alloc(be, m->nparams * sizeof(float));
         if (!m->params) goto fail;
@@ -289,6 +404,11 @@ void model_destroy(model *m)
     if (m->grads) be->ops->free(be, m->grads);
     if (m->params) be->ops->free(be, m->params);
     free(m->host_losses);
+    if (m->base) be->ops->free(be, m->base);
+    free(m->ptr_base);
+    free(m->base_tensors);
+    free(m->lp);
+    free(m->lg);
     free(m->ptr_params);
     free(m->ptr_grads);
     free(m->p.layer);
@@ -320,6 +440,8 @@ int model_init_values(const model *m, uint64_t seed, float *host)
             continue;
         }
         float s = model_is_residual_proj(t->name) ? proj_std : std;
+        if (strstr(t->name, ".lora_B")) s = 0.0f;                      /* starts at the base model */
+        if (strstr(t->name, ".lora_A")) s = 1.0f / sqrtf((float)t->shape[1]); /* unit-scale x A^T */
         /* one stream per tensor: the seed mixed with the tensor index, counter = element */
         uint64_t ts = rng_u64(seed, 0x1000000ull + (uint64_t)i);
         for (size_t j = 0; j < t->numel; j++) x[j] = s * rng_normal(ts, j);

@@ -10,6 +10,7 @@
 
 #include "backends/backend.h"
 #include "core/config.h"
+#include "core/lora.h"
 
 #define MODEL_MAX_NAME 64
 
@@ -46,6 +47,7 @@ typedef struct layer_acts {
     float *ln2, *ln2_mean, *ln2_rstd;
     float *h, *g;             /* gelu: pre/post activation (N, F); swiglu: gate, up in h, u */
     float *u, *act;           /* swiglu: up (N,F), silu(gate)*up (N,F); gelu: act == g */
+    float *xa[LORA_NTARGETS]; /* LoRA: x A^T (N, r) of each adapted projection */
 } layer_acts;
 
 /* Region hooks: let data parallelism gather sharded parameters just before a region is used
@@ -86,6 +88,17 @@ typedef struct model {
     float *host_losses;        /* host, B*T: the per-token losses read back each step */
     size_t activation_bytes;   /* what the activations and scratch took */
     model_hooks hooks;
+
+    /* LoRA: the flat array above holds only the adapters (lp/lg views); the base weights live
+     * frozen in `base` (p views), with no gradients (g views NULL) and no optimizer state. */
+    lora_spec lora;               /* rank 0 = no LoRA */
+    float lora_scale;             /* alpha / rank */
+    model_tensor *base_tensors;   /* host table of the base weights */
+    int nbase;
+    size_t nbase_params;
+    float *base, **ptr_base;
+    layer_lora *lp, *lg;
+    float *dxa;                   /* backward scratch (N, r) */
 } model;
 
 /* Lay out the tensors of cfg (no allocation). Fills m->tensors, nparams, regions. */
@@ -96,7 +109,15 @@ int model_layout(model *m, const model_config *cfg);
  * Without them, the owner binds region buffers with model_bind_region (ZeRO-2/3).
  * Parameters are zero until model_init or a load. NULL + loom_fail on error. */
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
-                    int with_grads, int recompute);
+                    int with_grads, int recompute, const lora_spec *lora);
+
+/* LoRA models: the base weights from a full logical host array laid out as model_layout says. */
+void model_load_base(model *m, const float *host);
+/* LoRA models: base_host (the base table's layout) += s B A for every adapter in lora_host. */
+int model_lora_merge(const model *m, float *base_host, const float *lora_host);
+
+/* LoRA models: the base table (what a base checkpoint's /model group holds). */
+int model_base_table(const model *m, const model_tensor **tensors, int *n, size_t *nparams);
 void model_destroy(model *m);
 
 /* Seeded GPT-2 style init into a host array of nparams floats: N(0, std) matrices (residual

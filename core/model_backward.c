@@ -16,6 +16,24 @@ static void linear_backward(model *m, float *dx, float *dW, float *db, const flo
     if (db) be->ops->bias_backward(be, db, dy, N, out);
 }
 
+/* LoRA backward of projection t of layer l, with xa = x A^T and y += s xa B^T:
+ * dB += s dy^T xa;  dxa = s dy B;  dA += dxa^T x;  dx += dxa A. */
+static void adapt_backward(model *m, int l, int t, float *dx, const float *dy, const float *x, int N)
+{
+    if (!m->lora.rank || !(m->lora.targets & (1u << t))) return;
+    backend *be = m->be;
+    const lora_pair *ad = &m->lp[l].t[t];
+    const lora_pair *gd = &m->lg[l].t[t];
+    int in, out, r = m->lora.rank;
+    float s = m->lora_scale;
+    lora_dims(&m->cfg, t, &in, &out);
+    const float *xa = m->acts[l].xa[t];
+    be->ops->matmul(be, gd->B, dy, xa, out, r, N, 1, 0, s, 1.0f);
+    be->ops->matmul(be, m->dxa, dy, ad->B, N, r, out, 0, 0, s, 0.0f);
+    be->ops->matmul(be, gd->A, m->dxa, x, r, in, N, 1, 0, 1.0f, 1.0f);
+    be->ops->matmul(be, dx, m->dxa, ad->A, N, in, r, 0, 0, 1.0f, 1.0f);
+}
+
 static void norm_backward(model *m, float *dx, float *dw, float *db, const float *dy,
                           const float *x, const float *w, const float *mean, const float *rstd, int N)
 {
@@ -38,19 +56,24 @@ static void model_layer_backward(model *m, int l)
 
     /* MLP block: x' = xm + act W_proj^T + b_proj */
     linear_backward(m, m->dact, g->proj_w, g->proj_b, m->dres, a->act, p->proj_w, N, F, C, 0);
+    adapt_backward(m, l, LORA_PROJ, m->dact, m->dres, a->act, N);
     if (model_uses_swiglu(c)) {
         be->ops->swiglu_backward(be, m->dh, m->du, m->dact, a->h, a->u, (size_t)N * F);
         linear_backward(m, m->dln, g->gate_w, NULL, m->dh, a->ln2, p->gate_w, N, C, F, 0);
+        adapt_backward(m, l, LORA_GATE, m->dln, m->dh, a->ln2, N);
         linear_backward(m, m->dln, g->up_w, NULL, m->du, a->ln2, p->up_w, N, C, F, 1);
+        adapt_backward(m, l, LORA_UP, m->dln, m->du, a->ln2, N);
     } else {
         be->ops->gelu_backward(be, m->dh, a->h, m->dact, (size_t)N * F);
         linear_backward(m, m->dln, g->fc_w, g->fc_b, m->dh, a->ln2, p->fc_w, N, C, F, 0);
+        adapt_backward(m, l, LORA_FC, m->dln, m->dh, a->ln2, N);
     }
     /* dres (= dL/dxm through the skip) += Norm2 backward */
     norm_backward(m, m->dres, g->ln2_w, g->ln2_b, m->dln, a->xm, p->ln2_w, a->ln2_mean, a->ln2_rstd, N);
 
     /* attention block: xm = x + att W_o^T + b_o */
     linear_backward(m, m->datt, g->o_w, g->o_b, m->dres, a->att, p->o_w, N, C, C, 0);
+    adapt_backward(m, l, LORA_O, m->datt, m->dres, a->att, N);
     be->ops->attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
                                 B, T, H, Hkv, D);
     if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
@@ -58,8 +81,11 @@ static void model_layer_backward(model *m, int l)
         be->ops->rope(be, m->dk, B, T, Hkv, D, c->rope_theta, 1);
     }
     linear_backward(m, m->dln, g->q_w, g->q_b, m->dq, a->ln1, p->q_w, N, C, C, 0);
+    adapt_backward(m, l, LORA_Q, m->dln, m->dq, a->ln1, N);
     linear_backward(m, m->dln, g->k_w, g->k_b, m->dk, a->ln1, p->k_w, N, C, kvC, 1);
+    adapt_backward(m, l, LORA_K, m->dln, m->dk, a->ln1, N);
     linear_backward(m, m->dln, g->v_w, g->v_b, m->dv, a->ln1, p->v_w, N, C, kvC, 1);
+    adapt_backward(m, l, LORA_V, m->dln, m->dv, a->ln1, N);
     norm_backward(m, m->dres, g->ln1_w, g->ln1_b, m->dln, a->x, p->ln1_w, a->ln1_mean, a->ln1_rstd, N);
 }
 
@@ -85,6 +111,7 @@ int model_backward(model *m)
     }
 
     if (!c->tied_embeddings && model_begin(m, 0, 1)) return -1;
-    be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres, m->tokens, m->B, m->T, C, c->vocab);
+    if (m->g.wte) /* frozen embeddings (LoRA) need no backward at all */
+        be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres, m->tokens, m->B, m->T, C, c->vocab);
     return model_end(m, 0, 1);
 }

@@ -16,6 +16,19 @@ void model_linear(model *m, float *y, const float *x, const float *W, const floa
     if (b) be->ops->bias_add(be, y, b, N, out);
 }
 
+/* LoRA on projection t of layer l: xa = x A^T (kept for backward); y += s xa B^T. */
+void model_adapt(model *m, int l, int t, float *y, const float *x, int N)
+{
+    if (!m->lora.rank || !(m->lora.targets & (1u << t))) return;
+    backend *be = m->be;
+    const lora_pair *ad = &m->lp[l].t[t];
+    int in, out, r = m->lora.rank;
+    lora_dims(&m->cfg, t, &in, &out);
+    float *xa = m->acts[l].xa[t];
+    be->ops->matmul(be, xa, x, ad->A, N, r, in, 0, 1, 1.0f, 0.0f);
+    be->ops->matmul(be, y, xa, ad->B, N, out, r, 0, 1, m->lora_scale, 1.0f);
+}
+
 void model_norm_forward(model *m, float *out, float *mean, float *rstd, const float *x,
                         const float *w, const float *b, int N)
 {
@@ -38,8 +51,11 @@ void model_layer_forward(model *m, int l, float *x_out)
     /* attention block */
     model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, p->ln1_w, p->ln1_b, N);
     model_linear(m, a->q, a->ln1, p->q_w, p->q_b, N, C, C);
+    model_adapt(m, l, LORA_Q, a->q, a->ln1, N);
     model_linear(m, a->k, a->ln1, p->k_w, p->k_b, N, C, kvC);
+    model_adapt(m, l, LORA_K, a->k, a->ln1, N);
     model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
+    model_adapt(m, l, LORA_V, a->v, a->ln1, N);
     if (model_uses_rope(c)) {
         be->ops->rope(be, a->q, B, T, H, D, c->rope_theta, 0);
         be->ops->rope(be, a->k, B, T, Hkv, D, c->rope_theta, 0);
@@ -49,21 +65,26 @@ void model_layer_forward(model *m, int l, float *x_out)
     be->ops->copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
     be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, C, 0, 1, 1.0f, 1.0f);
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, N, C);
+    model_adapt(m, l, LORA_O, a->xm, a->att, N);
 
     /* MLP block */
     model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, N);
     if (model_uses_swiglu(c)) {
         model_linear(m, a->h, a->ln2, p->gate_w, NULL, N, C, F);
+        model_adapt(m, l, LORA_GATE, a->h, a->ln2, N);
         model_linear(m, a->u, a->ln2, p->up_w, NULL, N, C, F);
+        model_adapt(m, l, LORA_UP, a->u, a->ln2, N);
         be->ops->swiglu_forward(be, a->act, a->h, a->u, (size_t)N * F);
     } else {
         model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, N, C, F);
+        model_adapt(m, l, LORA_FC, a->h, a->ln2, N);
         be->ops->gelu_forward(be, a->act, a->h, (size_t)N * F);
     }
     if (x_out) {
         be->ops->copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
         be->ops->matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
         if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
+        model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
     }
 }
 

@@ -53,12 +53,16 @@ static backend *session_backend(const job_config *cfg, const comm *c)
     return be;
 }
 
-session *session_open(const job_config *cfg, comm *c, int train)
+session *session_open(const job_config *cfg, comm *c, session_mode mode, int finetune, int T)
 {
+    int train = mode != SESSION_INFER;
     session *s = calloc(1, sizeof *s);
     if (!s) { loom_fail("out of host memory"); return NULL; }
     s->cfg = cfg;
     s->comm = c;
+    s->mode = mode;
+    s->finetune = finetune;
+    s->seq_len = T;
     const train_config *tc = &cfg->train;
     s->micro_batch = tc->micro_batch > 0 ? tc->micro_batch : tc->batch_size / c->size;
     if (s->micro_batch < 1 || tc->batch_size % (s->micro_batch * c->size) != 0) {
@@ -74,8 +78,12 @@ session *session_open(const job_config *cfg, comm *c, int train)
     if (!s->be) goto fail;
     int stage = train ? cfg->parallel.zero_stage : 0, full_params, full_grads;
     dp_model_needs(stage, &full_params, &full_grads);
-    s->model = model_create(&cfg->model, s->be, s->micro_batch, tc->seq_len, full_params,
-                            train && full_grads, tc->recompute);
+    lora_spec lora = {0};
+    if (s->finetune && strcmp(cfg->finetune.method, "lora") == 0 &&
+        lora_spec_from_config(&cfg->finetune, &cfg->model, &lora))
+        goto fail;
+    s->model = model_create(&cfg->model, s->be, s->micro_batch, T, full_params,
+                            train && full_grads, tc->recompute, lora.rank ? &lora : NULL);
     if (!s->model) goto fail;
     s->dp = dp_create(c, s->be, s->model, stage, (size_t)(cfg->parallel.bucket_mb * 1024.0f * 1024.0f));
     if (!s->dp) goto fail;
@@ -88,7 +96,10 @@ session *session_open(const job_config *cfg, comm *c, int train)
     }
     log_info("model %s: %zu parameters, %d layers, d_model %d, %d ranks, micro-batch %d x %d",
              cfg->model.preset[0] ? cfg->model.preset : "custom", s->model->nparams,
-             cfg->model.n_layer, cfg->model.d_model, c->size, s->micro_batch, tc->seq_len);
+             cfg->model.n_layer, cfg->model.d_model, c->size, s->micro_batch, T);
+    if (s->model->lora.rank)
+        log_info("LoRA rank %d alpha %g on %s: %zu trainable parameters, %zu frozen", s->model->lora.rank,
+                 s->model->lora.alpha, cfg->finetune.lora_targets, s->model->nparams, s->model->nbase_params);
     return s;
 fail:
     session_close(s);
@@ -98,6 +109,8 @@ fail:
 int session_init_or_resume(session *s, const char *resume)
 {
     if (resume && resume[0]) return session_resume(s, resume);
+    if (s->finetune && session_load_base(s)) return -1;
+    if (s->finetune && !s->model->lora.rank) return 0; /* full fine-tune: the base is the start */
     float *host = malloc(s->model->nparams * sizeof(float));
     if (!host) return loom_fail("out of host memory for %zu parameters", s->model->nparams);
     int rc = model_init_values(s->model, s->cfg->train.seed, host);

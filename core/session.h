@@ -13,6 +13,12 @@
 #include "parallel/comm.h"
 #include "parallel/dp.h"
 
+typedef enum {
+    SESSION_TRAIN,    /* pretraining: every weight trainable, seeded init */
+    SESSION_FINETUNE, /* starts from finetune.base; LoRA adapters or full */
+    SESSION_INFER     /* no gradients, no optimizer (eval, sample) */
+} session_mode;
+
 typedef struct session {
     const job_config *cfg;
     comm *comm;           /* borrowed */
@@ -20,22 +26,30 @@ typedef struct session {
     model *model;
     dp *dp;
     optim *opt;           /* NULL for inference-only sessions */
+    session_mode mode;
+    int finetune;         /* mode is SESSION_FINETUNE, or an inference on a fine-tuned job */
     int micro_batch;      /* sequences per forward on this rank */
+    int seq_len;          /* tokens per sequence the model was sized for */
     int64_t step;         /* optimizer steps completed */
     int64_t sample_cursor;/* global sample index of the next batch */
     char out_dir[512];
 } session;
 
-/* Pick the backend, create the model (gradients and optimizer when `train`), attach dp.
- * Prints the backend line. NULL + loom_fail. */
-session *session_open(const job_config *cfg, comm *c, int train);
+/* Pick the backend, create the model for sequences of T tokens (gradients and optimizer unless
+ * SESSION_INFER), attach dp. `finetune`: the job is a fine-tune (LoRA adapters when
+ * finetune.method says so). Prints the backend line. NULL + loom_fail. */
+session *session_open(const job_config *cfg, comm *c, session_mode mode, int finetune, int T);
 
-/* Seeded init, or load `resume` (a checkpoint file or directory) when non-NULL. */
+/* Start state: load `resume` (a checkpoint file or directory) when non-NULL; else for a
+ * fine-tune the base checkpoint (plus fresh adapters), else a seeded init. */
 int session_init_or_resume(session *s, const char *resume);
 
 /* Load a checkpoint (file or directory): parameters, optimizer state, step and data cursor.
  * Any world size and ZeRO stage; the model config must match. */
 int session_resume(session *s, const char *path);
+
+/* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
+int session_load_base(session *s);
 
 /* Save a checkpoint when checkpoint.every divides the step, or when `final`. */
 int session_maybe_checkpoint(session *s, int final);

@@ -12,19 +12,30 @@
 #include "core/error.h"
 #include "core/log.h"
 
-/* The checkpoint's view of the model's tensor table. */
-static ckpt_tensor *session_ckpt_table(const model *m)
+/* The checkpoint's view of a tensor table. */
+static ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {
-    ckpt_tensor *t = calloc((size_t)m->ntensors, sizeof *t);
+    ckpt_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
     if (!t) return NULL;
-    for (int i = 0; i < m->ntensors; i++) {
-        t[i].name = m->tensors[i].name;
-        t[i].ndim = m->tensors[i].ndim;
-        t[i].shape[0] = m->tensors[i].shape[0];
-        t[i].shape[1] = m->tensors[i].shape[1];
-        t[i].offset = m->tensors[i].offset;
+    for (int i = 0; i < n; i++) {
+        t[i].name = mt[i].name;
+        t[i].ndim = mt[i].ndim;
+        t[i].shape[0] = mt[i].shape[0];
+        t[i].shape[1] = mt[i].shape[1];
+        t[i].offset = mt[i].offset;
     }
     return t;
+}
+
+static ckpt_tensor *session_ckpt_table(const model *m)
+{
+    return session_ckpt_table_of(m->tensors, m->ntensors);
+}
+
+/* The trainable array's group: the whole model, or the adapters of a LoRA fine-tune. */
+static const char *session_param_group(const session *s)
+{
+    return s->model->lora.rank ? "lora" : "model";
 }
 
 static void session_ckpt_dir(const session *s, char *dir, size_t len)
@@ -48,7 +59,7 @@ static int session_save(session *s)
     if (rc == 0 && s->comm->rank == 0) {
         const train_config *tc = &s->cfg->train;
         ckpt_group groups[3] = {
-            {"model", table, m->ntensors, host},
+            {session_param_group(s), table, m->ntensors, host},
             {"optimizer/m", table, m->ntensors, host + n},
             {"optimizer/v", table, m->ntensors, host + 2 * n},
         };
@@ -115,7 +126,7 @@ static int session_read(session *s, const char *file, ckpt_reader *r, float *hos
     ckpt_tensor *table = session_ckpt_table(m);
     if (!table && rc == 0) rc = loom_fail("out of host memory");
     ckpt_group g[3] = {
-        {"model", table, m->ntensors, host},
+        {session_param_group(s), table, m->ntensors, host},
         {"optimizer/m", table, m->ntensors, host + n},
         {"optimizer/v", table, m->ntensors, host + 2 * n},
     };
@@ -138,8 +149,52 @@ static int session_read(session *s, const char *file, ckpt_reader *r, float *hos
     return rc;
 }
 
+/* Read group "model" of the checkpoint at `path` laid out as the base table says. */
+static int session_read_base(session *s, const char *path, float *host)
+{
+    const model_tensor *bt;
+    int nb;
+    size_t nparams;
+    model_base_table(s->model, &bt, &nb, &nparams);
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    ckpt_state st = {0};
+    int rc = ckpt_read_state(r, &st);
+    if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
+    ckpt_tensor *table = session_ckpt_table_of(bt, nb);
+    ckpt_group g = {"model", table, nb, host};
+    if (rc == 0) rc = table ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
+    free(table);
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    return rc;
+}
+
+int session_load_base(session *s)
+{
+    const char *base = s->cfg->finetune.base;
+    if (!base[0]) return loom_fail("finetune.base: a fine-tune needs a base checkpoint (file or directory)");
+    const model_tensor *bt;
+    int nb;
+    size_t nparams;
+    model_base_table(s->model, &bt, &nb, &nparams);
+    float *host = malloc(nparams * sizeof(float));
+    int rc = host ? session_read_base(s, base, host) : loom_fail("out of host memory");
+    if (rc == 0) {
+        if (s->model->lora.rank) model_load_base(s->model, host);
+        else rc = dp_load_params(s->dp, host);
+    }
+    if (rc == 0) log_info("base model loaded from %s", base);
+    free(host);
+    return rc;
+}
+
 int session_resume(session *s, const char *path)
 {
+    /* a LoRA checkpoint holds only the adapters: the frozen base comes from finetune.base */
+    if (s->model->lora.rank && session_load_base(s)) return -1;
     char file[1024];
     if (ckpt_resolve(path, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);

@@ -82,7 +82,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     const train_config *tc = &cfg->train;
-    t->s = session_open(cfg, c, 1);
+    t->s = session_open(cfg, c, SESSION_TRAIN, 0, tc->seq_len);
     if (!t->s) return -1;
     t->accum = tc->batch_size / (t->s->micro_batch * c->size);
     if (token_data_load(&t->data, cfg->data.train, cfg->model.vocab)) return -1;

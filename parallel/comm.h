@@ -32,6 +32,10 @@ typedef struct comm_ops {
     int (*wait)(comm *c, comm_request *req);
     /* Ends every rank of the job now with exit code `code` (never returns). */
     void (*abort)(comm *c, int code);
+    /* Optional: advance req without blocking; 1 if it has completed (comm_wait is still needed to
+     * finish and free it), 0 if not, -1 on error. MPI moves nonblocking collectives forward only
+     * inside MPI calls, so dp calls this between layers to overlap reduction with backward. */
+    int (*test)(comm *c, comm_request *req);
 } comm_ops;
 
 struct comm {
@@ -62,6 +66,7 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root, comm_request **re
 int comm_allreduce_host(comm *c, double *buf, int n);
 int comm_barrier(comm *c);
 int comm_wait(comm *c, comm_request *req);
+int comm_test(comm *c, comm_request *req); /* 1 = done (or no test op: treated as not done = 0) */
 void comm_abort(comm *c, int code);
 
 #endif

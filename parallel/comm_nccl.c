@@ -1,1 +1,380 @@
-/* placeholder: being written (NCCL transport) */
+/* comm_nccl.c: the comm.h transport over NCCL, for device buffers of the cuda backend.
+ * Bootstraps over the MPI transport (rank, size, local rank, the ncclUniqueId broadcast) and keeps
+ * it for the host-side operations (allreduce_host, barrier, abort). Collectives are enqueued on the
+ * backend's communication stream and finished by polling an event against a deadline. It must
+ * never wait on NCCL without a deadline and never hand NCCL a host pointer. */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "parallel/comm.h"
+#include "parallel/comm_mpi.h"
+
+/* Deadline for the bootstrap, before the caller has copied parallel.timeout_s in. */
+#define NCCL_INIT_TIMEOUT_S 300.0
+
+/* One started collective: an event recorded on the stream right after it. Requests are recycled
+ * through a free list, so the step loop neither mallocs nor creates events once warm. */
+struct comm_request {
+    cudaEvent_t ev;
+    const char *what; /* operation name, for messages */
+    size_t count;     /* its size in `unit`s */
+    const char *unit;
+    comm_request *next;
+};
+
+typedef struct nccl_impl {
+    comm *mpi;           /* the bootstrap transport; does the host-side operations */
+    ncclComm_t nc;       /* NULL once aborted */
+    cudaStream_t stream; /* the backend's communication stream */
+    int device;
+    comm_request *spare; /* recycled requests */
+} nccl_impl;
+
+static double nccl_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Between polls: back-to-back (yielding) for the first 20 ms, a healthy collective's whole life;
+ * then sleep 50 us doubling to 1 ms, so a rank waiting on a late peer does not burn a core. */
+static void nccl_pause(double waited_s, long *sleep_ns)
+{
+    if (waited_s < 0.02) {
+        sched_yield();
+        return;
+    }
+    *sleep_ns = *sleep_ns < 50000 ? 50000 : (*sleep_ns * 2 > 1000000 ? 1000000 : *sleep_ns * 2);
+    struct timespec t = {0, *sleep_ns};
+    nanosleep(&t, NULL);
+}
+
+static int nccl_fail(comm *c, ncclResult_t rc, const char *what)
+{
+    nccl_impl *n = c->impl;
+    const char *detail = ncclGetLastError(n->nc);
+    return loom_fail("comm: nccl %s failed on rank %d: %s%s%s", what, c->rank, ncclGetErrorString(rc),
+                     detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+/* The communicator cannot be trusted after a failure or timeout: abort it (frees NCCL's side,
+ * unblocks its kernels) so that comm_abort/exit does not hang behind it. */
+static void nccl_kill(comm *c)
+{
+    nccl_impl *n = c->impl;
+    if (n->nc) ncclCommAbort(n->nc);
+    n->nc = NULL;
+}
+
+/* The communicator is nonblocking (config.blocking = 0): a call may return ncclInProgress and
+ * finish in the background. Poll ncclCommGetAsyncError until it settles, against the deadline. */
+static int nccl_settle(comm *c, ncclResult_t rc, const char *what)
+{
+    nccl_impl *n = c->impl;
+    double start = nccl_now();
+    long sleep_ns = 0;
+    while (rc == ncclInProgress) {
+        double waited = nccl_now() - start;
+        if (c->timeout_s > 0 && waited > c->timeout_s) {
+            loom_fail("comm: nccl %s timed out after %g s on rank %d (a peer is dead or stalled)",
+                      what, c->timeout_s, c->rank);
+            nccl_kill(c);
+            return -1;
+        }
+        nccl_pause(waited, &sleep_ns);
+        ncclResult_t q = ncclCommGetAsyncError(n->nc, &rc);
+        if (q != ncclSuccess) rc = q;
+    }
+    if (rc != ncclSuccess) {
+        nccl_fail(c, rc, what);
+        nccl_kill(c);
+        return -1;
+    }
+    return 0;
+}
+
+static comm_request *nccl_request_get(comm *c, const char *what, size_t count, const char *unit)
+{
+    nccl_impl *n = c->impl;
+    comm_request *r = n->spare;
+    if (r) {
+        n->spare = r->next;
+    } else {
+        r = calloc(1, sizeof *r);
+        if (!r) {
+            loom_fail("comm: out of memory for a nccl %s request on rank %d", what, c->rank);
+            return NULL;
+        }
+        cudaError_t e = cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(r);
+            loom_fail("comm: cannot create a CUDA event for nccl %s on rank %d: %s", what, c->rank,
+                      cudaGetErrorString(e));
+            return NULL;
+        }
+    }
+    r->what = what;
+    r->count = count;
+    r->unit = unit;
+    r->next = NULL;
+    return r;
+}
+
+static void nccl_request_put(comm *c, comm_request *r)
+{
+    nccl_impl *n = c->impl;
+    r->next = n->spare;
+    n->spare = r;
+}
+
+/* Waits for r's event. On error or timeout the communicator is aborted and r leaked (the job is
+ * unusable; the caller aborts). */
+static int nccl_wait(comm *c, comm_request *r)
+{
+    nccl_impl *n = c->impl;
+    double start = nccl_now();
+    long sleep_ns = 0;
+    if (!n->nc)
+        return loom_fail("comm: nccl %s wait on rank %d after the communicator was aborted",
+                         r->what, c->rank);
+    for (;;) {
+        cudaError_t e = cudaEventQuery(r->ev);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) {
+            loom_fail("comm: nccl %s of %zu %s failed on rank %d: %s", r->what, r->count, r->unit,
+                      c->rank, cudaGetErrorString(e));
+            nccl_kill(c);
+            return -1;
+        }
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(n->nc, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            nccl_fail(c, async, r->what);
+            nccl_kill(c);
+            return -1;
+        }
+        double waited = nccl_now() - start;
+        if (c->timeout_s > 0 && waited > c->timeout_s) {
+            loom_fail("comm: nccl %s of %zu %s timed out after %g s on rank %d (a peer is dead or "
+                      "stalled); communicator aborted", r->what, r->count, r->unit, c->timeout_s,
+                      c->rank);
+            nccl_kill(c);
+            return -1;
+        }
+        nccl_pause(waited, &sleep_ns);
+    }
+    nccl_request_put(c, r);
+    return 0;
+}
+
+/* Common tail of every collective: settle the enqueue, mark the stream, hand back or wait. */
+static int nccl_finish(comm *c, ncclResult_t rc, const char *what, size_t count, const char *unit,
+                       comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    if (nccl_settle(c, rc, what) != 0) return -1;
+    comm_request *r = nccl_request_get(c, what, count, unit);
+    if (!r) return -1;
+    cudaError_t e = cudaEventRecord(r->ev, n->stream);
+    if (e != cudaSuccess) {
+        nccl_request_put(c, r);
+        return loom_fail("comm: cannot record the nccl %s on rank %d: %s", what, c->rank,
+                         cudaGetErrorString(e));
+    }
+    if (req) {
+        *req = r;
+        return 0;
+    }
+    return nccl_wait(c, r);
+}
+
+/* 0 if the communicator is usable and count > 0; 1 if there is nothing to do (req = NULL: a
+ * finished request); -1 if it was aborted. */
+static int nccl_ready(comm *c, size_t count, const char *what, comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    if (!n->nc)
+        return loom_fail("comm: nccl %s on rank %d after the communicator was aborted", what, c->rank);
+    if (count == 0) {
+        if (req) *req = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+static ncclRedOp_t nccl_op(comm_op op) { return op == COMM_AVG ? ncclAvg : ncclSum; }
+
+static int nccl_allreduce(comm *c, float *buf, size_t count, comm_op op, comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    int st = nccl_ready(c, count, "allreduce", req);
+    if (st != 0) return st < 0 ? -1 : 0;
+    ncclResult_t rc = ncclAllReduce(buf, buf, count, ncclFloat32, nccl_op(op), n->nc, n->stream);
+    return nccl_finish(c, rc, "allreduce", count, "floats", req);
+}
+
+static int nccl_reduce_scatter(comm *c, float *recv, const float *send, size_t count, comm_op op,
+                               comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    int st = nccl_ready(c, count, "reduce_scatter", req);
+    if (st != 0) return st < 0 ? -1 : 0;
+    ncclResult_t rc = ncclReduceScatter(send, recv, count, ncclFloat32, nccl_op(op), n->nc, n->stream);
+    return nccl_finish(c, rc, "reduce_scatter", count, "floats per rank", req);
+}
+
+/* In place when send == recv + rank * count, which NCCL supports as such. */
+static int nccl_allgather(comm *c, float *recv, const float *send, size_t count, comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    int st = nccl_ready(c, count, "allgather", req);
+    if (st != 0) return st < 0 ? -1 : 0;
+    ncclResult_t rc = ncclAllGather(send, recv, count, ncclFloat32, n->nc, n->stream);
+    return nccl_finish(c, rc, "allgather", count, "floats per rank", req);
+}
+
+static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root, comm_request **req)
+{
+    nccl_impl *n = c->impl;
+    if (root < 0 || root >= c->size)
+        return loom_fail("comm: broadcast from root %d on rank %d, but there are %d ranks", root,
+                         c->rank, c->size);
+    int st = nccl_ready(c, bytes, "broadcast", req);
+    if (st != 0) return st < 0 ? -1 : 0;
+    ncclResult_t rc = ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->nc, n->stream);
+    return nccl_finish(c, rc, "broadcast", bytes, "bytes", req);
+}
+
+/* Host-side operations go through MPI, with this communicator's deadline. */
+static int nccl_allreduce_host(comm *c, double *buf, int count)
+{
+    nccl_impl *n = c->impl;
+    n->mpi->timeout_s = c->timeout_s;
+    return n->mpi->ops->allreduce_host(n->mpi, buf, count);
+}
+
+static int nccl_barrier(comm *c)
+{
+    nccl_impl *n = c->impl;
+    n->mpi->timeout_s = c->timeout_s;
+    return n->mpi->ops->barrier(n->mpi);
+}
+
+static void nccl_abort(comm *c, int code)
+{
+    nccl_impl *n = c->impl;
+    nccl_kill(c);
+    n->mpi->ops->abort(n->mpi, code); /* MPI_Abort: ends every rank; does not return */
+}
+
+static void nccl_destroy(comm *c)
+{
+    nccl_impl *n = c->impl;
+    if (n->nc) {
+        /* Finalize flushes queued collectives; on failure or timeout settle aborts instead. */
+        if (nccl_settle(c, ncclCommFinalize(n->nc), "finalize") == 0) ncclCommDestroy(n->nc);
+        else log_warn("%s", loom_error());
+        n->nc = NULL;
+    }
+    while (n->spare) {
+        comm_request *r = n->spare;
+        n->spare = r->next;
+        cudaEventDestroy(r->ev);
+        free(r);
+    }
+    comm_destroy(n->mpi);
+    free(n);
+    free(c);
+}
+
+static const comm_ops nccl_ops = {
+    .name = "nccl",
+    .destroy = nccl_destroy,
+    .allreduce = nccl_allreduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .allgather = nccl_allgather,
+    .broadcast = nccl_broadcast,
+    .allreduce_host = nccl_allreduce_host,
+    .barrier = nccl_barrier,
+    .wait = nccl_wait,
+    .abort = nccl_abort,
+};
+
+/* Rank 0 makes the id and broadcasts it (with whether that worked) over MPI; every rank then
+ * joins the nonblocking ncclCommInitRankConfig and settles it against the deadline. */
+static int nccl_bootstrap(comm *c)
+{
+    nccl_impl *n = c->impl;
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    if (c->rank == 0) {
+        ncclResult_t rc = ncclGetUniqueId(&boot.id);
+        boot.ok = rc == ncclSuccess;
+        if (!boot.ok) nccl_fail(c, rc, "ncclGetUniqueId");
+    }
+    if (n->mpi->ops->broadcast(n->mpi, &boot, sizeof boot, 0, NULL) != 0) return -1;
+    if (!boot.ok)
+        return c->rank == 0 ? -1 : loom_fail("comm: rank 0 could not create the NCCL id (rank %d)", c->rank);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t rc = ncclCommInitRankConfig(&n->nc, c->size, boot.id, c->rank, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_fail(c, rc, "ncclCommInitRankConfig");
+        n->nc = NULL;
+        return -1;
+    }
+    return nccl_settle(c, rc, "ncclCommInitRankConfig");
+}
+
+/* On failure the MPI transport is left initialised on purpose: MPI_Finalize could wait forever
+ * on peers still in the bootstrap, and the caller exits (which makes mpirun end the job). */
+comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
+{
+    if (!native_stream) {
+        loom_fail("comm: nccl needs the cuda backend's communication stream (got none: run with "
+                  "--backend cuda)");
+        return NULL;
+    }
+    int dev = -1;
+    cudaError_t e = cudaStreamGetDevice((cudaStream_t)native_stream, &dev);
+    if (e == cudaSuccess) e = cudaSetDevice(dev);
+    if (e != cudaSuccess) {
+        loom_fail("comm: nccl: the communication stream's device is unusable: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    comm *mpi = comm_mpi_init(argc, argv);
+    if (!mpi) return NULL;
+    comm *c = calloc(1, sizeof *c);
+    nccl_impl *n = calloc(1, sizeof *n);
+    if (!c || !n) {
+        free(c);
+        free(n);
+        loom_fail("comm: out of memory creating the nccl transport");
+        return NULL;
+    }
+    *n = (nccl_impl){.mpi = mpi, .stream = (cudaStream_t)native_stream, .device = dev};
+    *c = (comm){.ops = &nccl_ops, .rank = mpi->rank, .size = mpi->size, .local_rank = mpi->local_rank,
+                .local_size = mpi->local_size, .timeout_s = NCCL_INIT_TIMEOUT_S, .impl = n};
+    mpi->timeout_s = NCCL_INIT_TIMEOUT_S;
+    if (nccl_bootstrap(c) != 0) {
+        free(n);
+        free(c);
+        return NULL;
+    }
+    int ver = 0;
+    ncclGetVersion(&ver);
+    log_info("comm: nccl %d.%d.%d on device %d, rank %d of %d", ver / 10000, (ver / 100) % 100,
+             ver % 100, dev, c->rank, c->size);
+    return c;
+}

@@ -240,9 +240,21 @@ static int dp_stage_grads(dp *d, int r)
     return 0;
 }
 
+/* MPI advances nonblocking collectives only inside MPI calls: one test of every reduction in
+ * flight per region of backward keeps them moving while the next layers compute. */
+static int dp_progress(dp *d)
+{
+    for (int b = 0; b < d->nbuckets; b++)
+        if (d->breq[b] && comm_test(d->c, d->breq[b]) < 0) return -1;
+    for (int s = 0; s < SLOTS; s++)
+        if (d->greg[s] >= 0 && comm_test(d->c, d->greq[s]) < 0) return -1;
+    return 0;
+}
+
 static int dp_region_begin(void *ctx, int r, int backward)
 {
     dp *d = ctx;
+    if (backward && d->W > 1 && dp_progress(d)) return -1;
     if (d->stage >= 3) { /* parameters just in time (the head and a tied embedding stay bound) */
         int kept = backward && (r == d->R - 1 || (r == 0 && d->m->cfg.tied_embeddings));
         if (!kept) {

@@ -1,0 +1,54 @@
+/* lora.c: which projections carry adapters and their shapes (see lora.h). The adapter math
+ * itself sits next to the projections it modifies, in model_forward.c and model_backward.c. */
+#include "lora.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const char *const lora_names[LORA_NTARGETS] = {"q", "k", "v", "o", "fc", "gate", "up", "proj"};
+
+static int lora_is_swiglu(const model_config *mc) { return strcmp(mc->mlp, "swiglu") == 0; }
+
+const char *lora_stem(const model_config *mc, int t)
+{
+    static const char *const stems[LORA_NTARGETS] = {"attn.q", "attn.k", "attn.v", "attn.o",
+                                                     "mlp.fc", "mlp.gate", "mlp.up", "mlp.proj"};
+    if (t == LORA_PROJ && lora_is_swiglu(mc)) return "mlp.down";
+    return stems[t];
+}
+
+void lora_dims(const model_config *mc, int t, int *in, int *out)
+{
+    int C = mc->d_model, kvC = C / mc->n_head * mc->n_kv_head, F = mc->d_ff;
+    switch (t) {
+    case LORA_K: case LORA_V: *in = C; *out = kvC; break;
+    case LORA_FC: case LORA_GATE: case LORA_UP: *in = C; *out = F; break;
+    case LORA_PROJ: *in = F; *out = C; break;
+    default: *in = C; *out = C; break;
+    }
+}
+
+int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lora_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    out->rank = ft->lora_rank;
+    out->alpha = ft->lora_alpha;
+    if (out->rank < 1) return loom_fail("finetune.lora_rank must be >= 1, got %d", out->rank);
+    char list[sizeof ft->lora_targets];
+    snprintf(list, sizeof list, "%s", ft->lora_targets);
+    for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        int found = -1;
+        for (int t = 0; t < LORA_NTARGETS; t++)
+            if (strcmp(tok, lora_names[t]) == 0) found = t;
+        if (strcmp(tok, "down") == 0) found = LORA_PROJ;
+        if (found < 0) return loom_fail("finetune.lora_targets: unknown projection '%s' (q, k, v, o, fc, proj, gate, up, down)", tok);
+        int swiglu = lora_is_swiglu(mc);
+        if ((found == LORA_FC && swiglu) || ((found == LORA_GATE || found == LORA_UP) && !swiglu))
+            return loom_fail("finetune.lora_targets: '%s' does not exist with mlp '%s'", tok, mc->mlp);
+        out->targets |= 1u << found;
+    }
+    if (!out->targets) return loom_fail("finetune.lora_targets is empty");
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* lora.h: low-rank adapters on a model's linear projections: y = x W^T + b + s (x A^T) B^T with
+ * A (r, in) random, B (out, r) zero (so training starts exactly at the base model) and
+ * s = alpha / r. In a LoRA model the flat trainable array (what dp, the optimizer and checkpoints
+ * see) holds only the adapters; the base weights are frozen in a buffer of their own. */
+#ifndef LOOM_LORA_H
+#define LOOM_LORA_H
+
+#include <stdint.h>
+
+#include "core/config.h"
+
+enum { LORA_Q, LORA_K, LORA_V, LORA_O, LORA_FC, LORA_GATE, LORA_UP, LORA_PROJ, LORA_NTARGETS };
+
+typedef struct lora_pair { float *A, *B; } lora_pair;
+typedef struct layer_lora { lora_pair t[LORA_NTARGETS]; } layer_lora;
+
+typedef struct lora_spec {
+    int rank;
+    float alpha;
+    unsigned targets; /* bit i = LORA_i */
+} lora_spec;
+
+/* From finetune.lora_targets ("q,k,v,o", also fc, proj, gate, up, down). A target the
+ * architecture does not have (fc with swiglu) is an error naming it. */
+int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lora_spec *out);
+
+/* Input and output width of target t's projection. */
+void lora_dims(const model_config *mc, int t, int *in, int *out);
+
+/* The tensor-name stem of target t ("attn.q", "mlp.down", ...). */
+const char *lora_stem(const model_config *mc, int t);
+
+#endif

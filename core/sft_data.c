@@ -1,0 +1,339 @@
+/* sft_data.c: JSONL loading with line-numbered errors, the seeded train/val split, power-of-two
+ * length bucketing, and deterministic batch assembly (see sft_data.h). Never draws randomness
+ * from anything but rng_u64 of (seed, counter), so every rank and world size agrees. */
+#include "sft_data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tokenizer.h"
+
+/* Independent streams from one seed: the split and the epoch order never share draws. */
+#define SFT_SPLIT_KEY 0x5E1EC7ED5A11D47Aull
+#define SFT_ORDER_KEY 0x0DE25F7E5A3B1C99ull
+
+struct sft_perm_cache {
+    int valid;
+    uint64_t seed;
+    int64_t epoch;
+    int *perm; /* n_train entries */
+};
+
+/* A growable list of parsed examples. */
+typedef struct sft_list {
+    sft_example *ex;
+    int n, cap;
+} sft_list;
+
+static int sft_list_push(sft_list *l, const sft_example *ex)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        sft_example *p = realloc(l->ex, (size_t)cap * sizeof *p);
+        if (!p) return loom_fail("out of memory for %d examples", cap);
+        l->ex = p;
+        l->cap = cap;
+    }
+    l->ex[l->n++] = *ex;
+    return 0;
+}
+
+static void sft_list_free(sft_list *l)
+{
+    for (int i = 0; i < l->n; i++) chat_example_free(&l->ex[i]);
+    free(l->ex);
+    memset(l, 0, sizeof *l);
+}
+
+static char *sft_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) { loom_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            char *b = realloc(buf, cap);
+            if (!b) { free(buf); fclose(f); loom_fail("%s: out of memory reading it", path); return NULL; }
+            buf = b;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); loom_fail("%s: read error", path); return NULL; }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int sft_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
+    return 1;
+}
+
+/* A bad line: fail (the default) or count it in *bad. The parser's message has no location. */
+static int sft_bad_line(const char *path, int line, int skip, sft_bad_lines *bad)
+{
+    char why[384];
+    snprintf(why, sizeof why, "%s", loom_error());
+    if (!skip) return loom_fail("%s:%d: %s", path, line, why);
+    if (bad->count < SFT_BAD_LINES_KEPT) bad->line[bad->count] = line;
+    if (bad->count == 0) snprintf(bad->first, sizeof bad->first, "%s:%d: %s", path, line, why);
+    bad->count++;
+    return 0;
+}
+
+/* Parse every non-blank line of path into out. */
+static int sft_parse_file(const char *path, int skip, sft_list *out, sft_bad_lines *bad)
+{
+    size_t len;
+    char *buf = sft_read_file(path, &len);
+    if (!buf) return -1;
+    const char *p = buf, *end = buf + len;
+    if (len >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* UTF-8 byte order mark */
+    int rc = 0;
+    for (int line = 1; rc == 0 && p < end; line++) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (!sft_blank(p, n)) {
+            sft_example ex;
+            if (chat_example_parse(p, n, &ex, 0) == 0) {
+                ex.line = line;
+                if ((rc = sft_list_push(out, &ex)) != 0) chat_example_free(&ex);
+            } else {
+                rc = sft_bad_line(path, line, skip, bad);
+            }
+        }
+        p += n + 1;
+    }
+    free(buf);
+    if (rc == 0 && out->n == 0) {
+        if (bad->count)
+            rc = loom_fail("%s: no valid examples (%d bad lines skipped, first: %s)", path, bad->count,
+                           bad->first);
+        else
+            rc = loom_fail("%s: no examples", path);
+    }
+    return rc;
+}
+
+/* Held out iff a uniform draw keyed by the line number falls under val_split. */
+static int sft_is_val(uint64_t seed, int line, double val_split)
+{
+    double u = (double)(rng_u64(seed ^ SFT_SPLIT_KEY, (uint64_t)line) >> 11) * (1.0 / 9007199254740992.0);
+    return u < val_split;
+}
+
+static int sft_split(sft_list *all, sft_list *train, sft_list *val, uint64_t seed, double val_split)
+{
+    for (int i = 0; i < all->n; i++) {
+        sft_list *to = sft_is_val(seed, all->ex[i].line, val_split) ? val : train;
+        if (sft_list_push(to, &all->ex[i])) return -1;
+        memset(&all->ex[i], 0, sizeof all->ex[i]); /* moved */
+    }
+    sft_list_free(all);
+    return 0;
+}
+
+/* Smallest power of two >= max(SFT_MIN_LEN, longest), capped at max_len. */
+static int sft_bucket(int longest, int max_len)
+{
+    long T = SFT_MIN_LEN;
+    while (T < longest && T < (1L << 30)) T *= 2;
+    if (max_len > 0 && T > max_len) T = max_len;
+    return (int)T;
+}
+
+/* Render list l into set s with rows of T tokens; counts examples cut at T. */
+static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
+{
+    size_t rows = l->n ? (size_t)l->n : 1;
+    s->tokens = malloc(rows * (size_t)T * sizeof *s->tokens);
+    s->loss_mask = malloc(rows * (size_t)T);
+    s->len = malloc(rows * sizeof *s->len);
+    s->prompt_len = malloc(rows * sizeof *s->prompt_len);
+    if (!s->tokens || !s->loss_mask || !s->len || !s->prompt_len)
+        return loom_fail("out of memory for %d examples of %d tokens", l->n, T);
+    for (int i = 0; i < l->n; i++) {
+        int32_t *row = s->tokens + (size_t)i * T;
+        uint8_t *mask = s->loss_mask + (size_t)i * T;
+        int full = chat_render(&l->ex[i], row, mask, T);
+        int len = full < T ? full : T;
+        for (int t = len; t < T; t++) { row[t] = TOK_PAD; mask[t] = 0; }
+        s->len[i] = len;
+        s->prompt_len[i] = chat_render_prompt(&l->ex[i], NULL, 0);
+        if (full > T) (*n_truncated)++;
+    }
+    s->n = l->n;
+    s->ex = l->ex; /* the set takes the examples */
+    memset(l, 0, sizeof *l);
+    return 0;
+}
+
+static int sft_longest(const sft_list *l)
+{
+    int m = 0;
+    for (int i = 0; i < l->n; i++) {
+        int n = chat_render(&l->ex[i], NULL, NULL, 0);
+        if (n > m) m = n;
+    }
+    return m;
+}
+
+/* Both lists parsed and split: bucket, render, and set up the order cache. */
+static int sft_finish(sft_data *d, sft_list *train, sft_list *val)
+{
+    int lt = sft_longest(train), lv = sft_longest(val);
+    d->longest = lt > lv ? lt : lv;
+    d->T = sft_bucket(d->longest, d->T);
+    if (sft_render_set(train, &d->train, d->T, &d->n_truncated) ||
+        sft_render_set(val, &d->val, d->T, &d->n_truncated))
+        return -1;
+    d->perm = calloc(1, sizeof *d->perm);
+    if (d->perm) d->perm->perm = malloc((size_t)d->train.n * sizeof(int));
+    if (!d->perm || !d->perm->perm) return loom_fail("out of memory for the epoch order");
+    return 0;
+}
+
+int sft_data_load(sft_data *d, const data_config *cfg, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    sft_list all = {0}, train = {0}, val = {0};
+    int rc = sft_parse_file(cfg->train, cfg->skip_bad_lines, &all, &d->bad);
+    if (rc == 0 && cfg->val[0]) {
+        rc = sft_parse_file(cfg->val, cfg->skip_bad_lines, &val, &d->bad_val);
+        if (rc == 0) { train = all; memset(&all, 0, sizeof all); }
+    } else if (rc == 0) {
+        rc = sft_split(&all, &train, &val, seed, cfg->val_split);
+        if (rc == 0 && train.n == 0)
+            rc = loom_fail("%s: all %d examples went to validation (data.val_split = %g); lower "
+                           "data.val_split or set data.val", cfg->train, val.n, cfg->val_split);
+    }
+    d->T = cfg->max_len; /* sft_finish turns the cap into the bucket */
+    if (rc == 0) rc = sft_finish(d, &train, &val);
+    sft_list_free(&all);
+    sft_list_free(&train);
+    sft_list_free(&val);
+    if (rc) {
+        sft_bad_lines bad = d->bad, bad_val = d->bad_val; /* kept for the caller's report */
+        sft_data_free(d);
+        d->bad = bad;
+        d->bad_val = bad_val;
+    }
+    return rc;
+}
+
+static void sft_set_free(sft_set *s)
+{
+    for (int i = 0; s->ex && i < s->n; i++) chat_example_free(&s->ex[i]);
+    free(s->ex);
+    free(s->tokens);
+    free(s->loss_mask);
+    free(s->len);
+    free(s->prompt_len);
+    memset(s, 0, sizeof *s);
+}
+
+void sft_data_free(sft_data *d)
+{
+    sft_set_free(&d->train);
+    sft_set_free(&d->val);
+    if (d->perm) free(d->perm->perm);
+    free(d->perm);
+    memset(d, 0, sizeof *d);
+}
+
+/* Fisher-Yates over 0..n-1 keyed by (seed, epoch): for i = n-1 .. 1 swap i with j = u_i mod (i+1),
+ * u_i = rng_u64(key, i). (The modulo bias is < n / 2^64.) */
+static void sft_permute(int *perm, int n, uint64_t seed, int64_t epoch)
+{
+    uint64_t key = rng_u64(seed ^ SFT_ORDER_KEY, (uint64_t)epoch);
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng_u64(key, (uint64_t)i) % (uint64_t)(i + 1));
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g)
+{
+    uint64_t n = (uint64_t)d->train.n;
+    int64_t e = (int64_t)epoch + (int64_t)(g / n);
+    struct sft_perm_cache *c = d->perm; /* the cache is behind a pointer: mutable through const d */
+    if (!c->valid || c->seed != seed || c->epoch != e) {
+        sft_permute(c->perm, d->train.n, seed, e);
+        c->valid = 1;
+        c->seed = seed;
+        c->epoch = e;
+    }
+    return c->perm[g % n];
+}
+
+/* One row of T: tokens from example idx of s (rows of T_data), or all padding when idx < 0. */
+static long sft_fill_row(const sft_set *s, int T_data, int idx, int T, int32_t *tokens, int32_t *targets)
+{
+    const int32_t *row = idx >= 0 ? s->tokens + (size_t)idx * T_data : NULL;
+    const uint8_t *mask = idx >= 0 ? s->loss_mask + (size_t)idx * T_data : NULL;
+    long count = 0;
+    for (int t = 0; t < T; t++) {
+        int has = row && t < T_data, next = row && t + 1 < T_data && mask[t + 1];
+        if (tokens) tokens[t] = has ? row[t] : TOK_PAD;
+        if (targets) targets[t] = next ? row[t + 1] : -1;
+        count += next;
+    }
+    return count;
+}
+
+long sft_batch(const sft_data *d, uint64_t seed, int epoch, uint64_t first_global_index, int n,
+               int T, int32_t *tokens, int32_t *targets)
+{
+    long count = 0;
+    for (int i = 0; i < n; i++) {
+        int idx = sft_sample_index(d, seed, epoch, first_global_index + (uint64_t)i);
+        count += sft_fill_row(&d->train, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+                              targets ? targets + (size_t)i * T : NULL);
+    }
+    return count;
+}
+
+long sft_batch_loss_tokens(const sft_data *d, uint64_t seed, int epoch, uint64_t first_global_index,
+                           int n, int T)
+{
+    return sft_batch(d, seed, epoch, first_global_index, n, T, NULL, NULL);
+}
+
+long sft_val_batch(const sft_data *d, int first, int n, int T, int32_t *tokens, int32_t *targets)
+{
+    long count = 0;
+    for (int i = 0; i < n; i++) {
+        int idx = first + i >= 0 && first + i < d->val.n ? first + i : -1;
+        count += sft_fill_row(&d->val, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+                              targets ? targets + (size_t)i * T : NULL);
+    }
+    return count;
+}
+
+long sft_steps_per_epoch(const sft_data *d, int global_batch)
+{
+    if (global_batch <= 0) return 0;
+    return ((long)d->train.n + global_batch - 1) / global_batch;
+}
+
+long sft_count_loss_tokens(const int32_t *targets, size_t n)
+{
+    long count = 0;
+    for (size_t i = 0; i < n; i++) count += targets[i] >= 0;
+    return count;
+}
