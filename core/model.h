@@ -139,8 +139,11 @@ double model_forward(model *m, float grad_scale);
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
 int model_backward(model *m);
 
-/* Forward only to logits for the given (B, T) prefix (generation/eval); logits in m->logits. */
-int model_logits(model *m, int B, int T);
+/* Generation with a KV cache, on batch row 0: prefill runs the prompt tokens[0..n) and returns
+ * the next-token logits (host, vocab floats); decode appends `token` at position t (= the
+ * current length) and returns the logits after it. Needs recompute off; n, t < T. */
+int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host);
+int model_decode(model *m, int32_t token, int t, float *logits_host);
 
 /* Matmul FLOPs of one training token (forward + backward), for MFU. */
 double model_flops_per_token(const model_config *cfg, int T);

@@ -99,7 +99,7 @@ int model_end(model *m, int region, int backward)
 }
 
 /* Embeddings, every layer and the final norm, leaving the final normed states in m->lnf. */
-static int model_trunk_forward(model *m)
+int model_trunk_forward(model *m)
 {
     backend *be = m->be;
     const model_config *c = &m->cfg;
@@ -128,13 +128,4 @@ double model_forward(model *m, float grad_scale)
     be->ops->softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
     /* the loss sum: sumsq would square it, so read the N losses back (N floats, cheap) */
     return model_sum_losses(m);
-}
-
-int model_logits(model *m, int B, int T)
-{
-    (void)B; (void)T; /* the activations are sized for (m->B, m->T); callers pad to it */
-    const model_config *c = &m->cfg;
-    if (model_trunk_forward(m)) return -1;
-    model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, m->B * m->T, c->d_model, c->vocab);
-    return 0;
 }

@@ -19,5 +19,6 @@ void model_adapt(model *m, int l, int t, float *y, const float *x, int N);
 int model_begin(model *m, int region, int backward); /* the hooks, when installed */
 int model_end(model *m, int region, int backward);
 double model_sum_losses(model *m);
+int model_trunk_forward(model *m); /* embeddings, layers, final norm (into m->lnf) */
 
 #endif

@@ -16,7 +16,6 @@ int cmd_train(int argc, char **argv)
     if (!c) return cli_fail();
     c->timeout_s = cfg.parallel.timeout_s;
     log_set_rank(c->rank, c->size);
-    log_set_quiet(a.quiet);
     train_options opt = {.resume = a.resume, .quiet = a.quiet};
     train_report rep;
     if (train_run(&cfg, c, &opt, &rep)) {
@@ -27,6 +26,8 @@ int cmd_train(int argc, char **argv)
     }
     log_info("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
              rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
+    log_info("memory: %zu bytes (params + grads + optimizer %zu, activations %zu)",
+             rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
     comm_destroy(c);
     return 0;
 }
