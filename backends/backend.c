@@ -9,7 +9,7 @@
 #include "../core/error.h"
 
 extern const backend_entry cpu_backend_entry;
-#ifdef LOOM_HAVE_CUDA_BACKEND
+#ifdef LOOM_HAVE_CUDA
 extern const backend_entry cuda_backend_entry; /* backends/cuda */
 #endif
 #ifdef LOOM_HAVE_METAL
@@ -20,7 +20,7 @@ const backend_entry *backend_registry(int *count)
 {
     static backend_entry entries[3];
     int n = 0;
-#ifdef LOOM_HAVE_CUDA_BACKEND
+#ifdef LOOM_HAVE_CUDA
     entries[n++] = cuda_backend_entry;
 #endif
 #ifdef LOOM_HAVE_METAL

@@ -115,6 +115,13 @@ typedef struct backend_ops {
                                const float *q, const float *k, const float *v, const float *out,
                                const float *lse, int B, int T, int H, int Hkv, int D);
 
+    /* Generation with a KV cache: ONE query per head, the token at position Tk-1, over the Tk
+     * cached keys/values of batch row 0: out (H*D) = softmax(q k^T / sqrt(D)) v per head (GQA as
+     * above). k, v are (Tk, Hkv, D). Optional: NULL makes core fall back to attention_forward over
+     * all Tk rows, which is right but costs O(Tk^2) per token. */
+    void (*attention_decode)(backend *be, float *out, const float *q, const float *k, const float *v,
+                             int Tk, int H, int Hkv, int D);
+
     /* --- fused softmax + cross-entropy, forward and backward in one pass over logits (N, V).
      * targets[n] < 0 marks a position without loss. losses[n] = -log softmax(logits[n])[target]
      * (0 where masked). logits is overwritten with dlogits = grad_scale * (softmax - onehot)

@@ -38,9 +38,13 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
         decode_rope_row(m, m->dk, t, Hkv);
         be->ops->copy_d2d(be, a->k + rkv, knew, (size_t)kvC * sizeof(float));
     }
-    /* causal attention over rows 0..t: row t is the new token's output (earlier rows, recomputed
-     * from stale queries, are ignored) */
-    be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
+    if (be->ops->attention_decode) {
+        be->ops->attention_decode(be, a->att + rc, a->q + rc, a->k, a->v, t + 1, H, Hkv, D);
+    } else {
+        /* causal attention over rows 0..t: row t is the new token's output (earlier rows,
+         * recomputed from stale queries, are ignored) */
+        be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
+    }
     be->ops->copy_d2d(be, xm, x, (size_t)C * sizeof(float));
     be->ops->matmul(be, xm, a->att + rc, p->o_w, 1, C, C, 0, 1, 1.0f, 1.0f);
     if (p->o_b) be->ops->bias_add(be, xm, p->o_b, 1, C);

@@ -1,6 +1,7 @@
-/* train.c: the training loop (see train.h). Everything it needs is allocated before the first
- * step; the loop itself only moves data, calls the model, dp and the optimizer, and logs.
- * Never calls MPI or a device directly: comm.h, backend.h and ckpt.h are its only doors. */
+/* train.c: the training loop (see train.h) for pretraining (token windows) and fine-tuning
+ * (rendered tool-calling chats). Everything it needs is allocated before the first step; the loop
+ * only moves data, calls the model, dp and the optimizer, and logs. Never calls MPI or a device
+ * directly: comm.h, backend.h and ckpt.h are its only doors. */
 #include "train.h"
 
 #include <math.h>
@@ -8,16 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/data.h"
 #include "core/error.h"
+#include "core/evaluate.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/optim.h"
 #include "core/session.h"
+#include "core/sft_data.h"
+#include "core/tokenizer.h"
 #include "parallel/dp.h"
 
 static double now_s(void)
@@ -29,72 +32,116 @@ static double now_s(void)
 
 /* Everything one training run holds. */
 typedef struct trainer {
-    const job_config *cfg;
-    session *s;               /* backend, comm, model, dp, optimizer */
-    token_data data;
+    job_config cfg;            /* a copy: fine-tunes derive train.steps from the epochs */
+    int finetune;
+    session *s;                /* backend, comm, model, dp, optimizer */
+    token_data data;           /* pretraining */
+    sft_data sft;              /* fine-tuning */
+    int T;
     int32_t *tokens, *targets; /* host, micro-batch */
-    int accum;                /* micro-batches per step on each rank */
+    int accum;                 /* micro-batches per step on each rank */
+    long steps_per_epoch;
     metrics *log;
 } trainer;
 
-/* Fill the host batch for micro-step k of `step` from the global sample indices this rank owns. */
-static void trainer_fill_batch(trainer *t, int step, int k)
+/* The global sample index of the first sequence of micro-step k of `step` on this rank. */
+static uint64_t trainer_first_sample(const trainer *t, int step, int k)
 {
-    const job_config *cfg = t->cfg;
-    int mb = t->s->micro_batch, T = cfg->train.seq_len, W = t->s->comm->size, r = t->s->comm->rank;
-    uint64_t base = (uint64_t)step * cfg->train.batch_size + ((uint64_t)k * W + r) * mb;
-    for (int j = 0; j < mb; j++)
-        token_data_sample(&t->data, cfg->train.seed, base + j, T, t->tokens + (size_t)j * T,
-                          t->targets + (size_t)j * T);
+    int mb = t->s->micro_batch, W = t->s->comm->size, r = t->s->comm->rank;
+    return (uint64_t)step * t->cfg.train.batch_size + ((uint64_t)k * W + r) * mb;
 }
 
-/* One optimizer step. Returns the global mean loss (NaN if non-finite) and the grad norm. */
-static int trainer_step(trainer *t, int step, double *loss, double *norm, float *lr_out)
+/* Fill the host micro-batch; returns the tokens it holds that are not padding. */
+static long trainer_fill_batch(trainer *t, int step, int k)
+{
+    int mb = t->s->micro_batch, T = t->T;
+    uint64_t g = trainer_first_sample(t, step, k), seed = t->cfg.train.seed;
+    if (!t->finetune) {
+        for (int j = 0; j < mb; j++)
+            token_data_sample(&t->data, seed, g + j, T, t->tokens + (size_t)j * T, t->targets + (size_t)j * T);
+        return (long)mb * T;
+    }
+    sft_batch(&t->sft, seed, 0, g, mb, T, t->tokens, t->targets);
+    long real = 0;
+    for (size_t i = 0; i < (size_t)mb * T; i++) real += t->tokens[i] != TOK_PAD;
+    return real;
+}
+
+/* Loss-carrying tokens of the whole global batch of `step` (the same on every rank). */
+static double trainer_global_targets(const trainer *t, int step)
+{
+    const train_config *tc = &t->cfg.train;
+    if (!t->finetune) return (double)tc->batch_size * t->T;
+    return (double)sft_batch_loss_tokens(&t->sft, tc->seed, 0, (uint64_t)step * tc->batch_size,
+                                         tc->batch_size, t->T);
+}
+
+/* One optimizer step: 0 done, 1 skipped (non-finite), -1 error. */
+static int trainer_step(trainer *t, int step, double *loss, double *norm, float *lr_out, double *tokens)
 {
     session *s = t->s;
-    const train_config *tc = &t->cfg->train;
-    double global_tokens = (double)tc->batch_size * tc->seq_len;
-    double loss_sum = 0.0;
-
+    const train_config *tc = &t->cfg.train;
+    double targets = trainer_global_targets(t, step);
+    double stats[2] = {0.0, 0.0}; /* loss sum, real tokens */
     if (dp_begin_step(s->dp)) return -1;
     for (int k = 0; k < t->accum; k++) {
-        trainer_fill_batch(t, step, k);
+        stats[1] += (double)trainer_fill_batch(t, step, k);
         model_set_batch(s->model, t->tokens, t->targets);
         if (dp_begin_micro(s->dp, k == t->accum - 1)) return -1;
-        loss_sum += model_forward(s->model, (float)(1.0 / global_tokens));
+        stats[0] += model_forward(s->model, targets > 0 ? (float)(1.0 / targets) : 0.0f);
         if (model_backward(s->model)) return -1;
     }
     if (dp_finish_grads(s->dp)) return -1;
-    double stats[1] = {loss_sum};
-    if (comm_allreduce_host(s->comm, stats, 1)) return -1;
-    *loss = stats[0] / global_tokens;
+    if (comm_allreduce_host(s->comm, stats, 2)) return -1;
+    *loss = targets > 0 ? stats[0] / targets : 0.0;
+    *tokens = stats[1];
     *norm = sqrt(dp_grad_sumsq(s->dp));
     *lr_out = optim_lr(tc, step);
-    if (!isfinite(*loss) || !isfinite(*norm)) return 1; /* skip: every rank sees the same sums */
-    optim_step(s->opt, tc, dp_param_ptrs(s->dp), dp_grad_ptrs(s->dp), *lr_out,
-               optim_clip_scale(tc, *norm));
-    if (dp_finish_params(s->dp)) return -1;
+    if (!isfinite(*loss) || !isfinite(*norm)) return 1; /* every rank sees the same sums */
+    optim_step(s->opt, tc, dp_param_ptrs(s->dp), dp_grad_ptrs(s->dp), *lr_out, optim_clip_scale(tc, *norm));
+    return dp_finish_params(s->dp) ? -1 : 0;
+}
+
+static int trainer_load_data(trainer *t)
+{
+    job_config *cfg = &t->cfg;
+    if (!t->finetune) {
+        t->T = cfg->train.seq_len;
+        if (token_data_load(&t->data, cfg->data.train, cfg->model.vocab)) return -1;
+        if (t->data.n <= (size_t)t->T)
+            return loom_fail("%s: %zu tokens, need more than train.seq_len %d", cfg->data.train, t->data.n, t->T);
+        return 0;
+    }
+    data_config dc = cfg->data;
+    if (dc.max_len > cfg->model.max_seq) dc.max_len = cfg->model.max_seq;
+    if (sft_data_load(&t->sft, &dc, cfg->train.seed)) return -1;
+    t->T = t->sft.T;
+    t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
+    cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
+    log_info("data %s: %d train / %d val examples, padded to %d tokens (longest %d, %d truncated), "
+             "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, t->T, t->sft.longest,
+             t->sft.n_truncated, t->steps_per_epoch);
+    if (t->sft.bad.count)
+        log_warn("%s: skipped %d bad line(s) (data.skip_bad_lines); first: %s", dc.train,
+                 t->sft.bad.count, t->sft.bad.first);
     return 0;
 }
 
-static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_options *opt)
+static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_options *opt, int finetune)
 {
     memset(t, 0, sizeof *t);
-    t->cfg = cfg;
-    const train_config *tc = &cfg->train;
-    t->s = session_open(cfg, c, SESSION_TRAIN, 0, tc->seq_len);
+    t->cfg = *cfg;
+    t->finetune = finetune;
+    if (trainer_load_data(t)) return -1;
+    t->s = session_open(&t->cfg, c, SESSION_TRAIN, finetune, t->T);
     if (!t->s) return -1;
-    t->accum = tc->batch_size / (t->s->micro_batch * c->size);
-    if (token_data_load(&t->data, cfg->data.train, cfg->model.vocab)) return -1;
-    if (t->data.n <= (size_t)tc->seq_len)
-        return loom_fail("%s: %zu tokens, need more than seq_len %d", cfg->data.train, t->data.n,
-                         tc->seq_len);
-    size_t n = (size_t)t->s->micro_batch * tc->seq_len;
+    t->accum = t->cfg.train.batch_size / (t->s->micro_batch * c->size);
+    size_t n = (size_t)t->s->micro_batch * t->T;
     t->tokens = malloc(n * sizeof(int32_t));
     t->targets = malloc(n * sizeof(int32_t));
     if (!t->tokens || !t->targets) return loom_fail("train: out of host memory");
     if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
-    t->log = metrics_open(cfg, c->rank, opt && opt->quiet);
+    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
     return t->log ? 0 : -1;
 }
 
@@ -104,42 +151,63 @@ static void trainer_close(trainer *t)
     free(t->tokens);
     free(t->targets);
     token_data_free(&t->data);
+    if (t->finetune) sft_data_free(&t->sft);
     session_close(t->s);
 }
 
-int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
+/* Fine-tunes: validation loss at each epoch's end and at the end of the run. */
+static int trainer_maybe_validate(trainer *t, int step, train_report *rep)
 {
-    trainer t;
-    train_report rep = {0};
-    int rc = trainer_open(&t, cfg, c, opt);
-    const train_config *tc = &cfg->train;
+    if (!t->finetune || t->sft.val.n == 0) return 0;
+    if (step % t->steps_per_epoch != 0 && step != t->cfg.train.steps) return 0;
+    double val;
+    if (evaluate_loss(t->s, &t->sft, &val)) return -1;
+    metrics_val(t->log, step, val);
+    rep->val_loss = val;
+    return 0;
+}
+
+static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
+{
+    const train_config *tc = &t->cfg.train;
     int bad_in_row = 0;
-    double tokens_per_step = (double)tc->batch_size * tc->seq_len;
-    for (int step = rc ? tc->steps : (int)t.s->step; step < tc->steps; step++) {
-        fault_at_step(c->rank, step + 1);
-        double t0 = now_s(), loss = 0, norm = 0;
+    for (int step = (int)t->s->step; step < tc->steps; step++) {
+        fault_at_step(t->s->comm->rank, step + 1);
+        double t0 = now_s(), loss = 0, norm = 0, tokens = 0;
         float lr = 0;
-        int st = trainer_step(&t, step, &loss, &norm, &lr);
-        if (st < 0) { rc = -1; break; }
+        int st = trainer_step(t, step, &loss, &norm, &lr, &tokens);
+        if (st < 0) return -1;
         double dt = now_s() - t0;
         if (st == 1) {
-            rep.bad_steps++;
+            rep->bad_steps++;
             log_warn("step %d: non-finite loss or gradient (loss %g, norm %g): step skipped", step + 1, loss, norm);
-            if (++bad_in_row >= tc->max_bad_steps) {
-                rc = loom_fail("train: %d non-finite steps in a row (train.max_bad_steps): stopping", bad_in_row);
-                break;
-            }
+            if (++bad_in_row >= tc->max_bad_steps)
+                return loom_fail("train: %d non-finite steps in a row (train.max_bad_steps): stopping", bad_in_row);
         } else {
             bad_in_row = 0;
         }
-        t.s->step = step + 1;
-        if (opt && opt->losses_out) opt->losses_out[step] = loss;
-        metrics_step(t.log, t.s, step + 1, loss, lr, norm, tokens_per_step, dt);
-        rep.last_loss = loss;
-        rep.steps_done = step + 1;
-        if (session_maybe_checkpoint(t.s, 0)) { rc = -1; break; }
+        t->s->step = step + 1;
+        if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
+        metrics_step(t->log, t->s, step + 1, loss, lr, norm, tokens, dt);
+        rep->last_loss = loss;
+        rep->steps_done = step + 1;
+        if (trainer_maybe_validate(t, step + 1, rep)) return -1;
+        if (session_maybe_checkpoint(t->s, 0)) return -1;
     }
-    if (rc == 0 && session_maybe_checkpoint(t.s, 1)) rc = -1;
+    return session_maybe_checkpoint(t->s, 1);
+}
+
+static int train_job(const job_config *cfg, comm *c, const train_options *opt, train_report *report,
+                     int finetune)
+{
+    trainer t;
+    train_report rep = {0};
+    rep.val_loss = NAN;
+    int rc = trainer_open(&t, cfg, c, opt, finetune);
+    if (rc == 0 && finetune && opt && opt->eval_accuracy && !(opt->resume && opt->resume[0]))
+        rc = evaluate_accuracy(t.s, &t.sft, &rep.base_accuracy, NULL);
+    if (rc == 0) rc = trainer_loop(&t, &rep, opt);
+    if (rc == 0 && finetune && opt && opt->eval_accuracy) rc = evaluate_accuracy(t.s, &t.sft, &rep.accuracy, NULL);
     if (t.s && t.log) {
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);
@@ -148,4 +216,14 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
     if (report) *report = rep;
     trainer_close(&t);
     return rc;
+}
+
+int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
+{
+    return train_job(cfg, c, opt, report, 0);
+}
+
+int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
+{
+    return train_job(cfg, c, opt, report, 1);
 }

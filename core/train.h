@@ -9,8 +9,10 @@
 
 typedef struct train_options {
     const char *resume;   /* checkpoint file or directory to resume from, or NULL */
-    double *losses_out;   /* optional: receives the mean loss of each step (cfg steps entries) */
+    double *losses_out;   /* optional: receives the mean loss of each step ... */
+    int losses_cap;       /* ... for the first losses_cap steps */
     int quiet;            /* no progress lines */
+    int eval_accuracy;    /* fine-tunes: tool-call accuracy of the start and of the result */
 } train_options;
 
 typedef struct train_report {
@@ -21,9 +23,16 @@ typedef struct train_report {
     size_t state_bytes;   /* params + grads + optimizer state this rank allocated */
     size_t activation_bytes;
     int bad_steps;        /* skipped non-finite steps */
+    double val_loss;      /* fine-tunes: the last validation loss (NaN if none) */
+    double base_accuracy; /* fine-tunes with eval_accuracy: before training ... */
+    double accuracy;      /* ... and after */
 } train_report;
 
 /* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */
 int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
+
+/* Fine-tune from finetune.base on the JSONL tool-calling data in data.train for finetune.epochs
+ * (train.steps is derived from them); LoRA or full per finetune.method. */
+int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
 
 #endif

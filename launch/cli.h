@@ -25,7 +25,16 @@ int cli_load_config(const cli_job *a, job_config *cfg);
 /* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */
 int cli_fail(void);
 
+/* Start the ranks (comm) for a job and tell the logger which rank this is. */
+struct comm;
+struct comm *cli_comm(const job_config *cfg, int *argc, char ***argv);
+/* Report this rank's error, abort the other ranks, return the exit code. */
+int cli_job_failed(struct comm *c);
+
 int cmd_train(int argc, char **argv);
+int cmd_finetune(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_config(int argc, char **argv);

@@ -1,5 +1,8 @@
-/* cmd_train.c: `loom train JOB.json`: load the config, join the ranks, train, report. */
+/* cmd_train.c: `loom train JOB.json` and `loom finetune JOB.json`: load the config, join the
+ * ranks, run the job, report. One file: the two differ only in the loop they call. */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -7,27 +10,51 @@
 #include "launch/cli.h"
 #include "parallel/comm.h"
 
-int cmd_train(int argc, char **argv)
+/* Start the ranks the config asks for; logs which transport. NULL + loom_fail. */
+comm *cli_comm(const job_config *cfg, int *argc, char ***argv)
+{
+    comm *c = comm_init(cfg->parallel.comm, argc, argv, NULL);
+    if (!c) return NULL;
+    c->timeout_s = cfg->parallel.timeout_s;
+    log_set_rank(c->rank, c->size);
+    return c;
+}
+
+/* End a job that failed on this rank: the message, then take the other ranks down too (they may
+ * be waiting in a collective for this one). */
+int cli_job_failed(comm *c)
+{
+    log_warn("loom: error: %s", loom_error());
+    if (c->size > 1) comm_abort(c, 1);
+    comm_destroy(c);
+    return 1;
+}
+
+static int cmd_train_or_finetune(int argc, char **argv, int finetune)
 {
     cli_job a;
     job_config cfg;
     if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg)) return cli_fail();
-    comm *c = comm_init(cfg.parallel.comm, &argc, &argv, NULL);
+    comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
-    c->timeout_s = cfg.parallel.timeout_s;
-    log_set_rank(c->rank, c->size);
-    train_options opt = {.resume = a.resume, .quiet = a.quiet};
+    train_options opt = {.resume = a.resume, .quiet = a.quiet, .eval_accuracy = finetune};
     train_report rep;
-    if (train_run(&cfg, c, &opt, &rep)) {
-        log_warn("loom: error: %s", loom_error());
-        if (c->size > 1) comm_abort(c, 1); /* the other ranks may be waiting in a collective */
-        comm_destroy(c);
-        return 1;
-    }
+    int rc = finetune ? finetune_run(&cfg, c, &opt, &rep) : train_run(&cfg, c, &opt, &rep);
+    if (rc) return cli_job_failed(c);
     log_info("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
              rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
     log_info("memory: %zu bytes (params + grads + optimizer %zu, activations %zu)",
              rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
+    if (finetune && !isnan(rep.accuracy)) {
+        if (!isnan(rep.base_accuracy))
+            log_info("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned)",
+                     100.0 * rep.base_accuracy, 100.0 * rep.accuracy);
+        else
+            log_info("tool-call accuracy (exact match, held-out): %.1f%%", 100.0 * rep.accuracy);
+    }
     comm_destroy(c);
     return 0;
 }
+
+int cmd_train(int argc, char **argv) { return cmd_train_or_finetune(argc, argv, 0); }
+int cmd_finetune(int argc, char **argv) { return cmd_train_or_finetune(argc, argv, 1); }

@@ -12,6 +12,10 @@ static void usage(FILE *f)
             "usage: loom <command> [args]\n"
             "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
             "                      pretrain or continue training (a token or text file)\n"
+            "  finetune JOB.json [same flags]   fine-tune finetune.base on JSONL tool-calling data\n"
+            "  eval JOB.json [--ckpt CKPT]      validation loss + tool-call accuracy\n"
+            "  sample JOB.json [--ckpt CKPT] (--prompt TEXT | --query TEXT --tools JSON)\n"
+            "         [--temperature T] [--top-k K] [--seed S] [--max-new N]\n"
             "  info                build features, devices, the backend that would be picked\n"
             "  tokenize IN.txt OUT.bin [--width 2|4]\n"
             "                      byte-level tokenize a text file into a token file\n"
@@ -30,6 +34,9 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(cmd, "finetune") == 0) return cmd_finetune(argc, argv);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
     if (strcmp(cmd, "config") == 0) return cmd_config(argc, argv);

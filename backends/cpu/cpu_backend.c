@@ -1,1 +1,208 @@
-/* placeholder */
+/* cpu_backend.c: the CPU backend's vtable, memory, events, scratch buffers and registry entry.
+ * Device memory is host memory and every op runs synchronously on the caller's OpenMP team, so
+ * events and sync are no-ops. Ops must never allocate here except to grow scratch. */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_internal.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <unistd.h>
+
+struct backend_event {
+    int unused;
+};
+
+/* Buffers this large are 2 MB aligned and asked to live on transparent huge pages (fewer TLB
+ * misses streaming activations and logits; the kernel here only gives them on madvise). */
+#define CPU_HUGE_MIN ((size_t)4 << 20)
+
+static void *cpu_alloc(backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    size_t align = bytes >= CPU_HUGE_MIN ? (size_t)2 << 20 : 64; /* 64: one AVX-512 line */
+    if (posix_memalign(&p, align, bytes ? bytes : 64) != 0) {
+        loom_fail("cpu backend: out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    if (bytes >= CPU_HUGE_MIN) madvise(p, bytes / align * align, MADV_HUGEPAGE);
+#endif
+    memset(p, 0, bytes); /* faults every page in now, not in the first step */
+    return p;
+}
+
+static void cpu_free(backend *be, void *ptr)
+{
+    (void)be;
+    free(ptr);
+}
+
+static void cpu_copy_h2d(backend *be, void *dst, const void *src, size_t bytes)
+{
+    cpu_copy_d2d(be, dst, src, bytes);
+}
+
+static void cpu_copy_d2h(backend *be, void *dst, const void *src, size_t bytes)
+{
+    cpu_copy_d2d(be, dst, src, bytes);
+}
+
+static void cpu_sync(backend *be) { (void)be; }
+
+static backend_event *cpu_event_create(backend *be)
+{
+    (void)be;
+    backend_event *ev = calloc(1, sizeof *ev);
+    if (!ev) loom_fail("cpu backend: out of memory creating an event");
+    return ev;
+}
+
+static void cpu_event_destroy(backend *be, backend_event *ev)
+{
+    (void)be;
+    free(ev);
+}
+
+static void cpu_event_noop(backend *be, backend_event *ev)
+{
+    (void)be;
+    (void)ev;
+}
+
+static void *cpu_native_stream(backend *be, int which)
+{
+    (void)be;
+    (void)which;
+    return NULL;
+}
+
+int cpu_scratch_reserve(cpu_state *st, size_t nfloats)
+{
+    if (nfloats <= st->scratch_cap) return 0;
+    for (int t = 0; t < st->threads; t++) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, nfloats * sizeof(float)) != 0) {
+            log_warn("cpu backend: out of memory growing scratch to %zu floats", nfloats);
+            return -1;
+        }
+        free(st->scratch[t]);
+        st->scratch[t] = p;
+    }
+    st->scratch_cap = nfloats;
+    return 0;
+}
+
+static void cpu_destroy(backend *be)
+{
+    if (!be) return;
+    cpu_state *st = cpu_st(be);
+    if (st) {
+        for (int t = 0; t < st->threads; t++) free(st->scratch[t]);
+        free(st->scratch);
+        free(st->rope_tab);
+        free(st->att_part);
+        free(st);
+    }
+    free(be);
+}
+
+static const backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_h2d = cpu_copy_h2d,
+    .copy_d2h = cpu_copy_d2h,
+    .copy_d2d = cpu_copy_d2d,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_noop,
+    .event_sync = cpu_event_noop,
+    .native_stream = cpu_native_stream,
+    .matmul = cpu_matmul,
+    .add = cpu_add,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .bias_add = cpu_bias_add,
+    .bias_backward = cpu_bias_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .rope = cpu_rope,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .attention_decode = cpu_attention_decode,
+    .softmax_xent = cpu_softmax_xent,
+    .adamw = cpu_adamw,
+};
+
+/* Peak FLOP/s for MFU: $LOOM_CPU_PEAK_GFLOPS, else the measured sgemm rate. */
+static double cpu_peak_flops(int threads)
+{
+    const char *env = getenv("LOOM_CPU_PEAK_GFLOPS");
+    if (env && env[0]) {
+        char *end = NULL;
+        double g = strtod(env, &end);
+        if (end != env && g > 0) return g * 1e9;
+        log_warn("cpu backend: ignoring LOOM_CPU_PEAK_GFLOPS='%s' (not a positive number)", env);
+    }
+    return cpu_blas_calibrate(threads);
+}
+
+static backend *cpu_create(const backend_config *cfg)
+{
+    backend *be = calloc(1, sizeof *be);
+    cpu_state *st = calloc(1, sizeof *st);
+    int threads = cfg && cfg->threads > 0 ? cfg->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1) threads = 1;
+    if (st) st->scratch = calloc((size_t)threads, sizeof(float *));
+    if (!be || !st || !st->scratch) {
+        if (st) free(st->scratch);
+        free(st);
+        free(be);
+        loom_fail("cpu backend: out of memory creating the backend");
+        return NULL;
+    }
+    st->threads = threads;
+    if (cfg) be->cfg = *cfg;
+    be->cfg.threads = threads;
+    be->ops = &cpu_ops;
+    be->impl = st;
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+    cpu_blas_set_threads(threads);
+    cpu_blas_check_threading(threads);
+    be->peak_flops = cpu_peak_flops(threads);
+    snprintf(be->description, sizeof be->description, "cpu (%s %s, %d thread%s)", LOOM_BLAS_NAME,
+             cpu_blas_corename(), threads, threads == 1 ? "" : "s");
+    return be;
+}
+
+static int cpu_available(const char **why)
+{
+    if (why) *why = "";
+    return 1;
+}
+
+const backend_entry cpu_backend_entry = {"cpu", cpu_available, cpu_create};

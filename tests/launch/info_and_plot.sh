@@ -6,7 +6,7 @@ loom=$1 have_mpi=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 info=$("$loom" info) || { echo "FAIL: loom info exited non-zero"; exit 1; }
 echo "$info"
-bad=$(echo "$info" | grep -vE '^[a-z_.]+: .+' || true)
+bad=$(echo "$info" | grep -vE '^[a-z0-9_.]+: .+' || true)
 [ -z "$bad" ] || { echo "FAIL: unparsable lines: $bad"; exit 1; }
 echo "$info" | grep -qE '^backends:.* cpu' || { echo "FAIL: no cpu backend listed"; exit 1; }
 echo "$info" | grep -qE '^selected: (cpu|cuda|metal) ' || { echo "FAIL: no selected backend"; exit 1; }

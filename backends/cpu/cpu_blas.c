@@ -1,0 +1,180 @@
+/* cpu_blas.c: the OpenBLAS side of the CPU backend: kernel check and re-exec, thread count,
+ * matmul (cblas_sgemm) and the sgemm calibration that gives the peak FLOP/s for MFU.
+ * It must never call sgemm with a thread count different from what the caller set. */
+#include "backends/cpu/cpu_blas.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backends/cpu/cpu_internal.h"
+#include "core/log.h"
+
+#ifdef __APPLE__
+#include <Accelerate/Accelerate.h>
+#else
+#include <cblas.h>
+#endif
+
+const char *cpu_blas_corename(void)
+{
+#ifdef __APPLE__
+    return "Accelerate";
+#else
+    const char *c = openblas_get_corename();
+    return c ? c : "unknown";
+#endif
+}
+
+/* Speed tier of an OpenBLAS kernel name: 3 AVX-512, 2 AVX2, 1 AVX, 0 anything older/generic. */
+static int cpu_blas_tier(const char *core)
+{
+    static const char *const t3[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char *const t2[] = {"haswell", "zen", "skylake"};
+    static const char *const t1[] = {"sandybridge", "bulldozer", "piledriver", "steamroller",
+                                     "excavator"};
+    char low[32];
+    size_t i = 0;
+    for (; core[i] && i + 1 < sizeof low; i++) low[i] = (char)tolower((unsigned char)core[i]);
+    low[i] = 0;
+    for (size_t k = 0; k < sizeof t3 / sizeof *t3; k++)
+        if (strcmp(low, t3[k]) == 0) return 3;
+    for (size_t k = 0; k < sizeof t2 / sizeof *t2; k++)
+        if (strcmp(low, t2[k]) == 0) return 2;
+    for (size_t k = 0; k < sizeof t1 / sizeof *t1; k++)
+        if (strcmp(low, t1[k]) == 0) return 1;
+    return 0;
+}
+
+int cpu_blas_kernel_ok(const char *core, const char *wanted)
+{
+    return !wanted || cpu_blas_tier(core) >= cpu_blas_tier(wanted);
+}
+
+const char *cpu_blas_wanted_kernel(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+    if (__builtin_cpu_supports("avx2")) return "Haswell";
+#endif
+    return NULL;
+}
+
+void cpu_blas_ensure_fast_kernel(char **argv)
+{
+#if defined(__APPLE__) || !defined(__linux__)
+    (void)argv;
+#else
+    const char *core = cpu_blas_corename();
+    const char *want = cpu_blas_wanted_kernel();
+    if (cpu_blas_kernel_ok(core, want)) return;
+    /* LOOM_CPU_REEXEC_TEST: the test sets OPENBLAS_CORETYPE=Prescott to get a slow kernel on any
+     * CPU, and this flag says "treat it as not chosen by the user" so the re-exec path runs. */
+    int user_set = getenv("OPENBLAS_CORETYPE") && !getenv("LOOM_CPU_REEXEC_TEST");
+    if (user_set || !argv || getenv("LOOM_NO_REEXEC") || getenv("LOOM_CPU_REEXECED")) {
+        log_warn("cpu: OpenBLAS runs the %s kernel, slower than this CPU supports (%s); "
+                 "set OPENBLAS_CORETYPE=%s for 4-5x faster matmuls",
+                 core, want, want);
+        return;
+    }
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    setenv("LOOM_CPU_REEXECED", "1", 1);
+    unsetenv("LOOM_CPU_REEXEC_TEST");
+    execv("/proc/self/exe", argv);
+    log_warn("cpu: re-exec with OPENBLAS_CORETYPE=%s failed; continuing with the slow %s kernel",
+             want, core);
+#endif
+}
+
+void cpu_blas_check_threading(int threads)
+{
+#ifndef __APPLE__
+    /* Measured on 2 Zen4 cores (an MLP block: 2 sgemms + layernorm/bias/gelu/add): with the
+     * pthreads build, OpenBLAS's spinning workers and OpenMP's share the cores and the OpenMP
+     * kernels took 16-28% of the time instead of 3%. */
+    if (threads > 1 && openblas_get_parallel() == 1)
+        log_info("cpu: OpenBLAS is the pthreads build; its threads compete with OpenMP's "
+                 "(install libopenblas-openmp-dev for ~25%% faster steps)");
+#else
+    (void)threads;
+#endif
+}
+
+/* OpenBLAS's thread count is process-wide while each backend has its own; every matmul states
+ * the count it wants and the (cheap) switch happens only when it differs. Host thread only. */
+static int cpu_blas_threads_now = -1;
+
+void cpu_blas_set_threads(int n)
+{
+    if (n == cpu_blas_threads_now) return;
+    cpu_blas_threads_now = n;
+#ifndef __APPLE__
+    openblas_set_num_threads(n);
+#endif
+}
+
+/* The OpenMP build of OpenBLAS already runs single-threaded inside a parallel region; the
+ * pthreads build must be told, or each of our threads would fan out to all BLAS threads. */
+void cpu_blas_enter_parallel(void)
+{
+#ifndef __APPLE__
+    if (openblas_get_parallel() != 2) cpu_blas_set_threads(1);
+#endif
+}
+
+/* C = alpha op(A) op(B) + beta C, row-major; lda/ldb are the stored row lengths. */
+void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
+                int transA, int transB, float alpha, float beta)
+{
+    if (M <= 0 || N <= 0) return;
+    cpu_blas_set_threads(cpu_st(be)->threads);
+    if (K <= 0) { /* empty product: only the beta part remains */
+        for (size_t i = 0; i < (size_t)M * N; i++) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, transA ? M : K, B,
+                transB ? K : N, beta, C, N);
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Best of three 1024^3 sgemms after one warm-up (~50 ms on 2 Zen4 cores): FLOP/s. */
+double cpu_blas_calibrate(int threads)
+{
+    const int n = 1024;
+    size_t sz = (size_t)n * n;
+    float *a = NULL, *b = NULL, *c = NULL;
+    if (posix_memalign((void **)&a, 64, sz * sizeof(float)) ||
+        posix_memalign((void **)&b, 64, sz * sizeof(float)) ||
+        posix_memalign((void **)&c, 64, sz * sizeof(float))) {
+        free(a);
+        free(b);
+        return 0.0;
+    }
+    for (size_t i = 0; i < sz; i++) {
+        a[i] = (float)((i * 7) % 13) * 0.01f;
+        b[i] = (float)((i * 5) % 11) * 0.01f;
+        c[i] = 0.0f;
+    }
+    cpu_blas_set_threads(threads);
+    double best = 1e30;
+    for (int it = 0; it < 4; it++) {
+        double t0 = cpu_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        double dt = cpu_now() - t0;
+        if (it > 0 && dt < best) best = dt;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * (double)n * n / best;
+}

@@ -1,0 +1,57 @@
+/* metal_kernels.h: the list of Metal kernels (id and MSL function name) shared by the Objective-C
+ * host (one pipeline per entry), the Linux shim (one C++ runner per entry) and metal_ops*.c.
+ * Adding a kernel is one line here plus its function in a .metal file; never reorder by hand. */
+#ifndef LOOM_METAL_KERNELS_H
+#define LOOM_METAL_KERNELS_H
+
+#define METAL_KERNEL_LIST(X)                                                                       \
+    X(FILL, loom_fill)                                                                             \
+    X(ADD, loom_add)                                                                               \
+    X(AXPY, loom_axpy)                                                                             \
+    X(SCALE, loom_scale)                                                                           \
+    X(SUMSQ_PARTIAL, loom_sumsq_partial)                                                           \
+    X(BIAS_ADD, loom_bias_add)                                                                     \
+    X(COLSUM_PARTIAL, loom_colsum_partial)                                                         \
+    X(COLSUM_FINAL, loom_colsum_final)                                                             \
+    X(ROW_FINAL, loom_row_final)                                                                   \
+    X(EMBED_FORWARD, loom_embedding_forward)                                                       \
+    X(EMBED_BACKWARD_WTE, loom_embedding_backward_wte)                                             \
+    X(EMBED_BACKWARD_WPE, loom_embedding_backward_wpe)                                             \
+    X(LN_PARTIAL, loom_ln_partial)                                                                 \
+    X(LN_STATS, loom_ln_stats)                                                                     \
+    X(LN_FORWARD, loom_layernorm_forward)                                                          \
+    X(LN_BWD_PARTIAL, loom_ln_bwd_partial)                                                         \
+    X(LN_BWD_DINP, loom_ln_bwd_dinp)                                                               \
+    X(LN_BWD_WPARTIAL, loom_ln_bwd_wpartial)                                                       \
+    X(RMS_PARTIAL, loom_rms_partial)                                                               \
+    X(RMS_STATS, loom_rms_stats)                                                                   \
+    X(RMS_FORWARD, loom_rmsnorm_forward)                                                           \
+    X(RMS_BWD_PARTIAL, loom_rms_bwd_partial)                                                       \
+    X(RMS_BWD_DINP, loom_rms_bwd_dinp)                                                             \
+    X(RMS_BWD_WPARTIAL, loom_rms_bwd_wpartial)                                                     \
+    X(GELU_FORWARD, loom_gelu_forward)                                                             \
+    X(GELU_BACKWARD, loom_gelu_backward)                                                           \
+    X(SWIGLU_FORWARD, loom_swiglu_forward)                                                         \
+    X(SWIGLU_BACKWARD, loom_swiglu_backward)                                                       \
+    X(ROPE, loom_rope)                                                                             \
+    X(ATTN_FORWARD, loom_attention_forward)                                                        \
+    X(ATTN_DELTA, loom_attention_delta)                                                            \
+    X(ATTN_DQ, loom_attention_backward_dq)                                                         \
+    X(ATTN_DKV, loom_attention_backward_dkv)                                                       \
+    X(XENT_PARTIAL, loom_xent_partial)                                                             \
+    X(XENT_ROW, loom_xent_row)                                                                     \
+    X(XENT_GRAD, loom_xent_grad)                                                                   \
+    X(ADAMW, loom_adamw)
+
+#define METAL_KERNEL_ENUM_(id, fn) MK_##id,
+enum metal_kernel { METAL_KERNEL_LIST(METAL_KERNEL_ENUM_) MK_COUNT };
+#undef METAL_KERNEL_ENUM_
+
+/* The MSL function name of kernel k (for newFunctionWithName: and error messages). */
+const char *metal_kernel_name(int k);
+
+/* The concatenated kernel source (metal_shim.h + metal_params.h + every .metal file), generated
+ * by backends/metal/metal_embed.cmake; NUL-terminated. */
+extern const char loom_metal_source[];
+
+#endif

@@ -1,0 +1,198 @@
+/* bench_cpu_step.c: the op sequence of one GPT-2 124M training step (B*T = 1024 tokens) on the
+ * CPU backend, timed per op family, against the time its matmuls alone would take at the square
+ * sgemm rate: how close a whole step gets to sgemm MFU. One layer's buffers serve all 12 layers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_blas.h"
+#include "core/error.h"
+#include "core/log.h"
+
+extern const backend_entry cpu_backend_entry;
+
+enum { F_MATMUL, F_ATTN, F_XENT, F_NORM, F_ELEM, F_EMB, F_ADAM, F_COUNT };
+static const char *fam_name[F_COUNT] = {"matmul",        "attention", "softmax_xent", "norms",
+                                        "gelu/bias/add", "embedding", "adamw+sumsq"};
+static double fam_t[F_COUNT];
+static double mm_flops;
+static backend *be;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+#define TIMED(fam, call)                                                                           \
+    do {                                                                                           \
+        double t0_ = now();                                                                        \
+        call;                                                                                      \
+        fam_t[fam] += now() - t0_;                                                                 \
+    } while (0)
+
+static void mm(float *C, const float *A, const float *B, int M, int N, int K, int tA, int tB,
+               float beta)
+{
+    TIMED(F_MATMUL, be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 1.0f, beta));
+    mm_flops += 2.0 * M * (double)N * K;
+}
+
+static float *buf(size_t n)
+{
+    float *p = be->ops->alloc(be, n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "bench_cpu_step: %s\n", loom_error());
+        exit(1);
+    }
+    be->ops->fill(be, p, 0.01f, n);
+    return p;
+}
+
+/* Shapes and buffers of the step (one layer's worth, reused by all layers). */
+typedef struct {
+    int B, T, N, C, H, D, L, V, Vr;
+    size_t NC, chunk;
+    float *x, *ln, *mean, *rstd, *qkv, *q, *k, *v, *att, *lse, *fc, *gl, *dx, *dln, *dfc;
+    float *dq, *dk, *dv, *dqkv, *logits, *wqkv, *wproj, *wfc, *wfp, *wte, *wpe;
+    float *gqkv, *gproj, *gfc, *gfp, *gwte, *gwpe, *lnw, *lnb, *glnw, *glnb, *bias, *gb, *losses;
+    float *p, *m, *vv;
+    int32_t *tok, *tgt;
+} step_bufs;
+
+static void step_alloc(step_bufs *s)
+{
+    *s = (step_bufs){.B = 1,
+                     .T = 1024,
+                     .N = 1024,
+                     .C = 768,
+                     .H = 12,
+                     .D = 64,
+                     .L = 12,
+                     .V = 50304,
+                     .Vr = 50257,
+                     .chunk = 12400000}; /* AdamW: 10 chunks = 124M */
+    size_t NC = s->NC = (size_t)s->N * s->C, CC = (size_t)s->C * s->C;
+    s->x = buf(NC), s->ln = buf(NC), s->mean = buf(s->N), s->rstd = buf(s->N), s->qkv = buf(3 * NC);
+    s->q = buf(NC), s->k = buf(NC), s->v = buf(NC), s->att = buf(NC),
+    s->lse = buf((size_t)s->H * s->N);
+    s->fc = buf(4 * NC), s->gl = buf(4 * NC), s->dx = buf(NC), s->dln = buf(NC),
+    s->dfc = buf(4 * NC);
+    s->dq = buf(NC), s->dk = buf(NC), s->dv = buf(NC), s->dqkv = buf(3 * NC);
+    s->logits = buf((size_t)s->N * s->V);
+    s->wqkv = buf(3 * CC), s->wproj = buf(CC), s->wfc = buf(4 * CC), s->wfp = buf(4 * CC);
+    s->wte = buf((size_t)s->V * s->C), s->wpe = buf((size_t)s->T * s->C);
+    s->gqkv = buf(3 * CC), s->gproj = buf(CC), s->gfc = buf(4 * CC), s->gfp = buf(4 * CC);
+    s->gwte = buf((size_t)s->V * s->C), s->gwpe = buf((size_t)s->T * s->C);
+    s->lnw = buf(s->C), s->lnb = buf(s->C), s->glnw = buf(s->C), s->glnb = buf(s->C);
+    s->bias = buf(4 * (size_t)s->C), s->gb = buf(4 * (size_t)s->C), s->losses = buf(s->N);
+    s->p = buf(s->chunk), s->m = buf(s->chunk), s->vv = buf(s->chunk);
+    s->tok = be->ops->alloc(be, s->N * sizeof(int32_t));
+    s->tgt = be->ops->alloc(be, s->N * sizeof(int32_t));
+    for (int i = 0; i < s->N; i++) s->tok[i] = (i * 7919) % s->Vr, s->tgt[i] = (i * 104729) % s->Vr;
+}
+
+static void step_forward(step_bufs *s)
+{
+    int N = s->N, C = s->C;
+    TIMED(F_EMB, be->ops->embedding_forward(be, s->x, s->tok, s->wte, s->wpe, s->B, s->T, C));
+    for (int l = 0; l < s->L; l++) {
+        TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
+                                                 N, C, 1e-5f));
+        mm(s->qkv, s->ln, s->wqkv, N, 3 * C, C, 0, 1, 0.0f);
+        TIMED(F_ELEM, be->ops->bias_add(be, s->qkv, s->bias, N, 3 * C));
+        TIMED(F_ATTN, be->ops->attention_forward(be, s->att, s->lse, s->q, s->k, s->v, s->B, s->T,
+                                                 s->H, s->H, s->D));
+        mm(s->ln, s->att, s->wproj, N, C, C, 0, 1, 0.0f);
+        TIMED(F_ELEM, be->ops->add(be, s->x, s->x, s->ln, s->NC));
+        TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
+                                                 N, C, 1e-5f));
+        mm(s->fc, s->ln, s->wfc, N, 4 * C, C, 0, 1, 0.0f);
+        TIMED(F_ELEM, be->ops->bias_add(be, s->fc, s->bias, N, 4 * C));
+        TIMED(F_ELEM, be->ops->gelu_forward(be, s->gl, s->fc, 4 * s->NC));
+        mm(s->ln, s->gl, s->wfp, N, C, 4 * C, 0, 1, 0.0f);
+        TIMED(F_ELEM, be->ops->add(be, s->x, s->x, s->ln, s->NC));
+    }
+    TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb, N,
+                                             C, 1e-5f));
+    mm(s->logits, s->ln, s->wte, N, s->V, C, 0, 1, 0.0f);
+    TIMED(F_XENT,
+          be->ops->softmax_xent(be, s->logits, s->losses, s->tgt, N, s->V, s->Vr, 1.0f / N));
+}
+
+static void step_backward(step_bufs *s, int t)
+{
+    int N = s->N, C = s->C;
+    mm(s->dln, s->logits, s->wte, N, C, s->V, 0, 0, 0.0f);
+    mm(s->gwte, s->logits, s->ln, s->V, C, N, 1, 0, 1.0f);
+    TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                              s->mean, s->rstd, N, C));
+    for (int l = 0; l < s->L; l++) {
+        mm(s->dfc, s->dx, s->wfp, N, 4 * C, C, 0, 0, 0.0f);
+        mm(s->gfp, s->dx, s->gl, C, 4 * C, N, 1, 0, 1.0f);
+        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dx, N, C));
+        TIMED(F_ELEM, be->ops->gelu_backward(be, s->dfc, s->fc, s->dfc, 4 * s->NC));
+        mm(s->dln, s->dfc, s->wfc, N, C, 4 * C, 0, 0, 0.0f);
+        mm(s->gfc, s->dfc, s->ln, 4 * C, C, N, 1, 0, 1.0f);
+        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dfc, N, 4 * C));
+        TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                                  s->mean, s->rstd, N, C));
+        mm(s->att, s->dx, s->wproj, N, C, C, 0, 0, 0.0f);
+        mm(s->gproj, s->dx, s->att, C, C, N, 1, 0, 1.0f);
+        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dx, N, C));
+        TIMED(F_ATTN, be->ops->attention_backward(be, s->dq, s->dk, s->dv, s->att, s->q, s->k, s->v,
+                                                  s->att, s->lse, s->B, s->T, s->H, s->H, s->D));
+        mm(s->dln, s->dqkv, s->wqkv, N, C, 3 * C, 0, 0, 0.0f);
+        mm(s->gqkv, s->dqkv, s->ln, 3 * C, C, N, 1, 0, 1.0f);
+        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dqkv, N, 3 * C));
+        TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                                  s->mean, s->rstd, N, C));
+    }
+    TIMED(F_EMB,
+          be->ops->embedding_backward(be, s->gwte, s->gwpe, s->dx, s->tok, s->B, s->T, C, s->V));
+    for (int c = 0; c < 10; c++) {
+        TIMED(F_ADAM, (void)be->ops->sumsq(be, s->vv, s->chunk));
+        TIMED(F_ADAM, be->ops->adamw(be, s->p, s->m, s->m, s->vv, s->chunk, 1e-4f, 0.9f, 0.95f,
+                                     1e-8f, 0.1f, t, 1.0f));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cpu_blas_ensure_fast_kernel(argv);
+    int threads = argc > 1 ? atoi(argv[1]) : 0, steps = argc > 2 ? atoi(argv[2]) : 2;
+    log_set_quiet(1);
+    backend_config cfg = {threads, 0, BACKEND_FP32, 0};
+    be = cpu_backend_entry.create(&cfg);
+    if (!be) return fprintf(stderr, "bench_cpu_step: %s\n", loom_error()), 1;
+    step_bufs s;
+    step_alloc(&s);
+    double t_total = 0.0;
+    for (int step = 0; step <= steps; step++) { /* step 0 warms up (scratch growth, page faults) */
+        if (step == 1) {
+            for (int f = 0; f < F_COUNT; f++) fam_t[f] = 0.0;
+            mm_flops = 0.0;
+        }
+        double t0 = now();
+        step_forward(&s);
+        step_backward(&s, step + 1);
+        if (step > 0) t_total += now() - t0;
+    }
+    double peak = be->peak_flops;
+    printf("bench_cpu_step: %s, %d step(s) of GPT-2 124M at %d tokens\n", be->description, steps,
+           s.N);
+    for (int f = 0; f < F_COUNT; f++)
+        printf("  %-14s %8.1f ms/step %5.1f%%\n", fam_name[f], 1e3 * fam_t[f] / steps,
+               100 * fam_t[f] / t_total);
+    printf("  step %.1f ms; matmuls %.1f GFLOP/s = %.2f of the calibrated sgemm peak %.1f GFLOP/s\n",
+           1e3 * t_total / steps, mm_flops / fam_t[F_MATMUL] / 1e9,
+           mm_flops / fam_t[F_MATMUL] / peak, peak / 1e9);
+    /* the MFU bar: step rate over the sgemm rate. The matmul share of the step is that ratio
+     * with the matmuls' own speed factored out (robust when other jobs share the cores). */
+    printf("  step %.1f GFLOP/s (matmul FLOPs) = %.2f of the sgemm peak; matmul share of the step "
+           "%.2f\n",
+           mm_flops / t_total / 1e9, mm_flops / t_total / peak, fam_t[F_MATMUL] / t_total);
+    return 0;
+}

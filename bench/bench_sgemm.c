@@ -1,0 +1,105 @@
+/* bench_sgemm.c: sgemm GFLOP/s through the CPU backend for the matmul shapes of one GPT-2 124M
+ * training step at B*T = 1024 tokens (forward, dinp and dweight of each linear layer), the BLAS
+ * kernel in use, and each rate as a fraction of the square 2048^3 rate. A benchmark: no asserts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_blas.h"
+#include "core/error.h"
+#include "core/log.h"
+
+extern const backend_entry cpu_backend_entry;
+
+typedef struct {
+    const char *what;
+    int M, N, K, tA, tB;
+    float beta;
+    int per_step; /* how many times a GPT-2 124M step runs this shape */
+} shape;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Best GFLOP/s over repetitions lasting at least min_s (and at least 2 timed runs). */
+static double bench_shape(backend *be, const shape *s, double min_s)
+{
+    size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N;
+    float *a = be->ops->alloc(be, na * 4), *b = be->ops->alloc(be, nb * 4),
+          *c = be->ops->alloc(be, nc * 4);
+    if (!a || !b || !c) {
+        fprintf(stderr, "bench_sgemm: %s\n", loom_error());
+        exit(1);
+    }
+    be->ops->fill(be, a, 0.01f, na);
+    be->ops->fill(be, b, 0.02f, nb);
+    be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta); /* warm-up */
+    double best = 1e30, t_all = now();
+    for (int it = 0; it < 2 || now() - t_all < min_s; it++) {
+        double t0 = now();
+        be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);
+    return 2.0 * s->M * (double)s->N * s->K / best / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    cpu_blas_ensure_fast_kernel(argv);
+    int threads = argc > 1 ? atoi(argv[1]) : 0;
+    double min_s = argc > 2 ? atof(argv[2]) : 0.3;
+    log_set_quiet(1);
+    backend_config cfg = {threads, 0, BACKEND_FP32, 0};
+    backend *be = cpu_backend_entry.create(&cfg);
+    if (!be) {
+        fprintf(stderr, "bench_sgemm: %s\n", loom_error());
+        return 1;
+    }
+    const int T = 1024, L = 12; /* tokens per step, layers */
+    /* linear layers (out, in): y = x W^T is (T,out,in) transB; dx = dy W is (T,in,out);
+     * dW += dy^T x is (out,in,T) transA with beta 1. */
+    const struct {
+        const char *name;
+        int out, in, per_step;
+    } lin[] = {{"attn.qkv", 2304, 768, L},
+               {"attn.proj", 768, 768, L},
+               {"mlp.fc", 3072, 768, L},
+               {"mlp.proj", 768, 3072, L},
+               {"lm_head", 50304, 768, 1}};
+    shape sh[16];
+    int ns = 0;
+    for (int i = 0; i < 5; i++) {
+        sh[ns++] = (shape){lin[i].name, T, lin[i].out, lin[i].in, 0, 1, 0.0f, lin[i].per_step};
+        sh[ns++] = (shape){"  dinp", T, lin[i].in, lin[i].out, 0, 0, 0.0f, lin[i].per_step};
+        sh[ns++] = (shape){"  dweight", lin[i].out, lin[i].in, T, 1, 0, 1.0f, lin[i].per_step};
+    }
+    shape sq = {"square", 2048, 2048, 2048, 0, 0, 0.0f, 0};
+    double sq_rate = bench_shape(be, &sq, min_s);
+    printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s\n", be->description,
+           cpu_blas_corename(), be->peak_flops / 1e9);
+    printf("%-10s %6s %6s %6s %3s %3s %9s %7s\n", "shape", "M", "N", "K", "tA", "tB", "GFLOP/s",
+           "/square");
+    printf("%-10s %6d %6d %6d %3d %3d %9.1f %7.2f\n", sq.what, sq.M, sq.N, sq.K, 0, 0, sq_rate,
+           1.0);
+    double flops = 0.0, secs = 0.0;
+    for (int i = 0; i < ns; i++) {
+        double r = bench_shape(be, &sh[i], min_s);
+        double f = 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * sh[i].per_step;
+        flops += f;
+        secs += f / (r * 1e9);
+        printf("%-10s %6d %6d %6d %3d %3d %9.1f %7.2f\n", sh[i].what, sh[i].M, sh[i].N, sh[i].K,
+               sh[i].tA, sh[i].tB, r, r / sq_rate);
+    }
+    printf("one step's matmuls: %.1f GFLOP in %.3f s = %.1f GFLOP/s, %.2f of square\n", flops / 1e9,
+           secs, flops / secs / 1e9, flops / secs / 1e9 / sq_rate);
+    be->ops->destroy(be);
+    return 0;
+}

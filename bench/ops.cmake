@@ -1,0 +1,8 @@
+# bench/ops.cmake: CPU op benchmarks. bench_sgemm [threads] [min_seconds_per_shape]: sgemm
+# GFLOP/s for the matmul shapes of a GPT-2 124M step at 1024 tokens vs the square 2048^3 rate.
+add_executable(bench_sgemm ${CMAKE_CURRENT_SOURCE_DIR}/bench_sgemm.c)
+target_link_libraries(bench_sgemm PRIVATE loom_cpu loom_util)
+# bench_cpu_step [threads] [steps]: one GPT-2 124M step's op sequence on the CPU backend, time per
+# op family, step FLOP/s as a fraction of the calibrated sgemm peak (the MFU bar).
+add_executable(bench_cpu_step ${CMAKE_CURRENT_SOURCE_DIR}/bench_cpu_step.c)
+target_link_libraries(bench_cpu_step PRIVATE loom_cpu loom_util)

@@ -1,0 +1,181 @@
+/* ckpt_info.c: `loom ckpt info FILE`: print a checkpoint's state, configs and a table of every
+ * tensor with its shape and a freshly verified checksum, plus bytes per group.
+ * Must never modify the file, and must report (not stop at) every bad tensor. */
+#include "checkpoints/ckpt.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/ckpt_internal.h"
+#include "core/error.h"
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+    int oom;
+} name_list;
+
+/* Collect every dataset path (groups are walked through, not listed). */
+static herr_t collect_dataset(hid_t loc, const char *name, const H5L_info_t *info, void *data)
+{
+    name_list *l = data;
+    if (info->type != H5L_TYPE_HARD) return 0;
+    hid_t obj = H5Oopen(loc, name, H5P_DEFAULT);
+    if (obj < 0) return 0;
+    int is_dset = H5Iget_type(obj) == H5I_DATASET;
+    H5Oclose(obj);
+    if (!is_dset) return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        char **grown = realloc(l->names, cap * sizeof *grown);
+        if (!grown) return l->oom = 1, -1;
+        l->names = grown;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name))) return l->oom = 1, -1;
+    l->n++;
+    return 0;
+}
+
+static void list_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+/* Creation order is the model's declaration order (we index it when writing); files written by
+ * other tools may lack that index, so fall back to name order. */
+static int list_datasets(hid_t fid, name_list *l)
+{
+    if (H5Lvisit(fid, H5_INDEX_CRT_ORDER, H5_ITER_INC, collect_dataset, l) >= 0) return 0;
+    list_free(l);
+    return H5Lvisit(fid, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, l) >= 0 ? 0 : -1;
+}
+
+typedef struct group_total {
+    char name[256];
+    int64_t bytes, tensors;
+} group_total;
+
+/* Read one dataset, verify its checksum; returns "ok", "BAD", "no crc32" or "unreadable". */
+static const char *check_one(hid_t fid, const char *name, float **buf, size_t *cap, int *nd,
+                             int64_t shape[H5S_MAX_RANK], int64_t *bytes)
+{
+    hid_t dset = H5Dopen2(fid, name, H5P_DEFAULT);
+    if (dset < 0) return "unreadable";
+    hid_t space = H5Dget_space(dset);
+    hsize_t dims[H5S_MAX_RANK];
+    *nd = space >= 0 ? H5Sget_simple_extent_dims(space, dims, NULL) : -1;
+    if (space >= 0) H5Sclose(space);
+    for (int d = 0; d < *nd; d++) shape[d] = (int64_t)dims[d];
+    *bytes = *nd >= 0 ? ckpt_numel(*nd, shape) * 4 : 0;
+    const char *status = *nd < 0 ? "unreadable" : NULL;
+    /* Pieces all land in one bounded buffer: scanning never needs a whole tensor in memory. */
+    size_t need = status ? 0 : ckpt_piece_floats(*nd, shape);
+    if (need > *cap) {
+        float *grown = realloc(*buf, need * sizeof(float));
+        if (grown) *buf = grown, *cap = need;
+        else status = "unreadable";
+    }
+    uint32_t want = 0, got = 0;
+    if (!status && ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) != 0) status = "no crc32";
+    if (!status && ckpt_h5_pieces(dset, *nd, shape, *buf, 0, 1, &got) < 0) status = "unreadable";
+    if (!status) status = got == want ? "ok" : "BAD";
+    H5Dclose(dset);
+    return status;
+}
+
+static void add_total(group_total *tot, int *ntot, int max, const char *name, int64_t bytes)
+{
+    const char *slash = strrchr(name, '/');
+    size_t glen = slash ? (size_t)(slash - name) : 0;
+    if (glen >= sizeof tot->name) glen = sizeof tot->name - 1;
+    int i = 0;
+    while (i < *ntot && !(strlen(tot[i].name) == glen && strncmp(tot[i].name, name, glen) == 0)) i++;
+    if (i == *ntot) {
+        if (*ntot == max) return;
+        memcpy(tot[i].name, name, glen);
+        tot[i].name[glen] = '\0';
+        tot[i].bytes = tot[i].tensors = 0;
+        (*ntot)++;
+    }
+    tot[i].bytes += bytes;
+    tot[i].tensors++;
+}
+
+/* The tensor table and group totals; returns the number of tensors that are not "ok". */
+static int print_tensors(hid_t fid, const name_list *l)
+{
+    int width = 12, bad = 0, ntot = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if ((int)strlen(l->names[i]) > width) width = (int)strlen(l->names[i]);
+    group_total tot[64];
+    float *buf = NULL;
+    size_t cap = 0;
+    printf("\n%-*s  %-22s %12s  %s\n", width, "tensor", "shape", "numel", "checksum");
+    for (size_t i = 0; i < l->n; i++) {
+        int nd = 0;
+        int64_t shape[H5S_MAX_RANK], bytes = 0;
+        const char *status = check_one(fid, l->names[i], &buf, &cap, &nd, shape, &bytes);
+        char ss[128] = "?";
+        if (nd >= 0) ckpt_shape_str(ss, sizeof ss, nd, shape);
+        printf("%-*s  %-22s %12" PRId64 "  %s\n", width, l->names[i], ss, bytes / 4, status);
+        bad += strcmp(status, "ok") != 0;
+        add_total(tot, &ntot, 64, l->names[i], bytes);
+    }
+    free(buf);
+    printf("\n%-24s %8s %16s\n", "group", "tensors", "bytes");
+    int64_t all = 0;
+    for (int i = 0; i < ntot; i++) {
+        printf("%-24s %8" PRId64 " %16" PRId64 "  (%.1f MB)\n", tot[i].name[0] ? tot[i].name : "/",
+               tot[i].tensors, tot[i].bytes, tot[i].bytes / 1e6);
+        all += tot[i].bytes;
+    }
+    printf("%-24s %8zu %16" PRId64 "  (%.1f MB)\n", "total", l->n, all, all / 1e6);
+    return bad;
+}
+
+static void print_state(const char *path, const ckpt_state *s)
+{
+    printf("checkpoint     %s\n", path);
+    printf("format         %s v%d, per-tensor crc32c\n", CKPT_MAGIC, CKPT_FORMAT_VERSION);
+    printf("step           %" PRId64 "\n", s->step);
+    printf("tokens_seen    %" PRId64 "\n", s->tokens_seen);
+    printf("sample_cursor  %" PRId64 "   epoch %" PRId64 "\n", s->sample_cursor, s->epoch);
+    printf("seed           %" PRIu64 "   rng_counter %" PRIu64 "   lr %.6g\n", s->seed, s->rng_counter, s->lr);
+    printf("saved by       world_size %d, zero stage %d, backend %s\n", s->world_size, s->zero_stage,
+           s->backend[0] ? s->backend : "?");
+    printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");
+    printf("job_config     %zu bytes of JSON\n", strlen(s->job_config_json));
+}
+
+int ckpt_print_info(const char *file)
+{
+    char path[CKPT_PATH_MAX];
+    if (ckpt_resolve(file, path, sizeof path)) return -1;
+    ckpt_reader *r = ckpt_open(path);
+    if (!r) return -1;
+    ckpt_state s;
+    if (ckpt_read_state(r, &s)) {
+        ckpt_close(r);
+        return -1;
+    }
+    print_state(path, &s);
+    ckpt_state_free(&s);
+    name_list l = {0};
+    int rc = list_datasets(r->fid, &l);
+    if (rc) {
+        loom_fail("%s: cannot list the tensors%s", path, l.oom ? " (out of memory)" : "");
+    } else {
+        int bad = print_tensors(r->fid, &l);
+        printf("\n%s\n", bad ? "STATUS: CORRUPT" : "STATUS: ok");
+        if (bad) rc = loom_fail("%s: %d tensor(s) failed their checksum", path, bad);
+    }
+    list_free(&l);
+    ckpt_close(r);
+    fflush(stdout);
+    return rc;
+}

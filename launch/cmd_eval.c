@@ -1,0 +1,36 @@
+/* cmd_eval.c: `loom eval JOB.json [--ckpt PATH]`: validation loss and tool-call accuracy of a
+ * fine-tuned checkpoint (or, without --ckpt, of the base model the job starts from). */
+#include <stdio.h>
+
+#include "core/evaluate.h"
+#include "core/log.h"
+#include "core/session.h"
+#include "core/sft_data.h"
+#include "launch/cli.h"
+
+int cmd_eval(int argc, char **argv)
+{
+    cli_job a;
+    job_config cfg;
+    if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg)) return cli_fail();
+    comm *c = cli_comm(&cfg, &argc, &argv);
+    if (!c) return cli_fail();
+    sft_data d;
+    data_config dc = cfg.data;
+    if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
+    if (sft_data_load(&d, &dc, cfg.train.seed)) return cli_job_failed(c);
+    session *s = session_open(&cfg, c, SESSION_INFER, 1, d.T);
+    double loss = 0, acc = 0, names = 0;
+    int rc = s ? session_init_or_resume(s, a.ckpt) : -1;
+    if (rc == 0) rc = evaluate_loss(s, &d, &loss);
+    if (rc == 0) rc = evaluate_accuracy(s, &d, &acc, &names);
+    if (rc == 0)
+        log_info("eval %s: %d held-out examples | val loss %.4f | tool-call exact match %.1f%% | "
+                 "right tool names %.1f%%", a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss,
+                 100.0 * acc, 100.0 * names);
+    session_close(s);
+    sft_data_free(&d);
+    if (rc) return cli_job_failed(c);
+    comm_destroy(c);
+    return 0;
+}

@@ -1,0 +1,177 @@
+/* test_cpu_dense.c: CPU backend dense ops against double references: matmul (all transposes,
+ * beta 0/1), add, axpy, scale, fill, copies, sumsq, bias add/backward, AdamW over several steps,
+ * memory and events. Never compares against the backend itself except for exact copies. */
+#include "cpu_test.h"
+
+static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
+                       int tB, double alpha, double beta)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++)
+                s +=
+                    (double)(tA ? A[k * M + i] : A[i * K + k]) * (tB ? B[j * K + k] : B[k * N + j]);
+            C[i * N + j] = alpha * s + (beta != 0.0 ? beta * C[i * N + j] : 0.0);
+        }
+}
+
+static void test_matmul(backend *be, int M, int N, int K)
+{
+    float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
+    double *want = malloc((size_t)M * N * sizeof(double));
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++)
+            for (int beta = 0; beta < 2; beta++) {
+                float *C = fcopy(C0, (size_t)M * N);
+                if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
+                    for (int i = 0; i < M * N; i++) C[i] = NAN;
+                for (int i = 0; i < M * N; i++) want[i] = C0[i];
+                ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
+                be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+                char name[80];
+                snprintf(name, sizeof name, "matmul %dx%dx%d tA=%d tB=%d beta=%d", M, N, K, tA, tB,
+                         beta);
+                check_close(name, C, want, (size_t)M * N, 2e-6);
+                free(C);
+            }
+    free(A);
+    free(B);
+    free(C0);
+    free(want);
+}
+
+static void test_vector_ops(backend *be, size_t n)
+{
+    float *a = frand(n, 2), *b = frand(n, 2), *out = frand(n, 1), *y = frand(n, 1);
+    double *want = malloc(n * sizeof(double));
+    char name[80];
+    be->ops->add(be, out, a, b, n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + b[i];
+    snprintf(name, sizeof name, "add n=%zu", n);
+    check_close(name, out, want, n, 1e-7);
+    for (size_t i = 0; i < n; i++) want[i] = y[i] + 0.3 * (double)a[i];
+    be->ops->axpy(be, y, 0.3f, a, n);
+    snprintf(name, sizeof name, "axpy n=%zu", n);
+    check_close(name, y, want, n, 1e-7);
+    for (size_t i = 0; i < n; i++) want[i] = -1.7 * (double)y[i];
+    be->ops->scale(be, y, -1.7f, n);
+    snprintf(name, sizeof name, "scale n=%zu", n);
+    check_close(name, y, want, n, 1e-7);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)a[i] * a[i];
+    double got = be->ops->sumsq(be, a, n);
+    int ok = fabs(got - ss) <= 1e-12 * ss;
+    printf("%s sumsq n=%zu %.15g vs %.15g\n", ok ? "ok  " : "FAIL", n, got, ss);
+    g_fail += !ok;
+    a[n / 2] = NAN;
+    ok = isnan(be->ops->sumsq(be, a, n));
+    printf("%s sumsq propagates NaN\n", ok ? "ok  " : "FAIL");
+    g_fail += !ok;
+    be->ops->fill(be, out, 2.5f, n);
+    for (size_t i = 0; i < n; i++) b[i] = 2.5f;
+    check_equal("fill", out, b, n);
+    float *dev = be->ops->alloc(be, n * sizeof(float)), *back = frand(n, 1);
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) zeros += dev[i] == 0.0f;
+    printf("%s alloc zero-filled\n", zeros == n ? "ok  " : "FAIL");
+    g_fail += zeros != n;
+    be->ops->copy_h2d(be, dev, y, n * sizeof(float));
+    be->ops->copy_d2d(be, out, dev, n * sizeof(float));
+    be->ops->copy_d2h(be, back, out, n * sizeof(float));
+    check_equal("copy h2d, d2d, d2h", back, y, n);
+    be->ops->free(be, dev);
+    free(a), free(b), free(out), free(y), free(back), free(want);
+}
+
+typedef struct {
+    double *base, *bias, *w;
+    int N, C;
+} bias_ctx;
+
+static double bias_f(void *p)
+{
+    bias_ctx *c = p;
+    double s = 0.0;
+    for (int n = 0; n < c->N; n++)
+        for (int j = 0; j < c->C; j++)
+            s += c->w[n * c->C + j] * (c->base[n * c->C + j] + c->bias[j]);
+    return s;
+}
+
+static void test_bias(backend *be, int N, int C)
+{
+    size_t nc = (size_t)N * C;
+    float *out = frand(nc, 1), *bias = frand((size_t)C, 1), *w = frand(nc, 1);
+    float *db0 = frand((size_t)C, 1), *db = fcopy(db0, (size_t)C);
+    bias_ctx ctx = {todbl(out, nc), todbl(bias, (size_t)C), todbl(w, nc), N, C};
+    double *want = malloc(nc * sizeof(double));
+    for (size_t i = 0; i < nc; i++) want[i] = ctx.base[i] + ctx.bias[i % C];
+    be->ops->bias_add(be, out, bias, N, C);
+    char name[80];
+    snprintf(name, sizeof name, "bias_add N=%d C=%d", N, C);
+    check_close(name, out, want, nc, 1e-7);
+    be->ops->bias_backward(be, db, w, N, C);
+    snprintf(name, sizeof name, "bias_backward N=%d C=%d (+=)", N, C);
+    check_grad(name, bias_f, &ctx, ctx.bias, (size_t)C, db, db0, 0, 1e-5);
+    free(out), free(bias), free(w), free(db0), free(db), free(want);
+    free(ctx.base), free(ctx.bias), free(ctx.w);
+}
+
+static void test_adamw(backend *be, size_t n)
+{
+    float *p = frand(n, 1), *m = calloc(n, sizeof(float)), *v = calloc(n, sizeof(float));
+    double *pd = todbl(p, n), *md = calloc(n, sizeof(double)), *vd = calloc(n, sizeof(double));
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+    for (int t = 1; t <= 5; t++) {
+        float *g = frand(n, 3);
+        be->ops->adamw(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
+                       (float)gs);
+        for (size_t i = 0; i < n; i++) {
+            double gi = g[i] * gs;
+            md[i] = b1 * md[i] + (1 - b1) * gi;
+            vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+            double mh = md[i] / (1 - pow(b1, t)), vh = vd[i] / (1 - pow(b2, t));
+            pd[i] -= lr * (mh / (sqrt(vh) + eps) + wd * pd[i]);
+        }
+        free(g);
+    }
+    char name[80];
+    snprintf(name, sizeof name, "adamw 5 steps n=%zu param", n);
+    check_close(name, p, pd, n, 2e-6);
+    check_close("adamw m", m, md, n, 2e-6);
+    check_close("adamw v", v, vd, n, 2e-6);
+    free(p), free(m), free(v), free(pd), free(md), free(vd);
+}
+
+static void test_events(backend *be)
+{
+    backend_event *ev = be->ops->event_create(be);
+    be->ops->event_record(be, ev);
+    be->ops->event_sync(be, ev);
+    be->ops->event_destroy(be, ev);
+    be->ops->sync(be);
+    int ok = ev != NULL && be->ops->native_stream(be, 0) == NULL &&
+             be->ops->native_stream(be, 1) == NULL;
+    printf("%s events and streams\n", ok ? "ok  " : "FAIL");
+    g_fail += !ok;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    cpu_blas_ensure_fast_kernel(argv);
+    backend *be = test_backend(2);
+    test_matmul(be, 37, 53, 29);
+    test_matmul(be, 130, 70, 90);
+    test_matmul(be, 1, 5, 3);
+    test_vector_ops(be, 1001);
+    test_vector_ops(be, 100003);
+    test_bias(be, 7, 13);
+    test_bias(be, 300, 200);
+    test_adamw(be, 1001);
+    test_adamw(be, 70001);
+    test_events(be);
+    be->ops->destroy(be);
+    return test_finish("test_cpu_dense");
+}

@@ -1,0 +1,60 @@
+/* test_cpu_registry.c: the registry offers cpu, backend_select picks it by name, by LOOM_BACKEND
+ * and by auto-detection, rejects an unknown name with a message naming it; the created backend
+ * describes itself and measures a peak FLOP/s (or takes LOOM_CPU_PEAK_GFLOPS). */
+#include <unistd.h>
+
+#include "cpu_test.h"
+
+static void expect(int ok, const char *what)
+{
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+    g_fail += !ok;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    cpu_blas_ensure_fast_kernel(argv);
+    log_set_quiet(1);
+    unsetenv("LOOM_BACKEND");
+    unsetenv("LOOM_CPU_PEAK_GFLOPS");
+    int n = 0, has_cpu = 0;
+    const backend_entry *e = backend_registry(&n);
+    for (int i = 0; i < n; i++) has_cpu |= strcmp(e[i].name, "cpu") == 0;
+    expect(has_cpu, "registry lists cpu");
+
+    backend_config cfg = {0, 0, BACKEND_FP32, 1};
+    char why[256] = "";
+    backend *be = backend_select("cpu", &cfg, why, sizeof why);
+    expect(be && strcmp(be->ops->name, "cpu") == 0 && strstr(why, "--backend"),
+           "select --backend cpu");
+    if (be) {
+        printf("     %s, peak %.1f GFLOP/s, why: %s\n", be->description, be->peak_flops / 1e9, why);
+        expect(strncmp(be->description, "cpu (", 5) == 0 && strstr(be->description, "thread"),
+               "description names the BLAS kernel and threads");
+        expect(be->peak_flops > 1e9, "calibrated peak above 1 GFLOP/s");
+        expect(be->cfg.threads == (int)sysconf(_SC_NPROCESSORS_ONLN), "threads 0 = online CPUs");
+    }
+    backend_destroy(be);
+
+    be = backend_select("no-such-backend", &cfg, why, sizeof why);
+    expect(!be && strstr(loom_error(), "no-such-backend") && strstr(loom_error(), "cpu"),
+           "unknown name rejected, message names it and the choices");
+    printf("     message: %s\n", loom_error());
+
+    setenv("LOOM_BACKEND", "cpu", 1);
+    setenv("LOOM_CPU_PEAK_GFLOPS", "123.5", 1);
+    cfg.threads = 1;
+    be = backend_select(NULL, &cfg, why, sizeof why);
+    expect(be && strstr(why, "LOOM_BACKEND") && fabs(be->peak_flops - 123.5e9) < 1.0 &&
+               strstr(be->description, "1 thread)"),
+           "LOOM_BACKEND=cpu, LOOM_CPU_PEAK_GFLOPS override, 1 thread");
+    backend_destroy(be);
+
+    unsetenv("LOOM_BACKEND");
+    be = backend_select("", &cfg, why, sizeof why);
+    expect(be != NULL, "auto-detection finds a backend");
+    if (be) printf("     auto picked %s (%s)\n", be->ops->name, why);
+    backend_destroy(be);
+    return test_finish("test_cpu_registry");
+}
