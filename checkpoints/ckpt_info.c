@@ -17,16 +17,8 @@ typedef struct name_list {
     int oom;
 } name_list;
 
-/* Collect every dataset path (groups are walked through, not listed). */
-static herr_t collect_dataset(hid_t loc, const char *name, const H5L_info_t *info, void *data)
+static int list_add(name_list *l, const char *name)
 {
-    name_list *l = data;
-    if (info->type != H5L_TYPE_HARD) return 0;
-    hid_t obj = H5Oopen(loc, name, H5P_DEFAULT);
-    if (obj < 0) return 0;
-    int is_dset = H5Iget_type(obj) == H5I_DATASET;
-    H5Oclose(obj);
-    if (!is_dset) return 0;
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 256;
         char **grown = realloc(l->names, cap * sizeof *grown);
@@ -37,6 +29,31 @@ static herr_t collect_dataset(hid_t loc, const char *name, const H5L_info_t *inf
     if (!(l->names[l->n] = strdup(name))) return l->oom = 1, -1;
     l->n++;
     return 0;
+}
+
+/* Collect every dataset path under group `path` ("" = the root), link by link. An explicit
+ * index walk rather than H5Lvisit: HDF5 1.10's H5Lvisit crashes (frees a bad pointer) on a file
+ * whose link names are damaged, where this walk gets an error it can report. */
+static int walk_group(hid_t fid, const char *path, H5_index_t idx, name_list *l, int depth)
+{
+    hid_t g = H5Gopen2(fid, path[0] ? path : "/", H5P_DEFAULT);
+    if (g < 0 || depth > 8) return g < 0 ? -1 : (H5Gclose(g), -1);
+    H5G_info_t gi;
+    int rc = H5Gget_info(g, &gi) < 0 ? -1 : 0;
+    for (hsize_t i = 0; rc == 0 && i < gi.nlinks; i++) {
+        char name[512], full[1100];
+        ssize_t len = H5Lget_name_by_idx(g, ".", idx, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT);
+        if (len < 0 || (size_t)len >= sizeof name) { rc = -1; break; }
+        snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "/" : "", name);
+        hid_t obj = H5Oopen(fid, full, H5P_DEFAULT);
+        if (obj < 0) continue; /* reported later as a missing tensor, if it is one */
+        H5I_type_t type = H5Iget_type(obj);
+        H5Oclose(obj);
+        if (type == H5I_DATASET) rc = list_add(l, full);
+        else if (type == H5I_GROUP) rc = walk_group(fid, full, idx, l, depth + 1);
+    }
+    H5Gclose(g);
+    return rc;
 }
 
 static void list_free(name_list *l)
@@ -50,9 +67,9 @@ static void list_free(name_list *l)
  * other tools may lack that index, so fall back to name order. */
 static int list_datasets(hid_t fid, name_list *l)
 {
-    if (H5Lvisit(fid, H5_INDEX_CRT_ORDER, H5_ITER_INC, collect_dataset, l) >= 0) return 0;
+    if (walk_group(fid, "", H5_INDEX_CRT_ORDER, l, 0) == 0) return 0;
     list_free(l);
-    return H5Lvisit(fid, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, l) >= 0 ? 0 : -1;
+    return walk_group(fid, "", H5_INDEX_NAME, l, 0);
 }
 
 typedef struct group_total {

@@ -112,8 +112,8 @@
       "CPU threads per rank; 0 = cores / ranks on the node.") \
     X("checkpoint.dir", CFG_STRING, checkpoint.dir, "\"\"", ANY, \
       "Checkpoint folder; `\"\"` = `<out>/ckpt`.") \
-    X("checkpoint.every", CFG_INT, checkpoint.every, "0", NONNEG, \
-      "Save every N steps; 0 = only at the end.") \
+    X("checkpoint.every", CFG_INT, checkpoint.every, "0", RANGE(-1, HUGE_VAL), \
+      "Save every N steps; 0 = only at the end; -1 = never.") \
     X("checkpoint.keep", CFG_INT, checkpoint.keep, "3", POS, \
       "Keep the newest N checkpoints; older ones are deleted once a new one is complete.") \
     X("checkpoint.on_error", CFG_STRING, checkpoint.on_error, "\"stop\"", \

@@ -112,7 +112,7 @@ static int session_check_model(const session *s, const char *file, const char *j
         return loom_fail("%s: unreadable model config: %s", file, loom_error());
     const char *field = config_model_diff(&saved, &s->cfg->model);
     if (field)
-        return loom_fail("%s: checkpoint model differs from the job's in field 'model.%s'", file, field);
+        return loom_fail("%s: checkpoint model differs from the job's in field '%s'", file, field);
     return 0;
 }
 

@@ -84,6 +84,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     double targets = trainer_global_targets(t, step);
     double stats[2] = {0.0, 0.0}; /* loss sum, real tokens */
     if (dp_begin_step(s->dp)) return -1;
+    fault_poison_step(s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
     for (int k = 0; k < t->accum; k++) {
         stats[1] += (double)trainer_fill_batch(t, step, k);
         model_set_batch(s->model, t->tokens, t->targets);

@@ -1,14 +1,17 @@
-/* cmd_ckpt.c: `loom ckpt info FILE_OR_DIR`. */
+/* cmd_ckpt.c: `loom ckpt info FILE_OR_DIR` and `loom ckpt merge BASE ADAPTER OUT_DIR`. */
 #include <stdio.h>
 #include <string.h>
 
 #include "checkpoints/ckpt.h"
+#include "core/export.h"
 #include "launch/cli.h"
 
 int cmd_ckpt(int argc, char **argv)
 {
-    if (argc < 4 || strcmp(argv[2], "info") != 0) {
-        fprintf(stderr, "usage: loom ckpt info FILE_OR_DIR\n");
+    if (argc == 6 && strcmp(argv[2], "merge") == 0)
+        return export_merge_lora(argv[3], argv[4], argv[5]) ? cli_fail() : 0;
+    if (argc != 4 || strcmp(argv[2], "info") != 0) {
+        fprintf(stderr, "usage: loom ckpt info FILE_OR_DIR | loom ckpt merge BASE ADAPTER OUT_DIR\n");
         return 2;
     }
     char file[1024];

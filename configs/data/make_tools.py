@@ -192,20 +192,23 @@ def rendered_len(rec):
     return n + 1 + len(compact(rec["answers"]).encode()) + 1
 
 
+MAX_TOKENS = 256  # rendered length cap, so every example fits one 256-token row
+
+
 def main():
     r = random.Random(SEED)
     seen, out = set(), []
     while len(out) < N_EXAMPLES:
         rec = example(r)
-        if len(rec["tools"]) < 2:
-            continue
+        if len(rec["tools"]) < 2 or rendered_len(rec) > MAX_TOKENS:
+            continue  # the demo trains at a 256-token window: longer examples are left out
         key = (rec["query"].lower().rstrip(".?!"), frozenset(t["name"] for t in rec["tools"]))
         if key in seen:
             continue
         seen.add(key)
         out.append(rec)
     lens = sorted(rendered_len(x) for x in out)
-    assert lens[-1] <= 512, lens[-1]
+    assert lens[-1] <= MAX_TOKENS, lens[-1]
     with open(OUT, "w", encoding="utf-8") as f:
         for rec in out:
             f.write(compact(rec) + "\n")

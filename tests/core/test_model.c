@@ -13,17 +13,7 @@
 #include "core/optim.h"
 #include "core/rng.h"
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (!(cond)) {                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);    \
-            printf(__VA_ARGS__);                           \
-            printf("\n");                                  \
-            failures++;                                    \
-        }                                                  \
-    } while (0)
+#include "tests/check.h"
 
 static backend *cpu(void)
 {
@@ -66,6 +56,36 @@ static double loss_of(model *m)
 static float get1(model *m, float *p) { float v; m->be->ops->copy_d2h(m->be, &v, p, sizeof v); return v; }
 static void set1(model *m, float *p, float v) { m->be->ops->copy_h2d(m->be, p, &v, sizeof v); }
 
+/* Compare the analytic gradient `grad` (of the loss sum, on the trainable array) with central
+ * differences at `samples` sampled elements of every tensor. Returns the worst error, measured
+ * relative to the tensor's largest gradient (fp32 noise scales with it); the floor covers tensors
+ * whose true gradient is 0, e.g. the key bias (softmax is shift-invariant). */
+static double fd_check(model *m, const float *grad, int samples, uint64_t seed, const char *what,
+                       const char **worst_name)
+{
+    double worst = 0.0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        double gmax = 0.0;
+        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(grad[t->offset + j]));
+        for (int s = 0; s < samples; s++) {
+            size_t j = t->offset + rng_u64(seed + (uint64_t)i, (uint64_t)s) % t->numel;
+            float *p = m->params + j, x = get1(m, p), h = 1e-2f;
+            set1(m, p, x + h);
+            double lp = loss_of(m);
+            set1(m, p, x - h);
+            double lm = loss_of(m);
+            set1(m, p, x);
+            double fd = (lp - lm) / (2.0 * h);
+            double err = fabs(fd - grad[j]) / fmax(gmax, 1e-2);
+            if (err > worst) { worst = err; if (worst_name) *worst_name = t->name; }
+            CHECK(err < 2e-2, "%s %s[%zu]: analytic %.6g vs finite difference %.6g (err %.3g)", what,
+                  t->name, j - t->offset, grad[j], fd, err);
+        }
+    }
+    return worst;
+}
+
 /* Analytic vs central-difference gradient of sampled elements of every tensor. */
 static void check_gradients(int llama)
 {
@@ -88,29 +108,8 @@ static void check_gradients(int llama)
     be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
     CHECK(isfinite(base) && base > 0, "loss %g", base);
 
-    double worst = 0.0;
     const char *worst_name = "";
-    for (int i = 0; i < m->ntensors; i++) {
-        const model_tensor *t = &m->tensors[i];
-        double gmax = 0.0;
-        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(grad[t->offset + j]));
-        for (int s = 0; s < 6; s++) {
-            size_t j = t->offset + rng_u64(99 + (uint64_t)i, (uint64_t)s) % t->numel;
-            float *p = m->params + j, x = get1(m, p), h = 1e-2f;
-            set1(m, p, x + h);
-            double lp = loss_of(m);
-            set1(m, p, x - h);
-            double lm = loss_of(m);
-            set1(m, p, x);
-            double fd = (lp - lm) / (2.0 * h);
-            /* error relative to the tensor's largest gradient (fp32 noise scales with it); the floor
-             * covers tensors whose true gradient is 0, e.g. the key bias (softmax is shift-invariant) */
-            double err = fabs(fd - grad[j]) / fmax(gmax, 1e-2);
-            if (err > worst) { worst = err; worst_name = t->name; }
-            CHECK(err < 2e-2, "%s %s[%zu]: analytic %.6g vs finite difference %.6g (err %.3g)",
-                  llama ? "llama" : "gpt2", t->name, j - t->offset, grad[j], fd, err);
-        }
-    }
+    double worst = fd_check(m, grad, 6, 99, llama ? "llama" : "gpt2", &worst_name);
     printf("gradient check (%s): %d tensors, worst relative error %.2e in %s\n",
            llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
            worst, worst_name);
@@ -191,24 +190,7 @@ static void check_lora(void)
     model_backward(m);
     float *grad = malloc(m->nparams * sizeof(float));
     be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
-    double worst = 0;
-    for (int i = 0; i < m->ntensors; i++) {
-        const model_tensor *t = &m->tensors[i];
-        double gmax = 0;
-        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(grad[t->offset + j]));
-        for (int s = 0; s < 4; s++) {
-            size_t j = t->offset + rng_u64(3 + (uint64_t)i, (uint64_t)s) % t->numel;
-            float *p = m->params + j, x = get1(m, p), h = 1e-2f;
-            set1(m, p, x + h);
-            double lp = loss_of(m);
-            set1(m, p, x - h);
-            double lm = loss_of(m);
-            set1(m, p, x);
-            double err = fabs((lp - lm) / (2.0 * h) - grad[j]) / fmax(gmax, 1e-2);
-            worst = fmax(worst, err);
-            CHECK(err < 2e-2, "LoRA %s: analytic %.6g vs finite difference %.6g", t->name, grad[j], (lp - lm) / (2.0 * h));
-        }
-    }
+    double worst = fd_check(m, grad, 4, 3, "LoRA", NULL);
     printf("LoRA: B = 0 equals base bitwise; adapter gradients worst relative error %.2e\n", worst);
 
     /* merge: the base with s B A folded in gives the adapted model's loss */

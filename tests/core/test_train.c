@@ -14,16 +14,7 @@
 #include "core/train.h"
 #include "parallel/comm.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                              \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                               \
-            printf(__VA_ARGS__);                                                      \
-            printf("\n");                                                             \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
+#include "tests/check.h"
 
 static void tiny_job(job_config *cfg, const char *out)
 {

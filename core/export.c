@@ -1,0 +1,85 @@
+/* export.c: LoRA merge (see export.h). Works on host arrays through ckpt.h and the model's tensor
+ * tables; the CPU backend only hosts the (tiny, 1-token) model object that owns those tables. */
+#include "export.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "checkpoints/ckpt.h"
+#include "core/config.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/model.h"
+
+static ckpt_tensor *export_table(const model_tensor *mt, int n)
+{
+    ckpt_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+    for (int i = 0; t && i < n; i++) {
+        t[i].name = mt[i].name;
+        t[i].ndim = mt[i].ndim;
+        t[i].shape[0] = mt[i].shape[0];
+        t[i].shape[1] = mt[i].shape[1];
+        t[i].offset = mt[i].offset;
+    }
+    return t;
+}
+
+/* Open `path` (file or dir), read its state and the group `grp` laid out as (mt, n). */
+static int export_read(const char *path, const char *grp, const model_tensor *mt, int n, float *host,
+                       ckpt_state *st)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    int rc = ckpt_read_state(r, st);
+    if (rc == 0 && !ckpt_has_group(r, grp)) rc = loom_fail("%s: no /%s group (not a %s checkpoint)", file, grp, grp);
+    ckpt_tensor *t = export_table(mt, n);
+    ckpt_group g = {grp, t, n, host};
+    if (rc == 0) rc = t ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
+    free(t);
+    ckpt_close(r);
+    return rc;
+}
+
+int export_merge_lora(const char *base, const char *adapter, const char *out_dir)
+{
+    job_config cfg;
+    ckpt_state ast = {0}, bst = {0};
+    model *m = NULL;
+    backend *be = NULL;
+    float *bh = NULL, *ah = NULL;
+    char file[1024];
+    int rc = ckpt_resolve(adapter, file, sizeof file);
+    ckpt_reader *r = rc == 0 ? ckpt_open(file) : NULL;
+    rc = r ? ckpt_read_state(r, &ast) : -1;
+    if (r) ckpt_close(r);
+    if (rc == 0 && config_load_string(&cfg, ast.job_config_json, file, NULL, 0)) rc = -1;
+    lora_spec ls;
+    if (rc == 0 && strcmp(cfg.finetune.method, "lora") != 0) rc = loom_fail("%s: not a LoRA fine-tune (finetune.method '%s')", file, cfg.finetune.method);
+    if (rc == 0) rc = lora_spec_from_config(&cfg.finetune, &cfg.model, &ls);
+    backend_config bc = {.threads = 1};
+    if (rc == 0 && !(be = backend_select("cpu", &bc, NULL, 0))) rc = -1;
+    if (rc == 0 && !(m = model_create(&cfg.model, be, 1, 1, 0, 0, 0, &ls))) rc = -1;
+    if (rc == 0 && (!(bh = malloc(m->nbase_params * sizeof(float))) || !(ah = malloc(m->nparams * sizeof(float)))))
+        rc = loom_fail("out of host memory");
+    if (rc == 0) rc = export_read(base, "model", m->base_tensors, m->nbase, bh, &bst);
+    if (rc == 0) rc = export_read(adapter, "lora", m->tensors, m->ntensors, ah, &ast);
+    if (rc == 0) rc = model_lora_merge(m, bh, ah);
+    if (rc == 0) {
+        ckpt_tensor *t = export_table(m->base_tensors, m->nbase);
+        ckpt_group g = {"model", t, m->nbase, bh};
+        ckpt_state out = ast; /* step, seeds, configs of the fine-tune: the merged model's history */
+        rc = t ? ckpt_save(out_dir, &out, &g, 1, 0) : loom_fail("out of host memory");
+        free(t);
+    }
+    if (rc == 0) log_info("merged %s + %s (LoRA rank %d, scale %g) into %s", base, adapter, ls.rank, m->lora_scale, out_dir);
+    free(bh);
+    free(ah);
+    model_destroy(m);
+    backend_destroy(be);
+    ckpt_state_free(&ast);
+    ckpt_state_free(&bst);
+    return rc;
+}
