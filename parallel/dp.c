@@ -102,15 +102,18 @@ static int dp_plan_buckets(dp *d, size_t bucket_bytes)
     if (!d->bucket_of || !d->bucket_pending || !d->bucket_first || !d->bucket_last || !d->breq)
         return loom_fail("dp: out of host memory");
     size_t acc = 0;
+    int open = 0; /* a bucket is being filled (regions may be empty: LoRA's embedding and head) */
     d->nbuckets = 0;
     for (int r = d->R - 1; r >= 0; r--) {
-        if (acc == 0) d->bucket_last[d->nbuckets] = r; /* buckets run from high to low regions */
+        if (!open) d->bucket_last[d->nbuckets] = r; /* buckets run from high to low regions */
+        open = 1;
         d->bucket_of[r] = d->nbuckets;
         d->bucket_first[d->nbuckets] = r;
         acc += d->reg_len[r] * sizeof(float);
         if (acc >= bucket_bytes || r == 0) {
             d->nbuckets++;
             acc = 0;
+            open = 0;
         }
     }
     return 0;
