@@ -1,7 +1,8 @@
 /* comm_nccl.c: the comm.h transport over NCCL, for device buffers of the cuda backend.
  * Bootstraps over the MPI transport (rank, size, local rank, the ncclUniqueId broadcast) and keeps
- * it for the host-side operations (allreduce_host, barrier, abort). Collectives are enqueued on the
- * backend's communication stream and finished by polling an event against a deadline. It must
+ * it for the host-side operations (allreduce_host, barrier, abort). Collectives run on the
+ * backend's communication stream (or an own stream when none is given), each ordered after all
+ * compute issued before it, and are finished by polling an event against a deadline. It must
  * never wait on NCCL without a deadline and never hand NCCL a host pointer. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -32,7 +33,9 @@ struct comm_request {
 typedef struct nccl_impl {
     comm *mpi;           /* the bootstrap transport; does the host-side operations */
     ncclComm_t nc;       /* NULL once aborted */
-    cudaStream_t stream; /* the backend's communication stream */
+    cudaStream_t stream; /* the backend's communication stream, or our own */
+    int own_stream;      /* 1: we created stream (no native stream was given) */
+    cudaEvent_t order;   /* recorded on the legacy default stream before each collective */
     int device;
     comm_request *spare; /* recycled requests */
 } nccl_impl;
@@ -135,8 +138,30 @@ static void nccl_request_put(comm *c, comm_request *r)
     n->spare = r;
 }
 
-/* Waits for r's event. On error or timeout the communicator is aborted and r leaked (the job is
- * unusable; the caller aborts). */
+/* 1 if r has completed, 0 if not yet, -1 (communicator aborted) if it or NCCL failed. */
+static int nccl_poll(comm *c, comm_request *r)
+{
+    nccl_impl *n = c->impl;
+    cudaError_t e = cudaEventQuery(r->ev);
+    if (e == cudaSuccess) return 1;
+    if (e != cudaErrorNotReady) {
+        loom_fail("comm: nccl %s of %zu %s failed on rank %d: %s", r->what, r->count, r->unit,
+                  c->rank, cudaGetErrorString(e));
+        nccl_kill(c);
+        return -1;
+    }
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(n->nc, &async) == ncclSuccess && async != ncclSuccess &&
+        async != ncclInProgress) {
+        nccl_fail(c, async, r->what);
+        nccl_kill(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for r's event against the deadline. On error or timeout the communicator is aborted and
+ * r leaked (the job is unusable; the caller aborts). */
 static int nccl_wait(comm *c, comm_request *r)
 {
     nccl_impl *n = c->impl;
@@ -146,21 +171,9 @@ static int nccl_wait(comm *c, comm_request *r)
         return loom_fail("comm: nccl %s wait on rank %d after the communicator was aborted",
                          r->what, c->rank);
     for (;;) {
-        cudaError_t e = cudaEventQuery(r->ev);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) {
-            loom_fail("comm: nccl %s of %zu %s failed on rank %d: %s", r->what, r->count, r->unit,
-                      c->rank, cudaGetErrorString(e));
-            nccl_kill(c);
-            return -1;
-        }
-        ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(n->nc, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
-            nccl_fail(c, async, r->what);
-            nccl_kill(c);
-            return -1;
-        }
+        int done = nccl_poll(c, r);
+        if (done < 0) return -1;
+        if (done) break;
         double waited = nccl_now() - start;
         if (c->timeout_s > 0 && waited > c->timeout_s) {
             loom_fail("comm: nccl %s of %zu %s timed out after %g s on rank %d (a peer is dead or "
@@ -172,6 +185,34 @@ static int nccl_wait(comm *c, comm_request *r)
         nccl_pause(waited, &sleep_ns);
     }
     nccl_request_put(c, r);
+    return 0;
+}
+
+/* comm.h test: NCCL progresses on its own, so this only looks (comm_wait still frees r). */
+static int nccl_test(comm *c, comm_request *r)
+{
+    nccl_impl *n = c->impl;
+    if (!r) return 1;
+    if (!n->nc)
+        return loom_fail("comm: nccl %s test on rank %d after the communicator was aborted",
+                         r->what, c->rank);
+    return nccl_poll(c, r);
+}
+
+/* Order the next collective after every kernel and copy issued so far on the device's blocking
+ * streams: an event recorded on the legacy default stream completes only after all earlier work
+ * of blocking streams (the cuda backend's compute stream is one), and our stream waits for it.
+ * Later compute does not wait for the collective (our stream is non-blocking): overlap stays. */
+static int nccl_order(comm *c, const char *what)
+{
+    nccl_impl *n = c->impl;
+    if (!n->nc)
+        return loom_fail("comm: nccl %s on rank %d after the communicator was aborted", what, c->rank);
+    cudaError_t e = cudaEventRecord(n->order, cudaStreamLegacy);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(n->stream, n->order, 0);
+    if (e != cudaSuccess)
+        return loom_fail("comm: cannot order the nccl %s after compute on rank %d: %s", what,
+                         c->rank, cudaGetErrorString(e));
     return 0;
 }
 
@@ -196,18 +237,15 @@ static int nccl_finish(comm *c, ncclResult_t rc, const char *what, size_t count,
     return nccl_wait(c, r);
 }
 
-/* 0 if the communicator is usable and count > 0; 1 if there is nothing to do (req = NULL: a
- * finished request); -1 if it was aborted. */
+/* 0 if the communicator is usable, count > 0 and the collective is ordered after compute; 1 if
+ * there is nothing to do (req = NULL: a finished request); -1 on failure. */
 static int nccl_ready(comm *c, size_t count, const char *what, comm_request **req)
 {
-    nccl_impl *n = c->impl;
-    if (!n->nc)
-        return loom_fail("comm: nccl %s on rank %d after the communicator was aborted", what, c->rank);
     if (count == 0) {
         if (req) *req = NULL;
         return 1;
     }
-    return 0;
+    return nccl_order(c, what);
 }
 
 static ncclRedOp_t nccl_op(comm_op op) { return op == COMM_AVG ? ncclAvg : ncclSum; }
@@ -290,6 +328,8 @@ static void nccl_destroy(comm *c)
         cudaEventDestroy(r->ev);
         free(r);
     }
+    if (n->order) cudaEventDestroy(n->order);
+    if (n->own_stream) cudaStreamDestroy(n->stream);
     comm_destroy(n->mpi);
     free(n);
     free(c);
@@ -306,6 +346,7 @@ static const comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .wait = nccl_wait,
     .abort = nccl_abort,
+    .test = nccl_test,
 };
 
 /* Rank 0 makes the id and broadcasts it (with whether that worked) over MPI; every rank then
@@ -337,22 +378,38 @@ static int nccl_bootstrap(comm *c)
     return nccl_settle(c, rc, "ncclCommInitRankConfig");
 }
 
+/* The device and stream: the native stream's device when one is given; otherwise device
+ * local_rank (what the session hands the cuda backend as device_index) and a stream of our own. */
+static int nccl_stream_setup(comm *c, void *native_stream)
+{
+    nccl_impl *n = c->impl;
+    cudaError_t e;
+    if (native_stream) {
+        n->stream = (cudaStream_t)native_stream;
+        e = cudaStreamGetDevice(n->stream, &n->device);
+        if (e == cudaSuccess) e = cudaSetDevice(n->device);
+    } else {
+        int ndev = 0;
+        e = cudaGetDeviceCount(&ndev);
+        if (e == cudaSuccess && c->local_rank >= ndev)
+            return loom_fail("comm: nccl rank %d is local rank %d but this node has %d CUDA device%s",
+                             c->rank, c->local_rank, ndev, ndev == 1 ? "" : "s");
+        n->device = c->local_rank;
+        if (e == cudaSuccess) e = cudaSetDevice(n->device);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+        n->own_stream = e == cudaSuccess;
+    }
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return loom_fail("comm: nccl rank %d cannot set up device %d and its stream: %s", c->rank,
+                         n->device, cudaGetErrorString(e));
+    return 0;
+}
+
 /* On failure the MPI transport is left initialised on purpose: MPI_Finalize could wait forever
  * on peers still in the bootstrap, and the caller exits (which makes mpirun end the job). */
 comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
 {
-    if (!native_stream) {
-        loom_fail("comm: nccl needs the cuda backend's communication stream (got none: run with "
-                  "--backend cuda)");
-        return NULL;
-    }
-    int dev = -1;
-    cudaError_t e = cudaStreamGetDevice((cudaStream_t)native_stream, &dev);
-    if (e == cudaSuccess) e = cudaSetDevice(dev);
-    if (e != cudaSuccess) {
-        loom_fail("comm: nccl: the communication stream's device is unusable: %s", cudaGetErrorString(e));
-        return NULL;
-    }
     comm *mpi = comm_mpi_init(argc, argv);
     if (!mpi) return NULL;
     comm *c = calloc(1, sizeof *c);
@@ -363,18 +420,21 @@ comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
         loom_fail("comm: out of memory creating the nccl transport");
         return NULL;
     }
-    *n = (nccl_impl){.mpi = mpi, .stream = (cudaStream_t)native_stream, .device = dev};
+    *n = (nccl_impl){.mpi = mpi};
     *c = (comm){.ops = &nccl_ops, .rank = mpi->rank, .size = mpi->size, .local_rank = mpi->local_rank,
                 .local_size = mpi->local_size, .timeout_s = NCCL_INIT_TIMEOUT_S, .impl = n};
     mpi->timeout_s = NCCL_INIT_TIMEOUT_S;
-    if (nccl_bootstrap(c) != 0) {
+    if (nccl_stream_setup(c, native_stream) != 0 || nccl_bootstrap(c) != 0) {
+        if (n->order) cudaEventDestroy(n->order);
+        if (n->own_stream) cudaStreamDestroy(n->stream);
         free(n);
         free(c);
         return NULL;
     }
     int ver = 0;
     ncclGetVersion(&ver);
-    log_info("comm: nccl %d.%d.%d on device %d, rank %d of %d", ver / 10000, (ver / 100) % 100,
-             ver % 100, dev, c->rank, c->size);
+    log_info("comm: nccl %d.%d.%d on device %d (%s stream), rank %d of %d", ver / 10000,
+             (ver / 100) % 100, ver % 100, n->device, n->own_stream ? "own" : "the backend's",
+             c->rank, c->size);
     return c;
 }

@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
 """make_corpus.py: writes configs/data/corpus.txt, the small shipped pretraining corpus of the
-demo job. Deterministic (fixed seed); run once, the output is committed. loom never runs Python:
-this script only documents where the text came from."""
+demo job: templated English sentences about the same world as the tool-calling data, plus plain-
+text transcripts of tool calls (other samples than configs/data/tools.jsonl, from another seed),
+so the base model knows the words and JSON bytes the fine-tune needs and the fine-tune teaches
+the chat format. Deterministic (fixed seeds); run from the repository root; the output is
+committed. loom never runs Python: this script only documents where the text came from."""
+import os
 import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_tools  # noqa: E402  (the tool-call generator, for the transcripts)
 
 rng = random.Random(1337)
 cities = ["Paris", "Berlin", "Tokyo", "Lagos", "Lima", "Oslo", "Cairo", "Seoul", "Quito", "Perth",
@@ -31,8 +39,17 @@ def sentence():
         return f"Remind {n} to finish {t} before the trip to {c}."
     return f"In {c} the sky was {s}, and {n} stayed in the {r} with {t}."
 
+def transcript(r):
+    rec = make_tools.example(r)
+    return (f"user: {rec['query']}\ntools: {make_tools.compact(rec['tools'])}\n"
+            f"assistant: {make_tools.compact(rec['answers'])}")
+
 lines = []
-while sum(len(l) + 1 for l in lines) < 400_000:
-    lines.append(" ".join(sentence() for _ in range(rng.randint(2, 5))))
-with open("corpus.txt", "w") as f:
+tool_rng = random.Random(7)  # not make_tools.SEED: these are not the fine-tuning examples
+while sum(len(l) + 1 for l in lines) < 600_000:
+    if rng.random() < 0.5:
+        lines.append(transcript(tool_rng))
+    else:
+        lines.append(" ".join(sentence() for _ in range(rng.randint(2, 5))))
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus.txt"), "w") as f:
     f.write("\n".join(lines) + "\n")

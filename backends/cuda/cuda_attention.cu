@@ -1,0 +1,551 @@
+/* cuda_attention.cu: causal grouped-query attention, flash style, fp32, forward and backward.
+ * q (B,T,H,D), k/v (B,T,Hkv,D), lse (B,H,T). Tiles of TILE queries x TILE keys live in shared
+ * memory; no (T, T) matrix is ever stored. Backward is two kernels (dK/dV per key tile, dQ per
+ * query tile) that each own what they write, so there are no atomics and results are bitwise
+ * reproducible. It must never be launched with D > 256 (checked) or H % Hkv != 0. */
+#include <math.h>
+#include <stdio.h>
+
+#ifdef LOOM_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_reduce.cuh"
+
+#define ATT_THREADS 256      /* 16 x 16: ty = threadIdx.x / 16 picks rows, tx = % 16 columns */
+#define ATT_LOG2E 1.4426950408889634f
+#define ATT_LN2 0.6931471805599453f
+
+/* Thread (ty, tx) of a TILE x TILE score block owns rows ty + 16 i and columns tx + 16 j
+ * (i, j < TILE/16); of a TILE x D output block it owns rows ty + 16 i and columns tx + 16 jj
+ * (jj < DMAX/16, guarded by d < D). The 16 threads sharing a row are one half-warp, so row
+ * reductions are xor-shuffles with offsets 8, 4, 2, 1. Shared tiles are row-major with an odd
+ * row stride Dp = D | 1 (resp. TILE + 1), so both row-wise and column-wise walks by 16 threads
+ * hit 16 different banks. */
+
+/* Copy rows [r0, r0 + TILE) of one head (row stride ld floats, head offset folded into src)
+ * into dst[TILE][Dp]; rows >= T become 0 so every later product with them is finite. */
+template <int TILE>
+static __device__ __forceinline__ void att_load_tile(float *dst, const float *src, size_t ld,
+                                                     int r0, int T, int D, int Dp)
+{
+    for (int idx = threadIdx.x; idx < TILE * D; idx += ATT_THREADS) {
+        int r = idx / D, d = idx - r * D;
+        dst[r * Dp + d] = (r0 + r < T) ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+    }
+}
+
+static __device__ __forceinline__ float att_half_sum(float v)
+{
+    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(CUDA_FULL_MASK, v, off);
+    return v;
+}
+
+static __device__ __forceinline__ float att_half_max(float v)
+{
+    for (int off = 8; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(CUDA_FULL_MASK, v, off));
+    return v;
+}
+
+/* Forward, one block per (query tile, b, h). With s_ij = (q_i . k_j) / sqrt(D) for j <= i:
+ *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j / l_i,
+ *   lse_i = m_i + log l_i.
+ * Keys are visited tile by tile with the online rescaling m' = max(m, max_tile s),
+ * l' = l e^(m - m') + sum_tile e^(s - m'), o' = o e^(m - m') + sum_tile e^(s - m') v.
+ * Exponentials are taken base 2 on s log2(e) (exp2f is the fast hardware path). */
+template <int TILE, int DMAX>
+__global__ void __launch_bounds__(ATT_THREADS)
+att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T,
+               int H, int Hkv, int D, float scale_log2)
+{
+    constexpr int RI = TILE / 16, DJ = DMAX / 16;
+    extern __shared__ float smem[];
+    const int Dp = D | 1, Pp = TILE + 1;
+    float *Qs = smem, *Ks = Qs + TILE * Dp, *Vs = Ks + TILE * Dp, *Ps = Vs + TILE * Dp;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int qt = gridDim.x - 1 - blockIdx.x; /* longest (last) query tiles start first */
+    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TILE;
+    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D;
+    const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
+    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
+    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
+
+    att_load_tile<TILE>(Qs, qb, ldq, q0, T, D, Dp);
+    float m[RI], l[RI], o[RI][DJ];
+    for (int i = 0; i < RI; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        for (int jj = 0; jj < DJ; jj++) o[i][jj] = 0.0f;
+    }
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * TILE;
+        __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
+        att_load_tile<TILE>(Ks, kb, ldk, k0, T, D, Dp);
+        att_load_tile<TILE>(Vs, vb, ldk, k0, T, D, Dp);
+        __syncthreads();
+        float s[RI][RI];
+        for (int i = 0; i < RI; i++)
+            for (int j = 0; j < RI; j++) s[i][j] = 0.0f;
+        for (int d = 0; d < D; d++) {
+            float a[RI], c[RI];
+            for (int i = 0; i < RI; i++) a[i] = Qs[(ty + 16 * i) * Dp + d];
+            for (int j = 0; j < RI; j++) c[j] = Ks[(tx + 16 * j) * Dp + d];
+            for (int i = 0; i < RI; i++)
+                for (int j = 0; j < RI; j++) s[i][j] += a[i] * c[j];
+        }
+        for (int i = 0; i < RI; i++) {
+            const int row = q0 + ty + 16 * i;
+            float mx = -INFINITY;
+            for (int j = 0; j < RI; j++) {
+                const int col = k0 + tx + 16 * j;
+                s[i][j] = (col <= row && col < T) ? s[i][j] * scale_log2 : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            /* column k0 <= row and k0 < T in every visited tile, so m_new is finite */
+            const float m_new = fmaxf(m[i], att_half_max(mx));
+            const float alpha = exp2f(m[i] - m_new); /* 0 on the first tile (m = -inf) */
+            float psum = 0.0f;
+            for (int j = 0; j < RI; j++) {
+                float p = exp2f(s[i][j] - m_new); /* masked: exp2(-inf) = 0 */
+                Ps[(ty + 16 * i) * Pp + tx + 16 * j] = p;
+                psum += p;
+            }
+            m[i] = m_new;
+            l[i] = l[i] * alpha + psum; /* this thread's share; lanes are added at the end */
+            for (int jj = 0; jj < DJ; jj++) o[i][jj] *= alpha;
+        }
+        __syncthreads();
+        for (int c = 0; c < TILE; c++) {
+            float p[RI];
+            for (int i = 0; i < RI; i++) p[i] = Ps[(ty + 16 * i) * Pp + c];
+            for (int jj = 0; jj < DJ; jj++) {
+                const int d = tx + 16 * jj;
+                const float vv = d < D ? Vs[c * Dp + d] : 0.0f;
+                for (int i = 0; i < RI; i++) o[i][jj] += p[i] * vv;
+            }
+        }
+    }
+    for (int i = 0; i < RI; i++) {
+        const int row = q0 + ty + 16 * i;
+        const float lt = att_half_sum(l[i]); /* every lane of the half-warp takes part */
+        if (row >= T) continue;
+        const float inv = 1.0f / lt;
+        float *orow = out + ((size_t)b * T + row) * ldq + (size_t)h * D;
+        for (int jj = 0; jj < DJ; jj++) {
+            const int d = tx + 16 * jj;
+            if (d < D) orow[d] = o[i][jj] * inv;
+        }
+        if (tx == 0) lse[((size_t)b * H + h) * T + row] = m[i] * ATT_LN2 + logf(lt);
+    }
+}
+
+/* Round to TF32 as cvt.rna.tf32.f32 does (nearest, ties away from zero; 10 mantissa bits). */
+static __device__ __forceinline__ float att_tf32(float x)
+{
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
+    return __uint_as_float(u);
+}
+
+/* delta[b,h,t] = dO[b,t,h,:] . O[b,t,h,:]  (= sum_j p_ij dp_ij, used by both backward kernels).
+ * One warp per (b, t, h) row. tf32: dO is rounded as the tensor cores round it for dp_ij, so
+ * that sum_j ds_ij = 0 holds to fp32 rounding (at T = 1, dq = dk = 0 up to fp32 noise). */
+__global__ void att_delta_kernel(float *delta, const float *dout, const float *out, int rows,
+                                 int T, int H, int D, int tf32)
+{
+    const int r = blockIdx.x * (ATT_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    const float *a = dout + (size_t)r * D, *o = out + (size_t)r * D;
+    float s = 0.0f;
+    for (int d = lane; d < D; d += 32) s += (tf32 ? att_tf32(a[d]) : a[d]) * o[d];
+    s = cuda_warp_sum(s);
+    const int h = r % H, bt = r / H, b = bt / T, t = bt % T;
+    if (lane == 0) delta[((size_t)b * H + h) * T + t] = s;
+}
+
+/* dQ, one block per (query tile, b, h), keys j <= i tile by tile:
+ *   p_ij = e^(s_ij - lse_i), dp_ij = dO_i . v_j, ds_ij = p_ij (dp_ij - delta_i),
+ *   dq_i = scale sum_j ds_ij k_j   (overwrites dq). */
+template <int TILE, int DMAX>
+__global__ void __launch_bounds__(ATT_THREADS)
+att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
+                  const float *lse, const float *delta, int T, int H, int Hkv, int D, float scale,
+                  float scale_log2)
+{
+    constexpr int RI = TILE / 16, DJ = DMAX / 16;
+    extern __shared__ float smem[];
+    const int Dp = D | 1, Pp = TILE + 1;
+    float *Qs = smem, *dOs = Qs + TILE * Dp, *Ks = dOs + TILE * Dp, *Vs = Ks + TILE * Dp;
+    float *dSs = Vs + TILE * Dp, *lse2 = dSs + TILE * Pp, *dl = lse2 + TILE;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int qt = gridDim.x - 1 - blockIdx.x;
+    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TILE;
+    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, qoff = (size_t)b * T * ldq + (size_t)h * D;
+    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
+    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
+
+    att_load_tile<TILE>(Qs, q + qoff, ldq, q0, T, D, Dp);
+    att_load_tile<TILE>(dOs, dout + qoff, ldq, q0, T, D, Dp);
+    for (int r = threadIdx.x; r < TILE; r += ATT_THREADS) {
+        const size_t li = ((size_t)b * H + h) * T + q0 + r;
+        lse2[r] = q0 + r < T ? lse[li] * ATT_LOG2E : 0.0f;
+        dl[r] = q0 + r < T ? delta[li] : 0.0f;
+    }
+    float acc[RI][DJ];
+    for (int i = 0; i < RI; i++)
+        for (int jj = 0; jj < DJ; jj++) acc[i][jj] = 0.0f;
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * TILE;
+        __syncthreads();
+        att_load_tile<TILE>(Ks, kb, ldk, k0, T, D, Dp);
+        att_load_tile<TILE>(Vs, vb, ldk, k0, T, D, Dp);
+        __syncthreads();
+        float s[RI][RI], dp[RI][RI];
+        for (int i = 0; i < RI; i++)
+            for (int j = 0; j < RI; j++) s[i][j] = dp[i][j] = 0.0f;
+        for (int d = 0; d < D; d++) {
+            float a[RI], g[RI], kc[RI], vc[RI];
+            for (int i = 0; i < RI; i++) {
+                a[i] = Qs[(ty + 16 * i) * Dp + d];
+                g[i] = dOs[(ty + 16 * i) * Dp + d];
+            }
+            for (int j = 0; j < RI; j++) {
+                kc[j] = Ks[(tx + 16 * j) * Dp + d];
+                vc[j] = Vs[(tx + 16 * j) * Dp + d];
+            }
+            for (int i = 0; i < RI; i++)
+                for (int j = 0; j < RI; j++) {
+                    s[i][j] += a[i] * kc[j];
+                    dp[i][j] += g[i] * vc[j];
+                }
+        }
+        for (int i = 0; i < RI; i++) {
+            const int r = ty + 16 * i, row = q0 + r;
+            for (int j = 0; j < RI; j++) {
+                const int col = k0 + tx + 16 * j;
+                const float p = (col <= row && col < T && row < T)
+                                    ? exp2f(s[i][j] * scale_log2 - lse2[r]) : 0.0f;
+                dSs[r * Pp + tx + 16 * j] = p * (dp[i][j] - dl[r]);
+            }
+        }
+        __syncthreads();
+        for (int c = 0; c < TILE; c++) {
+            float ds[RI];
+            for (int i = 0; i < RI; i++) ds[i] = dSs[(ty + 16 * i) * Pp + c];
+            for (int jj = 0; jj < DJ; jj++) {
+                const int d = tx + 16 * jj;
+                const float kv = d < D ? Ks[c * Dp + d] : 0.0f;
+                for (int i = 0; i < RI; i++) acc[i][jj] += ds[i] * kv;
+            }
+        }
+    }
+    for (int i = 0; i < RI; i++) {
+        const int row = q0 + ty + 16 * i;
+        if (row >= T) continue;
+        float *drow = dq + ((size_t)b * T + row) * ldq + (size_t)h * D;
+        for (int jj = 0; jj < DJ; jj++) {
+            const int d = tx + 16 * jj;
+            if (d < D) drow[d] = acc[i][jj] * scale;
+        }
+    }
+}
+
+/* dK, dV, one block per (key tile, b, kv head hk); every query head h of the group
+ * (h / (H/Hkv) == hk) and every query tile with keys of this tile in its past, in a fixed order:
+ *   p_ij = e^(s_ij - lse_i), dv_j = sum_i p_ij dO_i,
+ *   ds_ij = p_ij (dO_i . v_j - delta_i), dk_j = scale sum_i ds_ij q_i   (overwrites dk, dv).
+ * Here the thread's rows are keys (c = ty + 16 i) and its score columns are queries. */
+template <int TILE, int DMAX>
+__global__ void __launch_bounds__(ATT_THREADS)
+att_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
+                   const float *v, const float *lse, const float *delta, int T, int H, int Hkv,
+                   int D, float scale, float scale_log2)
+{
+    constexpr int RI = TILE / 16, DJ = DMAX / 16;
+    extern __shared__ float smem[];
+    const int Dp = D | 1, Pp = TILE + 1;
+    float *Ks = smem, *Vs = Ks + TILE * Dp, *Qs = Vs + TILE * Dp, *dOs = Qs + TILE * Dp;
+    float *PTs = dOs + TILE * Dp, *dSTs = PTs + TILE * Pp, *lse2 = dSTs + TILE * Pp, *dl = lse2 + TILE;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int kt = blockIdx.x; /* key tile 0 has the most queries after it: it starts first */
+    const int nt = gridDim.x, G = H / Hkv;
+    const int b = blockIdx.y / Hkv, hk = blockIdx.y % Hkv, k0 = kt * TILE;
+    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
+
+    att_load_tile<TILE>(Ks, k + koff, ldk, k0, T, D, Dp);
+    att_load_tile<TILE>(Vs, v + koff, ldk, k0, T, D, Dp);
+    float gk[RI][DJ], gv[RI][DJ];
+    for (int i = 0; i < RI; i++)
+        for (int jj = 0; jj < DJ; jj++) gk[i][jj] = gv[i][jj] = 0.0f;
+    for (int h = hk * G; h < (hk + 1) * G; h++) {
+        const size_t qoff = (size_t)b * T * ldq + (size_t)h * D;
+        for (int qt = kt; qt < nt; qt++) {
+            const int q0 = qt * TILE;
+            __syncthreads(); /* the previous query tile is no longer read */
+            att_load_tile<TILE>(Qs, q + qoff, ldq, q0, T, D, Dp);
+            att_load_tile<TILE>(dOs, dout + qoff, ldq, q0, T, D, Dp);
+            for (int r = threadIdx.x; r < TILE; r += ATT_THREADS) {
+                const size_t li = ((size_t)b * H + h) * T + q0 + r;
+                lse2[r] = q0 + r < T ? lse[li] * ATT_LOG2E : 0.0f;
+                dl[r] = q0 + r < T ? delta[li] : 0.0f;
+            }
+            __syncthreads();
+            float s[RI][RI], dp[RI][RI]; /* [key i][query j] */
+            for (int i = 0; i < RI; i++)
+                for (int j = 0; j < RI; j++) s[i][j] = dp[i][j] = 0.0f;
+            for (int d = 0; d < D; d++) {
+                float kc[RI], vc[RI], a[RI], g[RI];
+                for (int i = 0; i < RI; i++) {
+                    kc[i] = Ks[(ty + 16 * i) * Dp + d];
+                    vc[i] = Vs[(ty + 16 * i) * Dp + d];
+                }
+                for (int j = 0; j < RI; j++) {
+                    a[j] = Qs[(tx + 16 * j) * Dp + d];
+                    g[j] = dOs[(tx + 16 * j) * Dp + d];
+                }
+                for (int i = 0; i < RI; i++)
+                    for (int j = 0; j < RI; j++) {
+                        s[i][j] += kc[i] * a[j];
+                        dp[i][j] += vc[i] * g[j];
+                    }
+            }
+            for (int i = 0; i < RI; i++) {
+                const int c = ty + 16 * i, key = k0 + c;
+                for (int j = 0; j < RI; j++) {
+                    const int r = tx + 16 * j, row = q0 + r;
+                    const float p = (key <= row && row < T && key < T)
+                                        ? exp2f(s[i][j] * scale_log2 - lse2[r]) : 0.0f;
+                    PTs[c * Pp + r] = p;
+                    dSTs[c * Pp + r] = p * (dp[i][j] - dl[r]);
+                }
+            }
+            __syncthreads();
+            for (int r = 0; r < TILE; r++) {
+                float pt[RI], dst[RI];
+                for (int i = 0; i < RI; i++) {
+                    pt[i] = PTs[(ty + 16 * i) * Pp + r];
+                    dst[i] = dSTs[(ty + 16 * i) * Pp + r];
+                }
+                for (int jj = 0; jj < DJ; jj++) {
+                    const int d = tx + 16 * jj;
+                    const float g = d < D ? dOs[r * Dp + d] : 0.0f;
+                    const float a = d < D ? Qs[r * Dp + d] : 0.0f;
+                    for (int i = 0; i < RI; i++) {
+                        gv[i][jj] += pt[i] * g;
+                        gk[i][jj] += dst[i] * a;
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < RI; i++) {
+        const int key = k0 + ty + 16 * i;
+        if (key >= T) continue;
+        float *krow = dk + koff + (size_t)key * ldk, *vrow = dv + koff + (size_t)key * ldk;
+        for (int jj = 0; jj < DJ; jj++) {
+            const int d = tx + 16 * jj;
+            if (d < D) {
+                krow[d] = gk[i][jj] * scale;
+                vrow[d] = gv[i][jj];
+            }
+        }
+    }
+}
+
+/* --- host side --- */
+
+/* Shared memory of each kernel, in floats. */
+static size_t att_smem_fwd(int tile, int D) { return (size_t)3 * tile * (D | 1) + (size_t)tile * (tile + 1); }
+static size_t att_smem_dq(int tile, int D)
+{
+    return (size_t)4 * tile * (D | 1) + (size_t)tile * (tile + 1) + 2 * (size_t)tile;
+}
+static size_t att_smem_dkv(int tile, int D)
+{
+    return (size_t)4 * tile * (D | 1) + 2 * (size_t)tile * (tile + 1) + 2 * (size_t)tile;
+}
+
+/* Checks the shapes and the shared memory a launch needs; -1 (sticky error) if impossible. */
+static int att_check(backend *be, int T, int H, int Hkv, int D, size_t smem_bytes, const char *what)
+{
+    if (D > 256 || D <= 0 || Hkv <= 0 || H % Hkv != 0) {
+        log_warn("cuda: %s: unsupported shape T=%d H=%d Hkv=%d D=%d (needs D <= 256, H %% Hkv == 0)",
+                 what, T, H, Hkv, D);
+        return cuda_check(be, cudaErrorInvalidValue, what);
+    }
+    if (smem_bytes > cuda_im(be)->smem_optin) {
+        log_warn("cuda: %s needs %zu bytes of shared memory per block; this device allows %zu",
+                 what, smem_bytes, cuda_im(be)->smem_optin);
+        return cuda_check(be, cudaErrorInvalidValue, what);
+    }
+    return 0;
+}
+
+template <int TILE, int DMAX>
+static void att_forward_t(backend *be, float *out, float *lse, const float *q, const float *k,
+                          const float *v, int B, int T, int H, int Hkv, int D)
+{
+    const size_t smem = att_smem_fwd(TILE, D) * sizeof(float);
+    if (att_check(be, T, H, Hkv, D, smem, "attention_forward") != 0) return;
+    if (cuda_check(be, cudaFuncSetAttribute(att_fwd_kernel<TILE, DMAX>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                   "attention_forward (smem attribute)") != 0)
+        return;
+    const float scale_log2 = ATT_LOG2E / sqrtf((float)D);
+    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * H));
+    att_fwd_kernel<TILE, DMAX><<<grid, ATT_THREADS, smem, cuda_im(be)->compute>>>(
+        out, lse, q, k, v, T, H, Hkv, D, scale_log2);
+    cuda_check_launch(be, "attention_forward");
+}
+
+template <int TILE, int DMAX>
+static void att_backward_t(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                           const float *q, const float *k, const float *v, const float *lse,
+                           const float *delta, int B, int T, int H, int Hkv, int D)
+{
+    const size_t smem_dq = att_smem_dq(TILE, D) * sizeof(float);
+    const size_t smem_dkv = att_smem_dkv(TILE, D) * sizeof(float);
+    if (att_check(be, T, H, Hkv, D, smem_dkv > smem_dq ? smem_dkv : smem_dq, "attention_backward") != 0)
+        return;
+    if (cuda_check(be, cudaFuncSetAttribute(att_bwd_dq_kernel<TILE, DMAX>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq),
+                   "attention_backward (smem attribute)") != 0 ||
+        cuda_check(be, cudaFuncSetAttribute(att_bwd_dkv_kernel<TILE, DMAX>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkv),
+                   "attention_backward (smem attribute)") != 0)
+        return;
+    cudaStream_t st = cuda_im(be)->compute;
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATT_LOG2E * scale;
+    const unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
+    att_bwd_dkv_kernel<TILE, DMAX><<<dim3(tiles, (unsigned)(B * Hkv)), ATT_THREADS, smem_dkv, st>>>(
+        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+    if (cuda_check_launch(be, "attention_backward (dk, dv)") != 0) return;
+    att_bwd_dq_kernel<TILE, DMAX><<<dim3(tiles, (unsigned)(B * H)), ATT_THREADS, smem_dq, st>>>(
+        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+    cuda_check_launch(be, "attention_backward (dq)");
+}
+
+/* The tensor-core path (cuda_attention_tc.cu) runs when matmuls may round to TF32 (TF32 or bf16
+ * mode) and the head dim suits WMMA tiles; exact fp32 SIMT kernels otherwise. */
+static int att_use_tc(backend *be, int D)
+{
+    return (be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16) && cuda_attention_tc_supported(D);
+}
+
+/* Tile 64 keeps 16 scores per thread for head dims up to 128; at 256 the four D-wide tiles of
+ * the backward only fit the 227 KB of shared memory with 32-row tiles. */
+void cuda_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
+                            const float *v, int B, int T, int H, int Hkv, int D)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
+    if (att_use_tc(be, D)) {
+        if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_forward") == 0)
+            cuda_attention_tc_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    } else if (D <= 32) att_forward_t<64, 32>(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    else if (D <= 64) att_forward_t<64, 64>(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    else if (D <= 128) att_forward_t<64, 128>(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    else att_forward_t<32, 256>(be, out, lse, q, k, v, B, T, H, Hkv, D);
+}
+
+void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                             const float *q, const float *k, const float *v, const float *out,
+                             const float *lse, int B, int T, int H, int Hkv, int D)
+{
+    if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
+    if (att_check(be, T, H, Hkv, D, 0, "attention_backward") != 0) return;
+    const int rows = B * T * H;
+    float *delta = (float *)cuda_scratch(be, (size_t)rows * sizeof(float));
+    if (!delta) return;
+    att_delta_kernel<<<(rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32), ATT_THREADS, 0,
+                       cuda_im(be)->compute>>>(delta, dout, out, rows, T, H, D, att_use_tc(be, D));
+    if (cuda_check_launch(be, "attention_backward (delta)") != 0) return;
+    if (att_use_tc(be, D)) {
+        if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_backward") == 0)
+            cuda_attention_tc_backward(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    } else if (D <= 32) att_backward_t<64, 32>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    else if (D <= 64) att_backward_t<64, 64>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    else if (D <= 128) att_backward_t<64, 128>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    else att_backward_t<32, 256>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+}
+
+/* --- decoding with a KV cache: one query per head over Tk cached keys (batch row 0) ---
+ * s_j = q . k_j / sqrt(D), out = sum_j e^(s_j - m) v_j / sum_j e^(s_j - m), m = max_j s_j.
+ * One block per head; the Tk scores go through scratch. Block reductions add warps in order. */
+static __device__ float att_block_reduce(float v, float *red, int is_max)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(CUDA_FULL_MASK, v, off);
+        v = is_max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads(); /* red may still be read from a previous reduction */
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = red[0];
+    for (int w = 1; w < ATT_THREADS / 32; w++) t = is_max ? fmaxf(t, red[w]) : t + red[w];
+    return t;
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+att_decode_kernel(float *out, float *scores, const float *q, const float *k, const float *v, int Tk,
+                  int H, int Hkv, int D, float scale)
+{
+    __shared__ float red[ATT_THREADS / 32];
+    const int h = blockIdx.x, hk = h / (H / Hkv);
+    const size_t ldk = (size_t)Hkv * D;
+    const float *qh = q + (size_t)h * D, *kh = k + (size_t)hk * D, *vh = v + (size_t)hk * D;
+    float *s = scores + (size_t)h * Tk;
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < Tk; j += ATT_THREADS) {
+        float acc = 0.0f;
+        for (int d = 0; d < D; d++) acc += qh[d] * kh[(size_t)j * ldk + d];
+        s[j] = acc * scale;
+        mx = fmaxf(mx, s[j]);
+    }
+    mx = att_block_reduce(mx, red, 1);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < Tk; j += ATT_THREADS) {
+        float p = expf(s[j] - mx);
+        s[j] = p;
+        sum += p;
+    }
+    sum = att_block_reduce(sum, red, 0); /* its barriers also publish every s[j] */
+    for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
+        float o = 0.0f;
+        for (int j = 0; j < Tk; j++) o += s[j] * vh[(size_t)j * ldk + d];
+        out[(size_t)h * D + d] = o / sum;
+    }
+}
+
+void cuda_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
+                           int Tk, int H, int Hkv, int D)
+{
+    if (Tk <= 0 || H <= 0 || D <= 0 || cuda_broken(be)) return;
+    if (att_check(be, Tk, H, Hkv, D, 0, "attention_decode") != 0) return;
+    float *scores = (float *)cuda_scratch(be, (size_t)H * Tk * sizeof(float));
+    if (!scores) return;
+    att_decode_kernel<<<H, ATT_THREADS, 0, cuda_im(be)->compute>>>(out, scores, q, k, v, Tk, H, Hkv,
+                                                                  D, 1.0f / sqrtf((float)D));
+    cuda_check_launch(be, "attention_decode");
+}
+
+/* Why cuDNN's fused SDPA is not used: its flash attention computes in fp16/bf16 only, while
+ * backend.h's attention is fp32 in and out (so the fp32 and TF32 modes would lose precision
+ * the CPU reference keeps), and its backend-API graph (tensor, operation and engine-config
+ * descriptors) could not be validated on a device when this was written. */
+const char *cuda_attention_choice(backend *be)
+{
+    static char line[320];
+    char why[128] = "cuDNN SDPA not used: cuDNN not found at build time";
+#ifdef LOOM_HAVE_CUDNN
+    size_t ver = cudnnGetVersion(); /* MAJOR * 10000 + MINOR * 100 + PATCH (cuDNN 9) */
+    snprintf(why, sizeof why, "cuDNN %zu.%zu.%zu SDPA not used: it computes in fp16/bf16 only and "
+             "its graph API is not validated here", ver / 10000, (ver / 100) % 100, ver % 100);
+#endif
+    const int tc = be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16;
+    snprintf(line, sizeof line, "attention: own flash kernels, %s (%s)",
+             tc ? "TF32 tensor cores for head dims 16..128 in steps of 16, fp32 otherwise"
+                : "fp32 (TF32 off)", why);
+    return line;
+}

@@ -1,0 +1,379 @@
+/* cuda_backend.c: the CUDA backend's registry entry, device setup, memory, copies, events, streams
+ * and vtable. Ops run in issue order on one compute stream; the communication layer gets a second
+ * stream. It must never use managed memory, print when no driver/device exists, or exit(). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+#define CUDA_BLAS_WS_BYTES (32u << 20) /* cuBLAS workspace: NVIDIA's recommendation for Hopper */
+
+struct backend_event {
+    cudaEvent_t ev;
+};
+
+/* --- failure bookkeeping and scratch (declared in cuda_internal.h) --- */
+
+int cuda_check(backend *be, cudaError_t err, const char *what)
+{
+    if (err == cudaSuccess) return 0;
+    cuda_impl *im = cuda_im(be);
+    if (im->error == cudaSuccess) {
+        im->error = err;
+        loom_fail("cuda backend (device %d): %s failed: %s", im->device, what, cudaGetErrorString(err));
+        log_warn("cuda backend (device %d): %s failed: %s; the backend is unusable from here on "
+                 "(later results are NaN)", im->device, what, cudaGetErrorString(err));
+    }
+    return -1;
+}
+
+int cuda_check_launch(backend *be, const char *what) { return cuda_check(be, cudaGetLastError(), what); }
+
+void *cuda_scratch(backend *be, size_t bytes)
+{
+    cuda_impl *im = cuda_im(be);
+    if (bytes <= im->scratch_bytes) return im->scratch;
+    size_t want = bytes + bytes / 4; /* headroom so a slightly larger shape does not regrow */
+    want = (want + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+    if (im->scratch) cudaFree(im->scratch); /* waits for the device: no queued op still uses it */
+    im->scratch = NULL;
+    im->scratch_bytes = 0;
+    if (cuda_check(be, cudaMalloc(&im->scratch, want), "allocating scratch") != 0) {
+        im->scratch = NULL;
+        return NULL;
+    }
+    im->scratch_bytes = want;
+    return im->scratch;
+}
+
+unsigned cuda_grid_for(backend *be, size_t n)
+{
+    size_t blocks = (n + CUDA_BLOCK - 1) / CUDA_BLOCK, cap = (size_t)cuda_im(be)->sm_count * 8;
+    if (cap < 1) cap = 1;
+    return (unsigned)(blocks < cap ? (blocks ? blocks : 1) : cap);
+}
+
+/* --- memory and copies --- */
+
+static void *cuda_alloc(backend *be, size_t bytes)
+{
+    cuda_impl *im = cuda_im(be);
+    void *p = NULL;
+    if (bytes == 0) bytes = 256;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+        cudaGetLastError(); /* an OOM is reported here, not by the next kernel launch */
+        loom_fail("cuda backend (device %d): cannot allocate %zu bytes: %s", im->device, bytes,
+                  cudaGetErrorString(err));
+        return NULL;
+    }
+    /* zero-filled before anyone (either stream) can read it */
+    if (cuda_check(be, cudaMemsetAsync(p, 0, bytes, im->compute), "zeroing an allocation") != 0 ||
+        cuda_check(be, cudaStreamSynchronize(im->compute), "zeroing an allocation") != 0) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_ptr(backend *be, void *ptr)
+{
+    if (ptr) cuda_check(be, cudaFree(ptr), "cudaFree");
+}
+
+/* Host memory from malloc is pageable: cudaMemcpyAsync returns once the source has been staged,
+ * so the caller may reuse host_src at once; the device write is ordered on the compute stream. */
+static void cuda_copy_h2d(backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    if (bytes == 0 || cuda_broken(be)) return;
+    cuda_check(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_im(be)->compute),
+               "copy host to device");
+}
+
+static void cuda_copy_d2h(backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    cuda_impl *im = cuda_im(be);
+    if (bytes == 0) return;
+    if (!cuda_broken(be) &&
+        cuda_check(be, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, im->compute),
+                   "copy device to host") == 0 &&
+        cuda_check(be, cudaStreamSynchronize(im->compute), "copy device to host") == 0)
+        return;
+    memset(host_dst, 0xff, bytes); /* all-ones floats are NaN: a failure cannot look like data */
+}
+
+static void cuda_copy_d2d(backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src || cuda_broken(be)) return;
+    cuda_check(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_im(be)->compute),
+               "copy device to device");
+}
+
+static void cuda_sync(backend *be)
+{
+    if (cuda_broken(be)) return;
+    cuda_check(be, cudaStreamSynchronize(cuda_im(be)->compute), "synchronize");
+}
+
+/* --- events --- */
+
+static backend_event *cuda_event_create(backend *be)
+{
+    backend_event *e = calloc(1, sizeof *e);
+    if (!e) {
+        loom_fail("cuda backend: out of memory creating an event");
+        return NULL;
+    }
+    if (cuda_check(be, cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming), "creating an event") != 0) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void cuda_event_destroy(backend *be, backend_event *e)
+{
+    if (!e) return;
+    cuda_check(be, cudaEventDestroy(e->ev), "destroying an event");
+    free(e);
+}
+
+/* Marks the compute stream's position and makes the communication stream wait for it, so a
+ * collective started after event_record (e.g. on a gradient bucket) reads finished data
+ * without the host waiting. */
+static void cuda_event_record(backend *be, backend_event *e)
+{
+    cuda_impl *im = cuda_im(be);
+    if (cuda_broken(be)) return;
+    if (cuda_check(be, cudaEventRecord(e->ev, im->compute), "recording an event") == 0)
+        cuda_check(be, cudaStreamWaitEvent(im->comm, e->ev, 0), "ordering the comm stream");
+}
+
+static void cuda_event_sync(backend *be, backend_event *e)
+{
+    if (cuda_broken(be)) return;
+    cuda_check(be, cudaEventSynchronize(e->ev), "waiting for an event");
+}
+
+static void *cuda_native_stream(backend *be, int which)
+{
+    cuda_impl *im = cuda_im(be);
+    return which == 1 ? (void *)im->comm : (void *)im->compute;
+}
+
+/* --- peak FLOP/s for MFU ---
+ * Dense (no sparsity) datasheet numbers, TFLOP/s, for fp32 on CUDA cores / TF32 / BF16:
+ *   H100 & H200 SXM, GH200: 66.9 / 494.7 / 989.4  (132 SMs x 1830 MHz x 256 / 2048 / 4096)
+ *   H100 & H200 NVL:        60 / 417.5 / 835      (datasheet sparse numbers halved)
+ *   H100 PCIe:              51.2 / 378 / 756
+ *   A100 (SXM and PCIe):    19.5 / 156 / 312
+ * Other devices: SMs x peak clock x FLOP per clock per SM by compute capability:
+ *   >= 10.0: 256 / 4096 / 8192;  9.x: 256 / 2048 / 4096;  8.0: 128 / 1024 / 2048;
+ *   8.6-8.9: 256 / 512 / 1024 (workstation parts; GeForce runs bf16 with fp32 accumulate at
+ *   half that, so their MFU reads low); older: 128 for all (no TF32/bf16 tensor cores).
+ * The estimate is an upper bound: the reported peak clock is above the sustained tensor clock
+ * (an H100 SXM reports 1980 MHz; its datasheet uses 1830). mode: 0 fp32, 1 TF32, 2 bf16. */
+static double cuda_peak_flops(const char *name, int major, int minor, int sms, int clock_khz,
+                              int mode, const char **source)
+{
+    static const struct {
+        const char *a, *b; /* both must occur in the device name (b may be NULL) */
+        double tflops[3];
+    } known[] = {
+        {"H100", "NVL", {60.0, 417.5, 835.0}},   {"H200", "NVL", {60.0, 417.5, 835.0}},
+        {"H100", "PCIe", {51.2, 378.0, 756.0}},  {"H100", NULL, {66.9, 494.7, 989.4}},
+        {"H200", NULL, {66.9, 494.7, 989.4}},    {"A100", NULL, {19.5, 156.0, 312.0}},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strstr(name, known[i].a) && (!known[i].b || strstr(name, known[i].b))) {
+            *source = "datasheet";
+            return known[i].tflops[mode] * 1e12;
+        }
+    int per_clk[3] = {128, 128, 128};
+    if (major >= 10) per_clk[0] = 256, per_clk[1] = 4096, per_clk[2] = 8192;
+    else if (major == 9) per_clk[0] = 256, per_clk[1] = 2048, per_clk[2] = 4096;
+    else if (major == 8 && minor == 0) per_clk[0] = 128, per_clk[1] = 1024, per_clk[2] = 2048;
+    else if (major == 8) per_clk[0] = 256, per_clk[1] = 512, per_clk[2] = 1024;
+    *source = "estimated from SMs x clock";
+    return (double)sms * clock_khz * 1e3 * per_clk[mode];
+}
+
+/* --- lifetime --- */
+
+static void cuda_destroy(backend *be)
+{
+    if (!be) return;
+    cuda_impl *im = cuda_im(be);
+    if (im) {
+        cudaSetDevice(im->device);
+        if (im->compute) cudaStreamSynchronize(im->compute);
+        if (im->blas) cublasDestroy(im->blas);
+        if (im->blas_ws) cudaFree(im->blas_ws);
+        if (im->scratch) cudaFree(im->scratch);
+        if (im->comm) cudaStreamDestroy(im->comm);
+        if (im->compute) cudaStreamDestroy(im->compute);
+        cudaGetLastError(); /* teardown errors of a broken context must not leak to the next user */
+        free(im);
+    }
+    free(be);
+}
+
+/* Streams and cuBLAS. The compute stream is a blocking stream (not cudaStreamNonBlocking): work
+ * on the legacy default stream is ordered after it, which is how the nccl transport orders a
+ * collective after the compute issued before it without knowing this stream. The comm stream is
+ * non-blocking and has the highest priority, so a collective's kernels are scheduled ahead of
+ * queued compute when both are ready (better overlap). */
+static int cuda_init_streams(backend *be)
+{
+    cuda_impl *im = cuda_im(be);
+    int least = 0, greatest = 0;
+    if (cuda_check(be, cudaDeviceGetStreamPriorityRange(&least, &greatest), "stream priorities") != 0 ||
+        cuda_check(be, cudaStreamCreateWithPriority(&im->compute, cudaStreamDefault, least),
+                   "creating the compute stream") != 0 ||
+        cuda_check(be, cudaStreamCreateWithPriority(&im->comm, cudaStreamNonBlocking, greatest),
+                   "creating the communication stream") != 0)
+        return -1;
+    im->blas_ws_bytes = CUDA_BLAS_WS_BYTES;
+    if (cuda_check(be, cudaMalloc(&im->blas_ws, im->blas_ws_bytes), "allocating the cuBLAS workspace") != 0)
+        return -1;
+    cublasStatus_t st = cublasCreate(&im->blas);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetStream(im->blas, im->compute);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(im->blas, im->blas_ws, im->blas_ws_bytes);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        loom_fail("cuda backend (device %d): cuBLAS setup failed: %s", im->device, cublasGetStatusString(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* Device properties -> description, peak FLOP/s and the log lines. */
+static int cuda_init_device(backend *be)
+{
+    cuda_impl *im = cuda_im(be);
+    struct cudaDeviceProp prop;
+    int clock_khz = 0, optin = 0;
+    if (cuda_check(be, cudaGetDeviceProperties(&prop, im->device), "reading device properties") != 0 ||
+        cuda_check(be, cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, im->device),
+                   "reading the clock rate") != 0 ||
+        cuda_check(be, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, im->device),
+                   "reading the shared memory limit") != 0)
+        return -1;
+    im->sm_count = prop.multiProcessorCount;
+    im->smem_optin = (size_t)optin;
+    const int bf16 = be->cfg.precision == BACKEND_BF16, tf32 = !bf16 && be->cfg.allow_tf32;
+    const char *mode = bf16 ? "BF16" : tf32 ? "TF32" : "FP32", *source = "";
+    be->peak_flops = cuda_peak_flops(prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+                                     clock_khz, bf16 ? 2 : tf32 ? 1 : 0, &source);
+    snprintf(be->description, sizeof be->description, "cuda (%.100s, sm_%d%d, %s)", prop.name,
+             prop.major, prop.minor, mode);
+    log_info("cuda: device %d: %s, sm_%d%d, %d SMs, %d MHz, %.1f GiB; matmul %s; peak %.1f TFLOP/s (%s)",
+             im->device, prop.name, prop.major, prop.minor, prop.multiProcessorCount, clock_khz / 1000,
+             (double)prop.totalGlobalMem / (1 << 30),
+             bf16 ? "cuBLAS bf16 inputs, fp32 accumulate" : tf32 ? "cuBLAS TF32 tensor cores" : "cuBLAS fp32",
+             be->peak_flops / 1e12, source);
+    log_info("cuda: %s", cuda_attention_choice(be));
+    return 0;
+}
+
+static const backend_ops cuda_ops;
+
+static backend *cuda_create(const backend_config *cfg)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count <= 0) {
+        cudaGetLastError();
+        loom_fail("cuda backend: no usable device (%s)", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+        return NULL;
+    }
+    if (cfg->device_index < 0 || cfg->device_index >= count) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        loom_fail("cuda backend: device_index %d, but %d device%s visible (CUDA_VISIBLE_DEVICES=%s)",
+                  cfg->device_index, count, count == 1 ? " is" : "s are", vis ? vis : "unset");
+        return NULL;
+    }
+    if ((err = cudaSetDevice(cfg->device_index)) == cudaSuccess) err = cuda_probe_kernels();
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        loom_fail("cuda backend: device %d cannot run this build's kernels (%s); rebuild with "
+                  "-DCMAKE_CUDA_ARCHITECTURES set to the device's compute capability",
+                  cfg->device_index, cudaGetErrorString(err));
+        return NULL;
+    }
+    backend *be = calloc(1, sizeof *be);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        loom_fail("cuda backend: out of memory");
+        return NULL;
+    }
+    be->ops = &cuda_ops;
+    be->cfg = *cfg;
+    be->impl = im;
+    im->device = cfg->device_index;
+    if (cuda_init_streams(be) != 0 || cuda_init_device(be) != 0) {
+        cuda_destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+static int cuda_available(const char **why)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    const char *reason = NULL;
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        reason = err == cudaErrorNoDevice ? "no CUDA device" : cudaGetErrorString(err);
+    } else if (count <= 0) {
+        reason = "no CUDA device";
+    }
+    if (why) *why = reason ? reason : "";
+    return reason == NULL;
+}
+
+static const backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free_ptr,
+    .copy_h2d = cuda_copy_h2d,
+    .copy_d2h = cuda_copy_d2h,
+    .copy_d2d = cuda_copy_d2d,
+    .fill = cuda_fill,
+    .sync = cuda_sync,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_sync = cuda_event_sync,
+    .native_stream = cuda_native_stream,
+    .matmul = cuda_matmul,
+    .add = cuda_add,
+    .axpy = cuda_axpy,
+    .scale = cuda_scale,
+    .sumsq = cuda_sumsq,
+    .bias_add = cuda_bias_add,
+    .bias_backward = cuda_bias_backward,
+    .embedding_forward = cuda_embedding_forward,
+    .embedding_backward = cuda_embedding_backward,
+    .layernorm_forward = cuda_layernorm_forward,
+    .layernorm_backward = cuda_layernorm_backward,
+    .rmsnorm_forward = cuda_rmsnorm_forward,
+    .rmsnorm_backward = cuda_rmsnorm_backward,
+    .gelu_forward = cuda_gelu_forward,
+    .gelu_backward = cuda_gelu_backward,
+    .swiglu_forward = cuda_swiglu_forward,
+    .swiglu_backward = cuda_swiglu_backward,
+    .rope = cuda_rope,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
+    .attention_decode = cuda_attention_decode,
+    .softmax_xent = cuda_softmax_xent,
+    .adamw = cuda_adamw,
+};
+
+const backend_entry cuda_backend_entry = {"cuda", cuda_available, cuda_create};

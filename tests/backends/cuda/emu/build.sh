@@ -1,0 +1,55 @@
+#!/bin/sh
+# build.sh: builds tests/backends/cuda/test_cuda_ops.c against the CUDA backend compiled for the
+# host emulator (emu/), so the backend's kernels run on a machine without a GPU. Test-only.
+# usage: build.sh SRC_ROOT LIB_BUILD_DIR OUT_DIR [extra compiler flags, e.g. -fsanitize=thread]
+# LIB_BUILD_DIR is a cmake build of this tree with loom_cpu, loom_op_suite and loom_util built.
+# Runs: OUT_DIR/test_cuda_ops_emu [fp32|tf32|bf16], and under mpirun OUT_DIR/test_nccl_emu [own]
+# with EMU_DEVICES=<ranks per node> (the emulator pretends that many GPUs).
+set -eu
+PIDS=""
+bg() { "$@" & PIDS="$PIDS $!"; }
+wait_all() { for p in $PIDS; do wait "$p"; done; PIDS=""; }
+SRC=$1; LIBS=$2; OUT=$3; shift 3
+EXTRA="$*"
+EMU=$SRC/tests/backends/cuda/emu
+mkdir -p "$OUT/src/backends/cuda" "$OUT/obj" "$OUT/pobj"
+for f in "$SRC"/backends/cuda/*.cu; do
+  python3 "$EMU/cu2cpp.py" "$f" "$OUT/src/backends/cuda/$(basename "$f" .cu).cpp"
+done
+for f in "$SRC"/backends/cuda/*.cuh; do
+  python3 "$EMU/cu2cpp.py" "$f" "$OUT/src/backends/cuda/$(basename "$f")"
+done
+CXX=${CXX:-g++}; CC=${CC:-gcc}
+INC="-I$EMU/include -I$OUT/src -I$SRC"
+DEFS="-DLOOM_HAVE_CUDA -D_POSIX_C_SOURCE=200809L"
+WARN="-Wall -Wextra -Wno-unused-parameter"
+for f in "$OUT"/src/backends/cuda/*.cpp; do
+  bg $CXX -std=c++17 -O1 -g $WARN $DEFS $INC $EXTRA -c "$f" -o "$OUT/obj/$(basename "$f" .cpp).o"
+done
+bg $CXX -std=c++17 -O1 -g $WARN $INC $EXTRA -c "$EMU/emu_runtime.cpp" -o "$OUT/obj/emu_runtime.o"
+for f in cuda_backend cuda_matmul; do
+  bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/cuda/$f.c" -o "$OUT/obj/$f.o"
+done
+bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/backend.c" -o "$OUT/obj/backend.o"
+bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test_cuda_ops.c" -o "$OUT/test_cuda_ops.o"
+wait_all
+$CXX $EXTRA -o "$OUT/test_cuda_ops_emu" "$OUT"/obj/*.o "$OUT/test_cuda_ops.o" \
+  "$LIBS/tests/backends/cpu/libloom_op_suite.a" "$LIBS/backends/cpu/libloom_cpu.a" \
+  "$LIBS/core/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm
+echo "built $OUT/test_cuda_ops_emu"
+
+# The nccl transport over the emulated NCCL (MPI on host memory), with test_nccl.c.
+command -v mpicc > /dev/null || { echo "no mpicc: test_nccl_emu not built"; exit 0; }
+MPIC=$(mpicc --showme:compile); MPIL=$(mpicc --showme:link)
+PDEFS="-DLOOM_HAVE_MPI -DLOOM_HAVE_NCCL -D_POSIX_C_SOURCE=200809L"
+for f in comm comm_mpi comm_nccl; do
+  bg $CC -std=c11 -O1 -g $WARN $PDEFS $INC $MPIC $EXTRA -c "$SRC/parallel/$f.c" -o "$OUT/pobj/$f.o"
+done
+bg $CC -std=c11 -O1 -g $WARN -D_POSIX_C_SOURCE=200809L $INC $EXTRA -c "$SRC/parallel/comm_self.c" -o "$OUT/pobj/comm_self.o"
+bg $CC -std=c11 -O1 -g $WARN $INC $MPIC $EXTRA -c "$EMU/emu_nccl.c" -o "$OUT/pobj/emu_nccl.o"
+bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test_nccl.c" -o "$OUT/test_nccl.o"
+wait_all
+$CXX $EXTRA -o "$OUT/test_nccl_emu" "$OUT"/obj/*.o "$OUT"/pobj/*.o "$OUT/test_nccl.o" \
+  "$LIBS/backends/cpu/libloom_cpu.a" "$LIBS/core/libloom_util.a" $MPIL -lopenblas -lcjson \
+  -fopenmp -lpthread -lm
+echo "built $OUT/test_nccl_emu"

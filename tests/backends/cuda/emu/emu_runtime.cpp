@@ -1,0 +1,531 @@
+/* emu_runtime.cpp: executes the CUDA backend's kernels on the host for testing without a GPU.
+ * Each block runs with blockDim real threads (so __syncthreads and warp shuffles really
+ * synchronise, and ThreadSanitizer can see shared-memory races); blocks run one after another.
+ * Divergent barriers (a __syncthreads some threads skip, a shuffle some lanes skip) and launch
+ * configurations a GPU would reject stop the program with a message. Test-only. */
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+static void emu_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "EMU FATAL: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+/* ---------------- barriers ---------------- */
+enum { KIND_SYNC = 1, KIND_SHFL = 2, KIND_EXIT = 3 };
+
+struct EmuBarrier {
+    std::mutex m;
+    std::condition_variable cv;
+    int n = 0, count = 0, kind = 0;
+    unsigned gen = 0;
+    std::function<void()> on_exit_complete;
+
+    void arrive(int k, const char *what)
+    {
+        std::unique_lock<std::mutex> l(m);
+        if (count == 0) kind = k;
+        else if (kind != k)
+            emu_die("divergent barrier in a %s: some threads at kind %d, this one (%s) at kind %d "
+                    "(block %u,%u thread %u,%u)", what, kind, what, k, blockIdx.x, blockIdx.y,
+                    threadIdx.x, threadIdx.y);
+        if (++count == n) {
+            count = 0;
+            gen++;
+            if (k == KIND_EXIT && on_exit_complete) on_exit_complete();
+            cv.notify_all();
+            return;
+        }
+        unsigned g = gen;
+        if (!cv.wait_for(l, std::chrono::seconds(60), [&] { return gen != g; }))
+            emu_die("deadlock: %d of %d threads waited 60 s in a %s (block %u,%u)", count, n, what,
+                    blockIdx.x, blockIdx.y);
+    }
+};
+
+struct EmuWarp {
+    EmuBarrier bar;
+    uint64_t slots[32];
+};
+
+struct EmuLaunch {
+    dim3 grid, block;
+    int nthreads = 0;
+    EmuBarrier block_bar;
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    unsigned char *dyn_mem = nullptr; /* dynamic shared memory, 128-byte aligned like the GPU's */
+    size_t dyn_bytes = 0;
+    const std::function<void()> *body = nullptr;
+};
+
+static thread_local EmuLaunch *t_launch;
+static thread_local int t_tid;
+
+void __syncthreads(void) { t_launch->block_bar.arrive(KIND_SYNC, "__syncthreads"); }
+
+uint64_t emu_shfl(unsigned mask, uint64_t bits, int arg, int is_xor, int width)
+{
+    if (mask != 0xffffffffu || width != 32) emu_die("shuffle with mask %#x width %d not emulated", mask, width);
+    EmuLaunch *L = t_launch;
+    if (L->nthreads % 32 != 0) emu_die("shuffle in a block of %d threads (partial warp)", L->nthreads);
+    EmuWarp *w = L->warps[t_tid / 32].get();
+    int lane = t_tid % 32, src = is_xor ? (lane ^ arg) : arg;
+    if (src < 0 || src >= 32) emu_die("shuffle source lane %d", src);
+    w->slots[lane] = bits;
+    w->bar.arrive(KIND_SHFL, "warp shuffle");
+    uint64_t v = w->slots[src];
+    w->bar.arrive(KIND_SHFL, "warp shuffle");
+    return v;
+}
+
+void *emu_dyn_smem(void) { return t_launch->dyn_bytes ? t_launch->dyn_mem : nullptr; }
+
+/* --- WMMA support (include/mma.h) --- */
+enum { KIND_WARPSYNC = 4 };
+
+int emu_lane(void) { return t_tid % 32; }
+
+void emu_warp_sync(const char *what)
+{
+    EmuLaunch *L = t_launch;
+    if (L->nthreads % 32 != 0) emu_die("%s in a block of %d threads (partial warp)", what, L->nthreads);
+    L->warps[t_tid / 32]->bar.arrive(KIND_WARPSYNC, what);
+}
+
+void __syncwarp(unsigned mask)
+{
+    if (mask != 0xffffffffu) emu_die("__syncwarp with mask %#x not emulated", mask);
+    emu_warp_sync("__syncwarp");
+}
+
+void emu_wmma_check(const void *p, unsigned ldm, const char *what)
+{
+    if ((uintptr_t)p % 32 != 0) emu_die("%s: pointer %p is not 32-byte aligned", what, p);
+    if (ldm % 4 != 0) emu_die("%s: ldm %u is not a multiple of 4 floats", what, ldm);
+}
+
+/* ---------------- launches ---------------- */
+static std::mutex g_mu;
+static std::map<const void *, int> g_max_dyn;
+static cudaError_t g_last = cudaSuccess;
+
+void emu_set_error(cudaError_t e)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    if (g_last == cudaSuccess) g_last = e;
+}
+
+void emu_set_max_dyn_smem(const void *kernel, int bytes)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    g_max_dyn[kernel] = bytes;
+}
+
+/* A pool of worker threads, one per threadIdx, reused across launches: worker i runs thread i of
+ * every block of the current launch. start/done are semaphores (ThreadSanitizer understands
+ * them, so each launch happens-after the previous one). */
+struct EmuWorker {
+    pthread_t th;
+    sem_t start;
+    int tid;
+};
+static std::vector<EmuWorker *> g_pool;
+static EmuLaunch *g_cur;
+static sem_t g_done;
+
+static void emu_run_blocks(EmuLaunch *L, int tid)
+{
+    t_launch = L;
+    t_tid = tid;
+    blockDim = L->block;
+    gridDim = L->grid;
+    threadIdx.x = tid % L->block.x;
+    threadIdx.y = (tid / L->block.x) % L->block.y;
+    threadIdx.z = tid / (L->block.x * L->block.y);
+    for (unsigned z = 0; z < L->grid.z; z++)
+        for (unsigned y = 0; y < L->grid.y; y++)
+            for (unsigned x = 0; x < L->grid.x; x++) {
+                blockIdx.x = x;
+                blockIdx.y = y;
+                blockIdx.z = z;
+                (*L->body)();
+                L->warps[t_tid / 32]->bar.arrive(KIND_EXIT, "kernel exit (warp)");
+                L->block_bar.arrive(KIND_EXIT, "kernel exit");
+            }
+}
+
+static void *emu_worker(void *p)
+{
+    EmuWorker *w = (EmuWorker *)p;
+    for (;;) {
+        while (sem_wait(&w->start) != 0) {}
+        emu_run_blocks(g_cur, w->tid);
+        sem_post(&g_done);
+    }
+    return nullptr;
+}
+
+static void emu_pool_grow(int n)
+{
+    static int inited;
+    if (!inited) {
+        sem_init(&g_done, 0, 0);
+        inited = 1;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 1 << 20);
+    while ((int)g_pool.size() < n) {
+        EmuWorker *w = new EmuWorker();
+        w->tid = (int)g_pool.size();
+        sem_init(&w->start, 0, 0);
+        if (pthread_create(&w->th, &attr, emu_worker, w) != 0) emu_die("pthread_create failed");
+        pthread_detach(w->th);
+        g_pool.push_back(w);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void emu_run(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+             const std::function<void()> &body)
+{
+    (void)s;
+    unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
+    if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "EMU: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y,
+                grid.z, block.x, block.y, block.z);
+        emu_set_error(cudaErrorInvalidConfiguration);
+        return;
+    }
+    int allowed = 48 * 1024;
+    {
+        std::lock_guard<std::mutex> l(g_mu);
+        auto it = g_max_dyn.find(kernel);
+        if (it != g_max_dyn.end()) allowed = it->second;
+    }
+    if (smem > (size_t)allowed) {
+        fprintf(stderr, "EMU: launch with %zu bytes of dynamic shared memory; kernel allows %d\n", smem, allowed);
+        emu_set_error(cudaErrorInvalidValue);
+        return;
+    }
+    EmuLaunch L;
+    L.grid = grid;
+    L.block = block;
+    L.nthreads = (int)nt;
+    L.body = &body;
+    L.block_bar.n = (int)nt;
+    L.dyn_bytes = smem;
+    if (smem && posix_memalign((void **)&L.dyn_mem, 128, smem) != 0) emu_die("out of memory");
+    if (smem) memset(L.dyn_mem, 0xff, smem); /* NaN pattern: reading unwritten shared memory shows */
+    L.block_bar.on_exit_complete = [&L] { if (L.dyn_bytes) memset(L.dyn_mem, 0xff, L.dyn_bytes); };
+    for (int w = 0; w < (int)((nt + 31) / 32); w++) {
+        L.warps.emplace_back(new EmuWarp());
+        L.warps.back()->bar.n = (int)(nt - 32 * (unsigned)w < 32 ? nt - 32 * (unsigned)w : 32);
+    }
+    emu_pool_grow((int)nt);
+    g_cur = &L;
+    for (unsigned i = 0; i < nt; i++) sem_post(&g_pool[i]->start);
+    for (unsigned i = 0; i < nt; i++)
+        while (sem_wait(&g_done) != 0) {}
+    g_cur = nullptr;
+    free(L.dyn_mem);
+}
+
+/* ---------------- runtime API ---------------- */
+struct emu_stream {
+    int unused;
+};
+struct emu_event {
+    int unused;
+};
+
+extern "C" {
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNotReady: return "device not ready";
+    default: return "unknown error";
+    }
+}
+
+cudaError_t cudaGetLastError(void)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    cudaError_t e = g_last;
+    g_last = cudaSuccess;
+    return e;
+}
+
+/* EMU_DEVICES=N pretends N devices (default 1; 0 = none), all the same emulated GPU. */
+int emu_device_count(void)
+{
+    const char *v = getenv("EMU_DEVICES");
+    return v && *v ? atoi(v) : 1;
+}
+
+cudaError_t cudaGetDeviceCount(int *count)
+{
+    *count = emu_device_count();
+    return *count ? cudaSuccess : cudaErrorNoDevice;
+}
+
+cudaError_t cudaSetDevice(int dev) { return dev >= 0 && dev < emu_device_count() ? cudaSuccess : cudaErrorInvalidValue; }
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
+{
+    if (dev < 0 || dev >= emu_device_count()) return cudaErrorInvalidValue;
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "Host emulation of an sm_90 GPU");
+    p->totalGlobalMem = (size_t)8 << 30;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 4;
+    p->sharedMemPerBlockOptin = 232448;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
+{
+    if (dev < 0 || dev >= emu_device_count()) return cudaErrorInvalidValue;
+    switch (a) {
+    case cudaDevAttrClockRate: *v = 1000000; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *v = 4; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; return cudaSuccess;
+    }
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+    *least = 0;
+    *greatest = -5;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int prio)
+{
+    (void)flags, (void)prio;
+    *s = new emu_stream();
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    return cudaStreamCreateWithPriority(s, flags, 0);
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (s == cudaStreamLegacy) return cudaErrorInvalidValue;
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) { return s ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f)
+{
+    (void)f;
+    return s && e ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaStreamGetDevice(cudaStream_t s, int *dev)
+{
+    if (!s) return cudaErrorInvalidValue;
+    *dev = 0;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+/* "Device" allocations, so cudaPointerGetAttributes can tell them from host memory. */
+static std::map<uintptr_t, size_t> g_allocs;
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    size_t n = (bytes + 255) & ~(size_t)255;
+    *p = aligned_alloc(256, n ? n : 256);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xff, bytes); /* device memory is not zeroed: make relying on it visible (NaN) */
+    std::lock_guard<std::mutex> l(g_mu);
+    g_allocs[(uintptr_t)*p] = n ? n : 256;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p)
+{
+    if (!p) return cudaSuccess;
+    {
+        std::lock_guard<std::mutex> l(g_mu);
+        if (!g_allocs.erase((uintptr_t)p)) return cudaErrorInvalidValue;
+    }
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    memset(a, 0, sizeof *a);
+    auto it = g_allocs.upper_bound((uintptr_t)p);
+    int dev = it != g_allocs.begin() && (--it, (uintptr_t)p < it->first + it->second);
+    a->type = dev ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    a->devicePointer = dev ? (void *)p : nullptr;
+    a->hostPointer = dev ? nullptr : (void *)p;
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
+{
+    if (!s) return cudaErrorInvalidValue;
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k, cudaStream_t s)
+{
+    (void)k;
+    if (!s) return cudaErrorInvalidValue;
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
+{
+    (void)k;
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = new emu_event();
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return e && s ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+
+/* ---------------- cuBLAS ---------------- */
+struct emu_blas {
+    cudaStream_t stream;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t *h)
+{
+    *h = new emu_blas();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h)
+{
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
+{
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
+{
+    (void)h;
+    return ws && bytes ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m)
+{
+    (void)h, (void)m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusString(cublasStatus_t st)
+{
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+/* TF32: 10 explicit mantissa bits, round to nearest even. */
+static float emu_tf32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return f;
+    u += 0xfffu + ((u >> 13) & 1u);
+    u &= ~0x1fffu;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float emu_load(const void *p, cudaDataType t, size_t i, int tf32)
+{
+    if (t == CUDA_R_16BF) {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    float f = ((const float *)p)[i];
+    return tf32 ? emu_tf32(f) : f;
+}
+
+/* C (m x n, ldc) = alpha op(A) op(B) + beta C, column-major, with cuBLAS's argument rules. */
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                            int k, const void *alpha, const void *A, cudaDataType At, int lda,
+                            const void *B, cudaDataType Bt, int ldb, const void *beta, void *C,
+                            cudaDataType Ct, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    if (!h || !h->stream) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int ok32 = At == CUDA_R_32F && Bt == CUDA_R_32F && Ct == CUDA_R_32F &&
+               (ct == CUBLAS_COMPUTE_32F || ct == CUBLAS_COMPUTE_32F_FAST_TF32);
+    int okbf = At == CUDA_R_16BF && Bt == CUDA_R_16BF && Ct == CUDA_R_32F && ct == CUBLAS_COMPUTE_32F;
+    if (!ok32 && !okbf) return CUBLAS_STATUS_NOT_SUPPORTED;
+    int arows = ta == CUBLAS_OP_N ? m : k, brows = tb == CUBLAS_OP_N ? k : n;
+    if (m < 0 || n < 0 || k < 0 || lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) ||
+        ldc < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    const float a = *(const float *)alpha, b = *(const float *)beta;
+    const int tf32 = ct == CUBLAS_COMPUTE_32F_FAST_TF32;
+    float *c = (float *)C;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (int l = 0; l < k; l++) {
+                size_t ai = ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * lda : (size_t)l + (size_t)i * lda;
+                size_t bi = tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb : (size_t)j + (size_t)l * ldb;
+                acc += emu_load(A, At, ai, tf32) * emu_load(B, Bt, bi, tf32);
+            }
+            float *cij = c + (size_t)i + (size_t)j * ldc;
+            *cij = b == 0.0f ? a * acc : a * acc + b * *cij;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} /* extern "C" */

@@ -1,0 +1,173 @@
+/* test_cuda_ops.c: every op of the CUDA backend against the CPU reference (tests/backends/op_suite),
+ * in three modes: fp32 with TF32 off, fp32 with TF32 on, bf16. Exits 77 ("SKIP: no CUDA device")
+ * where no device is present. It must never pass with a mode silently skipped. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "tests/backends/op_suite.h"
+
+extern const backend_entry cuda_backend_entry;
+extern const backend_entry cpu_backend_entry;
+
+/* Tolerance multipliers of the suite's fp32 defaults (1e-5 relative to the largest reference value
+ * for matmul, 1e-6..2e-5 elsewhere), per mode, and why:
+ * - FP32 (allow_tf32 = 0): the same IEEE fp32 math in another summation order (cuBLAS tiling,
+ *   warp-tree reductions, online softmax) and with FMA contraction: a few ulp more than the CPU's
+ *   own reordering, so 4. (Host emulation of the kernels: worst op 8e-7 relative.)
+ * - TF32: cuBLAS rounds matmul inputs to 10 mantissa bits (unit roundoff 2^-11 = 4.9e-4 when
+ *   rounded to nearest, 2^-10 when truncated). With emulated round-to-nearest TF32 the worst
+ *   matmul in the suite is 4.1e-4 relative; 300 gives 3e-3, room for truncating hardware. Only
+ *   matmul changes (attention and elementwise ops stay fp32) but the suite scales every op.
+ * - BF16: matmul inputs rounded to 8 mantissa bits (2^-8 = 3.9e-3), fp32 accumulate: the worst
+ *   emulated matmul is 5.3e-3 relative; 2000 gives 2e-2. */
+typedef struct {
+    const char *key, *name;
+    int precision, allow_tf32;
+    double tol_scale;
+} cuda_mode;
+
+static const cuda_mode modes[] = {
+    {"fp32", "fp32 (TF32 off)", BACKEND_FP32, 0, 4.0},
+    {"tf32", "fp32 (TF32 on)", BACKEND_FP32, 1, 300.0},
+    {"bf16", "bf16", BACKEND_BF16, 0, 2000.0},
+};
+
+/* --- determinism: the gradient ops must give the same bits on every run (no float atomics) --- */
+
+static float *upload_rand(backend *be, size_t n, unsigned seed)
+{
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        h[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+    }
+    float *d = be->ops->alloc(be, n * sizeof(float));
+    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+/* Runs the backward ops twice into fresh zeroed buffers; returns how many results differ. */
+static int check_determinism(backend *be)
+{
+    enum { B = 2, T = 200, H = 4, Hkv = 2, D = 64, C = 96, V = 50 };
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nc = (size_t)B * T * C;
+    float *q = upload_rand(be, nq, 1), *k = upload_rand(be, nk, 2), *v = upload_rand(be, nk, 3);
+    float *dout = upload_rand(be, nq, 4), *x = upload_rand(be, nc, 5), *w = upload_rand(be, C, 6);
+    float *o = be->ops->alloc(be, nq * 4), *lse = be->ops->alloc(be, (size_t)B * H * T * 4);
+    float *mean = be->ops->alloc(be, (size_t)B * T * 4), *rstd = be->ops->alloc(be, (size_t)B * T * 4);
+    int32_t tok[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % 13; /* heavy repeats */
+    int32_t *dtok = be->ops->alloc(be, sizeof tok);
+    be->ops->copy_h2d(be, dtok, tok, sizeof tok);
+    be->ops->attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
+    float *y = be->ops->alloc(be, nc * 4);
+    be->ops->layernorm_forward(be, y, mean, rstd, x, w, w, B * T, C, 1e-5f);
+    be->ops->free(be, y);
+    size_t sizes[6] = {nq, nk, nk, (size_t)V * C, (size_t)C, (size_t)C};
+    float *res[2][6];
+    int bad = 0;
+    for (int r = 0; r < 2; r++) {
+        for (int j = 0; j < 6; j++) res[r][j] = be->ops->alloc(be, sizes[j] * 4);
+        be->ops->attention_backward(be, res[r][0], res[r][1], res[r][2], dout, q, k, v, o, lse, B, T, H, Hkv, D);
+        be->ops->embedding_backward(be, res[r][3], NULL, x, dtok, B, T, C, V);
+        float *dx = be->ops->alloc(be, nc * 4); /* inputs stay untouched between the runs */
+        be->ops->layernorm_backward(be, dx, res[r][4], res[r][5], x, x, w, mean, rstd, B * T, C);
+        be->ops->free(be, dx);
+    }
+    for (int j = 0; j < 6; j++) {
+        float *a = malloc(sizes[j] * 4), *b = malloc(sizes[j] * 4);
+        be->ops->copy_d2h(be, a, res[0][j], sizes[j] * 4);
+        be->ops->copy_d2h(be, b, res[1][j], sizes[j] * 4);
+        if (memcmp(a, b, sizes[j] * 4) != 0) {
+            static const char *names[6] = {"attention dq", "attention dk", "attention dv",
+                                           "embedding dwte", "layernorm dweight", "layernorm dbias"};
+            fprintf(stderr, "FAIL: %s differs between two identical runs\n", names[j]);
+            bad++;
+        }
+        free(a), free(b);
+        be->ops->free(be, res[0][j]), be->ops->free(be, res[1][j]);
+    }
+    float *all[] = {q, k, v, dout, x, w, o, lse, mean, rstd, (float *)dtok};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    return bad;
+}
+
+/* Attention on tensors that start 4 bytes past an alignment boundary (as slices of a larger
+ * buffer may) must give the same bits as on aligned ones: the kernels' vector loads fall back. */
+static int check_unaligned(backend *be)
+{
+    enum { B = 1, T = 100, H = 2, D = 64 };
+    const size_t n = (size_t)B * T * H * D;
+    float *x = upload_rand(be, n, 7), *big = be->ops->alloc(be, (n + 1) * 3 * 4);
+    float *o1 = be->ops->alloc(be, n * 4), *o2 = be->ops->alloc(be, (n + 1) * 4);
+    float *l1 = be->ops->alloc(be, (size_t)B * H * T * 4), *l2 = be->ops->alloc(be, (size_t)B * H * T * 4);
+    float *qa = big + 1, *ka = big + n + 2, *va = big + 2 * n + 3; /* all 4 bytes off */
+    be->ops->copy_d2d(be, qa, x, n * 4);
+    be->ops->copy_d2d(be, ka, x, n * 4);
+    be->ops->copy_d2d(be, va, x, n * 4);
+    be->ops->attention_forward(be, o1, l1, x, x, x, B, T, H, H, D);
+    be->ops->attention_forward(be, o2 + 1, l2, qa, ka, va, B, T, H, H, D);
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+    be->ops->copy_d2h(be, a, o1, n * 4);
+    be->ops->copy_d2h(be, b, o2 + 1, n * 4);
+    int bad = memcmp(a, b, n * 4) != 0;
+    if (bad) fprintf(stderr, "FAIL: attention_forward on unaligned q/k/v/out differs from aligned\n");
+    free(a), free(b);
+    float *all[] = {x, big, o1, o2, l1, l2};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    return bad;
+}
+
+/* usage: test_cuda_ops [fp32|tf32|bf16]... (default: all three modes) */
+int main(int argc, char **argv)
+{
+    const char *why = "";
+    if (!cuda_backend_entry.available(&why)) {
+        printf("SKIP: no CUDA device (%s)\n", why);
+        return 77;
+    }
+    backend_config cpu_cfg = {.threads = 0, .device_index = 0, .precision = BACKEND_FP32, .allow_tf32 = 0};
+    backend *cpu = cpu_backend_entry.create(&cpu_cfg);
+    if (!cpu) {
+        fprintf(stderr, "FAIL: cpu backend: %s\n", loom_error());
+        return 1;
+    }
+    int failed_modes = 0, ran = 0;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        int wanted = argc < 2;
+        for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], modes[i].key) == 0;
+        if (!wanted) continue;
+        ran++;
+        backend_config cfg = {.threads = 0, .device_index = 0, .precision = modes[i].precision,
+                              .allow_tf32 = modes[i].allow_tf32};
+        backend *gpu = cuda_backend_entry.create(&cfg);
+        if (!gpu) {
+            fprintf(stderr, "FAIL: cuda backend (%s): %s\n", modes[i].name, loom_error());
+            failed_modes++;
+            continue;
+        }
+        printf("== %s: %s, tol_scale %g\n", modes[i].name, gpu->description, modes[i].tol_scale);
+        int bad = op_suite_run(gpu, cpu, modes[i].tol_scale, 1);
+        if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
+        bad += check_unaligned(gpu);
+        if (bad) {
+            fprintf(stderr, "FAIL: %s: %d check(s) failed\n", modes[i].name, bad);
+            failed_modes++;
+        }
+        backend_destroy(gpu);
+    }
+    backend_destroy(cpu);
+    if (ran == 0) {
+        fprintf(stderr, "FAIL: no mode matches the arguments (known: fp32 tf32 bf16)\n");
+        return 1;
+    }
+    if (failed_modes) return 1;
+    printf("PASS: cuda ops match the CPU reference in %d mode%s\n", ran, ran == 1 ? "" : "s");
+    return 0;
+}
