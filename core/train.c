@@ -203,12 +203,12 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
 {
     trainer t;
     train_report rep = {0};
-    rep.val_loss = NAN;
+    rep.val_loss = rep.accuracy = rep.base_accuracy = rep.names = rep.base_names = NAN;
     int rc = trainer_open(&t, cfg, c, opt, finetune);
     if (rc == 0 && finetune && opt && opt->eval_accuracy && !(opt->resume && opt->resume[0]))
-        rc = evaluate_accuracy(t.s, &t.sft, &rep.base_accuracy, NULL);
+        rc = evaluate_accuracy(t.s, &t.sft, &rep.base_accuracy, &rep.base_names);
     if (rc == 0) rc = trainer_loop(&t, &rep, opt);
-    if (rc == 0 && finetune && opt && opt->eval_accuracy) rc = evaluate_accuracy(t.s, &t.sft, &rep.accuracy, NULL);
+    if (rc == 0 && finetune && opt && opt->eval_accuracy) rc = evaluate_accuracy(t.s, &t.sft, &rep.accuracy, &rep.names);
     if (t.s && t.log) {
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);

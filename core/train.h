@@ -26,6 +26,7 @@ typedef struct train_report {
     double val_loss;      /* fine-tunes: the last validation loss (NaN if none) */
     double base_accuracy; /* fine-tunes with eval_accuracy: before training ... */
     double accuracy;      /* ... and after */
+    double base_names, names; /* the same for "right tool names in the right order" */
 } train_report;
 
 /* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */

@@ -47,10 +47,12 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
              rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
     if (finetune && !isnan(rep.accuracy)) {
         if (!isnan(rep.base_accuracy))
-            log_info("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned)",
-                     100.0 * rep.base_accuracy, 100.0 * rep.accuracy);
+            log_info("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned); "
+                     "right tool names %.1f%% -> %.1f%%", 100.0 * rep.base_accuracy, 100.0 * rep.accuracy,
+                     100.0 * rep.base_names, 100.0 * rep.names);
         else
-            log_info("tool-call accuracy (exact match, held-out): %.1f%%", 100.0 * rep.accuracy);
+            log_info("tool-call accuracy (exact match, held-out): %.1f%%; right tool names %.1f%%",
+                     100.0 * rep.accuracy, 100.0 * rep.names);
     }
     comm_destroy(c);
     return 0;

@@ -1,0 +1,27 @@
+/* fuzz_targets.h: the inputs loom reads from users and disks, as fuzz entry points: each takes
+ * arbitrary bytes, must return without crashing, leaking or reading out of bounds, and never
+ * writes anywhere but its own scratch file. Shared by the libFuzzer binaries (fuzz_main.c) and
+ * the regression replayer (tests/reliability/fuzz_replay.c). */
+#ifndef LOOM_FUZZ_TARGETS_H
+#define LOOM_FUZZ_TARGETS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Job config text (config_load_string); bytes after the first NUL are one --set override. */
+int fuzz_config(const uint8_t *data, size_t n);
+/* A fine-tuning JSONL file (sft_data_load: line splitting, chat_example_parse, rendering). The
+ * first byte picks data.skip_bad_lines and the prompt-only parse flag; each line is also parsed
+ * and rendered on its own through chat.h. */
+int fuzz_jsonl(const uint8_t *data, size_t n);
+/* A checkpoint file: ckpt_open, ckpt_read_state, ckpt_read_group over a fixed small table (the
+ * one fuzz_ckpt_seed writes), and `loom ckpt info`'s ckpt_print_info (stdout muted). */
+int fuzz_ckpt(const uint8_t *data, size_t n);
+/* Write a small valid checkpoint with that table to `path` (the fuzzer's seed). 0 on success. */
+int fuzz_ckpt_seed(const char *path);
+
+/* Look a target up by name ("config", "jsonl", "ckpt"); NULL if unknown. */
+typedef int (*fuzz_target_fn)(const uint8_t *data, size_t n);
+fuzz_target_fn fuzz_target_by_name(const char *name);
+
+#endif
