@@ -13,6 +13,14 @@
 
 void ckpt_h5_quiet(void)
 {
+    /* No HDF5 exit handler: after a failed write (disk full) H5Fclose can leave the file half
+     * closed, and HDF5 1.10's atexit cleanup then crashes on it. Nothing needs closing at exit:
+     * a failed save's temp file is already removed. Must precede the library's initialisation. */
+    static int once = 0;
+    if (!once) {
+        H5dont_atexit();
+        once = 1;
+    }
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 

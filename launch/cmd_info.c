@@ -2,6 +2,7 @@
  * the one backend_select() would pick and why, threads. Plain "key: value" lines (parsable). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "backends/backend.h"
@@ -41,8 +42,15 @@ int cmd_info(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         const char *why = "";
         int ok = e[i].available(&why);
-        printf("backend.%s: %s%s%s\n", e[i].name, ok ? "available" : "unavailable", ok ? "" : " (", ok ? "" : why);
-        if (!ok) printf(")\n");
+        /* one line each, even when the driver's reason has line breaks */
+        char reason[160];
+        snprintf(reason, sizeof reason, "%s", why ? why : "");
+        for (char *p = reason; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        size_t len = strlen(reason);
+        while (len && reason[len - 1] == ' ') reason[--len] = '\0';
+        if (ok) printf("backend.%s: available\n", e[i].name);
+        else printf("backend.%s: unavailable (%s)\n", e[i].name, reason);
     }
     const char *env = getenv("LOOM_BACKEND");
     const char *pick = NULL, *reason = "auto-detected: first available of";
