@@ -7,7 +7,7 @@
 # RUNS (default 200000) executions for config and jsonl; FUZZ_CKPT_RUNS (default RUNS/10) for
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
 # written to $FUZZ_OUT/crashes (FUZZ_OUT defaults to build-fuzz/out); exit 1 if any target found
-# one. Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
+# one in loom's code (crashes inside libhdf5 are counted and reported, see in_hdf5). Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
 # Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,27 +42,58 @@ if command -v h5repack >/dev/null; then h5repack "$seeds/ckpt/full.h5" "$seeds/c
 
 export LOOM_FUZZ_TMP=${LOOM_FUZZ_TMP:-/dev/shm}
 # leaks inside HDF5 on damaged files (its metadata cache) are HDF5's: suppressed by the CI's list,
-# which needs full stacks to see the HDF5 frames; loom's own leaks still stop the fuzzer
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0:allocator_may_return_null=1}
+# which needs full stacks to see the HDF5 frames (slow unwinding: only for the ckpt target, the
+# JSON targets call no third-party code that could leak); loom's own leaks still stop the fuzzer
+asan="detect_leaks=1:allocator_may_return_null=1"
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/reliability/lsan.supp:print_suppressions=0}
-status=0
-for t in config jsonl ckpt; do
-    n=$runs
-    [ $t = ckpt ] && n=$ckpt_runs
-    extra=()
-    [ $t = ckpt ] && extra=(-max_len=65536)
+# A crash whose innermost non-sanitizer frame lies in libhdf5 is HDF5 1.10 misreading a damaged
+# file (not loom's code): it is kept under crashes/ and counted, and the run goes on from where it
+# stopped (up to 25 times) so loom's own code keeps being fuzzed. FUZZ_STRICT=1 stops on those too.
+in_hdf5()
+{
+    grep -E "^ +#[0-9]+ " "$1.seg" | grep -vE "libclang_rt|asan|sanitizer|__interceptor| in (malloc|calloc|realloc|free) " |
+        head -1 | grep -q libhdf5
+}
+
+# run_target T N: fuzz target T for N executions in all; prints one summary line.
+run_target()
+{
+    local t=$1 left=$2 log=$out/fuzz_$1.log total=0 hdf5=0 seed=1 start unwind=1 extra=() verdict=ok
+    [ "$t" = ckpt ] && { unwind=0; extra=(-max_len=65536); }
     start=$(date +%s)
-    log=$out/fuzz_$t.log
-    if "$build/fuzz_$t" -runs="$n" -seed=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-        -artifact_prefix="$out/crashes/${t}-" "${extra[@]}" "$out/corpus/$t" "$seeds/$t" >"$log" 2>&1; then
-        verdict=ok
-    else
+    : >"$log"
+    while [ "$left" -gt 0 ]; do
+        if ASAN_OPTIONS=${ASAN_OPTIONS:-$asan:fast_unwind_on_malloc=$unwind} "$build/fuzz_$t" -runs="$left" \
+            -seed=$seed -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$out/crashes/${t}-" \
+            "${extra[@]}" "$out/corpus/$t" "$seeds/$t" >"$log.seg" 2>&1; then
+            rc=0
+        else
+            rc=1
+        fi
+        cat "$log.seg" >>"$log"
+        done_now=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log.seg" | grep -oE "[0-9]+$" || echo 0)
+        total=$((total + done_now))
+        left=$((left - done_now))
+        [ $rc -eq 0 ] && break
+        if [ "${FUZZ_STRICT:-0}" != 1 ] && in_hdf5 "$log" && [ $hdf5 -lt 25 ]; then
+            hdf5=$((hdf5 + 1))
+            seed=$((seed + 1))
+            left=$((left > 1 ? left - 1 : 0))
+            continue
+        fi
         verdict="FOUND A CRASH (see $log)"
         status=1
-    fi
-    execs=$(grep -oE "stat::number_of_executed_units: *[0-9]+" "$log" | grep -oE "[0-9]+$" || echo "?")
+        break
+    done
+    rm -f "$log.seg"
+    local cov
     cov=$(grep -oE "cov: [0-9]+" "$log" | tail -1 || true)
-    echo "fuzz_$t: $execs executions in $(( $(date +%s) - start )) s, $cov, $verdict"
-done
+    echo "fuzz_$t: $total executions in $(( $(date +%s) - start )) s, $cov, $hdf5 crash(es) inside libhdf5, $verdict"
+}
+
+status=0
+run_target config "$runs"
+run_target jsonl "$runs"
+run_target ckpt "$ckpt_runs"
 ls "$out/crashes" | sed 's/^/crash input: /'
 exit $status

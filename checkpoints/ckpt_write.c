@@ -160,6 +160,19 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
 }
 
 /* Everything up to a durable temp file: create, state, tensors, `complete`, close, fsync. */
+/* After a failed write (disk full): give the temp file's space back before H5Fclose, so the close
+ * can flush its metadata and really close. Otherwise HDF5 keeps a half-closed file and its
+ * library shutdown (at exit, or inside MPI_Finalize in a parallel build) crashes on it. The temp
+ * file is removed afterwards anyway, so its contents do not matter. */
+static void ckpt_release_space(hid_t fid)
+{
+    void *handle = NULL;
+    if (H5Fget_vfd_handle(fid, H5P_DEFAULT, &handle) >= 0 && handle) {
+        int fd = *(int *)handle;
+        if (ftruncate(fd, 0) != 0) { /* nothing more to try: the close below reports it */ }
+    }
+}
+
 static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *groups, int ngroups)
 {
     hid_t fapl = ckpt_h5_fapl();
@@ -187,6 +200,7 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
         ckpt_h5_reason(why, sizeof why);
         rc = loom_fail("%s: cannot flush checkpoint file (%s)", tmp, why);
     }
+    if (rc) ckpt_release_space(fid);
     if (H5Fclose(fid) < 0 && !rc) rc = loom_fail("%s: cannot close checkpoint file", tmp);
     if (!rc) rc = ckpt_fs_fsync_file(tmp);
     return rc;
