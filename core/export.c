@@ -25,10 +25,10 @@ static ckpt_tensor *export_table(const model_tensor *mt, int n)
     return t;
 }
 
-/* Open `path` (file or dir), read its state and the group `grp` laid out as (mt, n). */
-static int export_read(const char *path, const char *grp, const model_tensor *mt, int n, float *host,
-                       ckpt_state *st)
+/* Open `path` (file or dir) and read the group `grp` laid out as (mt, n). */
+static int export_read(const char *path, const char *grp, const model_tensor *mt, int n, float *host)
 {
+    ckpt_state st_local = {0}, *st = &st_local;
     char file[1024];
     if (ckpt_resolve(path, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);
@@ -40,13 +40,14 @@ static int export_read(const char *path, const char *grp, const model_tensor *mt
     if (rc == 0) rc = t ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
     free(t);
     ckpt_close(r);
+    ckpt_state_free(st);
     return rc;
 }
 
 int export_merge_lora(const char *base, const char *adapter, const char *out_dir)
 {
     job_config cfg;
-    ckpt_state ast = {0}, bst = {0};
+    ckpt_state ast = {0};
     model *m = NULL;
     backend *be = NULL;
     float *bh = NULL, *ah = NULL;
@@ -64,8 +65,8 @@ int export_merge_lora(const char *base, const char *adapter, const char *out_dir
     if (rc == 0 && !(m = model_create(&cfg.model, be, 1, 1, 0, 0, 0, &ls))) rc = -1;
     if (rc == 0 && (!(bh = malloc(m->nbase_params * sizeof(float))) || !(ah = malloc(m->nparams * sizeof(float)))))
         rc = loom_fail("out of host memory");
-    if (rc == 0) rc = export_read(base, "model", m->base_tensors, m->nbase, bh, &bst);
-    if (rc == 0) rc = export_read(adapter, "lora", m->tensors, m->ntensors, ah, &ast);
+    if (rc == 0) rc = export_read(base, "model", m->base_tensors, m->nbase, bh);
+    if (rc == 0) rc = export_read(adapter, "lora", m->tensors, m->ntensors, ah);
     if (rc == 0) rc = model_lora_merge(m, bh, ah);
     if (rc == 0) {
         ckpt_tensor *t = export_table(m->base_tensors, m->nbase);
@@ -80,6 +81,5 @@ int export_merge_lora(const char *base, const char *adapter, const char *out_dir
     model_destroy(m);
     backend_destroy(be);
     ckpt_state_free(&ast);
-    ckpt_state_free(&bst);
     return rc;
 }

@@ -32,7 +32,9 @@ static inline float cpu_expf(float x)
         int32_t i;
         float f;
     } s;
-    s.i = ((int32_t)fn + 127) << 23;
+    /* 2^fn built in the exponent field; shifted as unsigned (fn + 127 is negative, and discarded,
+     * on the underflow path) */
+    s.i = (int32_t)((uint32_t)((int32_t)fn + 127) << 23);
     y = y * s.f;
     return under ? 0.0f : y;
 }
