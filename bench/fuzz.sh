@@ -48,7 +48,7 @@ asan="detect_leaks=1:allocator_may_return_null=1"
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/reliability/lsan.supp:print_suppressions=0}
 # A crash whose innermost non-sanitizer frame lies in libhdf5 is HDF5 1.10 misreading a damaged
 # file (not loom's code): it is kept under crashes/ and counted, and the run goes on from where it
-# stopped (up to 25 times) so loom's own code keeps being fuzzed. FUZZ_STRICT=1 stops on those too.
+# stopped (up to 200 times) so loom's own code keeps being fuzzed. FUZZ_STRICT=1 stops on those too.
 in_hdf5()
 {
     # one awk, no early-closing pipe (pipefail would turn a SIGPIPE into "not HDF5")
@@ -76,7 +76,7 @@ run_target()
         total=$((total + done_now))
         left=$((left - done_now))
         [ $rc -eq 0 ] && break
-        if [ "${FUZZ_STRICT:-0}" != 1 ] && in_hdf5 "$log" && [ $hdf5 -lt 25 ]; then
+        if [ "${FUZZ_STRICT:-0}" != 1 ] && in_hdf5 "$log" && [ $hdf5 -lt 200 ]; then
             hdf5=$((hdf5 + 1))
             seed=$((seed + 1))
             left=$((left > 1 ? left - 1 : 0))
