@@ -82,9 +82,13 @@ void metrics_step(metrics *mt, const session *s, int step, double loss, float lr
     if (!mt->active) return;
     plot_series_add(&mt->loss, step, loss);
     plot_series_add(&mt->tps, step, tps);
-    fprintf(mt->jsonl, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+    /* JSON has no NaN: a skipped (non-finite) step logs null */
+    char lbuf[32], nbuf[32];
+    if (isfinite(loss)) snprintf(lbuf, sizeof lbuf, "%.6f", loss); else snprintf(lbuf, sizeof lbuf, "null");
+    if (isfinite(grad_norm)) snprintf(nbuf, sizeof nbuf, "%.6g", grad_norm); else snprintf(nbuf, sizeof nbuf, "null");
+    fprintf(mt->jsonl, "{\"step\": %d, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, "
             "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"step_s\": %.4f, \"elapsed_s\": %.3f}\n",
-            step, loss, lr, grad_norm, tps, mfu, seconds, mt->elapsed);
+            step, lbuf, lr, nbuf, tps, mfu, seconds, mt->elapsed);
     fflush(mt->jsonl);
     if (step % 10 == 0 || step == mt->total) plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
     if (mt->quiet) return;

@@ -84,6 +84,8 @@ static int session_save(session *s)
     free(table);
     free(model_json);
     free(job_json);
+    /* rank 0 says why first: the agreement below may end the job before its caller logs */
+    if (rc != 0 && s->comm->size > 1) log_warn("checkpoint: %s", loom_error());
     /* every rank learns whether rank 0's write worked */
     double failed = rc != 0;
     if (comm_allreduce_host(s->comm, &failed, 1)) return -1;

@@ -1,5 +1,6 @@
 /* main.c: the `loom` binary: picks the subcommand. Before anything else it makes sure OpenBLAS
  * runs a kernel that fits this CPU (which may re-exec the process once, see backends/cpu). */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
+    /* a file-size limit must make write() fail with EFBIG (a message, the previous checkpoint
+     * kept), not kill the process silently */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
