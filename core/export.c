@@ -11,19 +11,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/model.h"
-
-static ckpt_tensor *export_table(const model_tensor *mt, int n)
-{
-    ckpt_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
-    for (int i = 0; t && i < n; i++) {
-        t[i].name = mt[i].name;
-        t[i].ndim = mt[i].ndim;
-        t[i].shape[0] = mt[i].shape[0];
-        t[i].shape[1] = mt[i].shape[1];
-        t[i].offset = mt[i].offset;
-    }
-    return t;
-}
+#include "core/session.h"
 
 /* Open `path` (file or dir) and read the group `grp` laid out as (mt, n). */
 static int export_read(const char *path, const char *grp, const model_tensor *mt, int n, float *host)
@@ -35,7 +23,7 @@ static int export_read(const char *path, const char *grp, const model_tensor *mt
     if (!r) return -1;
     int rc = ckpt_read_state(r, st);
     if (rc == 0 && !ckpt_has_group(r, grp)) rc = loom_fail("%s: no /%s group (not a %s checkpoint)", file, grp, grp);
-    ckpt_tensor *t = export_table(mt, n);
+    ckpt_tensor *t = session_ckpt_table_of(mt, n);
     ckpt_group g = {grp, t, n, host};
     if (rc == 0) rc = t ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
     free(t);
@@ -69,7 +57,7 @@ int export_merge_lora(const char *base, const char *adapter, const char *out_dir
     if (rc == 0) rc = export_read(adapter, "lora", m->tensors, m->ntensors, ah);
     if (rc == 0) rc = model_lora_merge(m, bh, ah);
     if (rc == 0) {
-        ckpt_tensor *t = export_table(m->base_tensors, m->nbase);
+        ckpt_tensor *t = session_ckpt_table_of(m->base_tensors, m->nbase);
         ckpt_group g = {"model", t, m->nbase, bh};
         ckpt_state out = ast; /* step, seeds, configs of the fine-tune: the merged model's history */
         rc = t ? ckpt_save(out_dir, &out, &g, 1, 0) : loom_fail("out of host memory");

@@ -48,6 +48,11 @@ int session_init_or_resume(session *s, const char *resume);
  * Any world size and ZeRO stage; the model config must match. */
 int session_resume(session *s, const char *path);
 
+/* The checkpoint's view of a tensor table (malloc'd; names borrowed from mt). NULL if out of
+ * memory. */
+struct ckpt_tensor;
+struct ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n);
+
 /* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
 int session_load_base(session *s);
 

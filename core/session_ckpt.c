@@ -12,8 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 
-/* The checkpoint's view of a tensor table. */
-static ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
+ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {
     ckpt_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
     if (!t) return NULL;
