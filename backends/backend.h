@@ -135,13 +135,17 @@ typedef struct backend_ops {
     void (*adamw)(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
+
+    /* Optional: measure the FLOP/s MFU is quoted against (a timed sgemm on the CPU). Called once,
+     * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */
+    double (*measure_peak)(backend *be);
 } backend_ops;
 
 struct backend {
     const backend_ops *ops;
     backend_config cfg;
     char description[160]; /* e.g. "cpu (OpenBLAS SkylakeX, 2 threads)" */
-    double peak_flops;     /* fp32 (or bf16 when selected) FLOP/s used for MFU; 0 = unknown */
+    double peak_flops;     /* fp32 (or bf16) FLOP/s for MFU; 0 = unknown or not yet measured */
     void *impl;            /* the backend's own state */
 };
 
@@ -161,6 +165,14 @@ const backend_entry *backend_registry(int *count);
  * first available in priority order. Unknown or unavailable name -> NULL + loom_fail naming it.
  * The reason for the choice is written to why_out (may be NULL). */
 backend *backend_select(const char *name, const backend_config *cfg, char *why_out, size_t why_len);
+
+/* The FLOP/s MFU is measured against: peak_flops, measured by ops->measure_peak on first use
+ * where the backend can; 0 = unknown. */
+static inline double backend_peak_flops(backend *be)
+{
+    if (be->peak_flops <= 0 && be->ops->measure_peak) be->peak_flops = be->ops->measure_peak(be);
+    return be->peak_flops;
+}
 
 /* Destroy a backend created by backend_select (NULL is fine). */
 void backend_destroy(backend *be);

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
         step_backward(&s, step + 1);
         if (step > 0) t_total += now() - t0;
     }
-    double peak = be->peak_flops;
+    double peak = backend_peak_flops(be);
     printf("bench_cpu_step: %s, %d step(s) of GPT-2 124M at %d tokens\n", be->description, steps,
            s.N);
     for (int f = 0; f < F_COUNT; f++)

@@ -84,7 +84,7 @@ int main(int argc, char **argv)
     shape sq = {"square", 2048, 2048, 2048, 0, 0, 0.0f, 0};
     double sq_rate = bench_shape(be, &sq, min_s);
     printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s\n", be->description,
-           cpu_blas_corename(), be->peak_flops / 1e9);
+           cpu_blas_corename(), backend_peak_flops(be) / 1e9);
     printf("%-10s %6s %6s %6s %3s %3s %9s %7s\n", "shape", "M", "N", "K", "tA", "tB", "GFLOP/s",
            "/square");
     printf("%-10s %6d %6d %6d %3d %3d %9.1f %7.2f\n", sq.what, sq.M, sq.N, sq.K, 0, 0, sq_rate,

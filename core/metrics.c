@@ -71,7 +71,7 @@ void metrics_step(metrics *mt, const session *s, int step, double loss, float lr
                   double tokens, double seconds)
 {
     double tps = tokens / seconds;
-    double peak = s->be->peak_flops * s->comm->size;
+    double peak = backend_peak_flops(s->be) * s->comm->size;
     double mfu = peak > 0 ? mt->flops_per_token * tps / peak : 0.0;
     mt->elapsed += seconds;
     if (mt->n <= mt->total) {

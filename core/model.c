@@ -427,16 +427,20 @@ static int model_is_residual_proj(const char *name)
     return strstr(name, "attn.o.") || strstr(name, "mlp.proj.") || strstr(name, "mlp.down.");
 }
 
-int model_init_values(const model *m, uint64_t seed, float *host)
+int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size_t hi)
 {
     float std = m->cfg.init_std, proj_std = std / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const model_tensor *t = &m->tensors[i];
-        float *x = host + t->offset;
+        size_t a = t->offset > lo ? t->offset : lo, end = t->offset + t->numel;
+        size_t b = end < hi ? end : hi;
+        if (b <= a) continue;
+        float *x = host + (a - lo); /* x[j - j0] holds tensor element j */
+        size_t j0 = a - t->offset, j1 = b - t->offset;
         int is_norm = strstr(t->name, "ln_") != NULL;
         if (t->ndim == 1) {
             float v = (is_norm && strstr(t->name, ".weight")) ? 1.0f : 0.0f;
-            for (size_t j = 0; j < t->numel; j++) x[j] = v;
+            for (size_t j = j0; j < j1; j++) x[j - j0] = v;
             continue;
         }
         float s = model_is_residual_proj(t->name) ? proj_std : std;
@@ -444,9 +448,14 @@ int model_init_values(const model *m, uint64_t seed, float *host)
         if (strstr(t->name, ".lora_A")) s = 1.0f / sqrtf((float)t->shape[1]); /* unit-scale x A^T */
         /* one stream per tensor: the seed mixed with the tensor index, counter = element */
         uint64_t ts = rng_u64(seed, 0x1000000ull + (uint64_t)i);
-        for (size_t j = 0; j < t->numel; j++) x[j] = s * rng_normal(ts, j);
+        for (size_t j = j0; j < j1; j++) x[j - j0] = s * rng_normal(ts, j);
     }
     return 0;
+}
+
+int model_init_values(const model *m, uint64_t seed, float *host)
+{
+    return model_init_range(m, seed, host, 0, m->nparams);
 }
 
 double model_sum_losses(model *m)

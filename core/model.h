@@ -124,6 +124,8 @@ void model_destroy(model *m);
  * output projections std/sqrt(2L)), zero biases, unit norm weights. Deterministic in seed,
  * independent of backend and world size. */
 int model_init_values(const model *m, uint64_t seed, float *host);
+/* The same values for logical elements [lo, hi) only, into host[0 .. hi - lo). */
+int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size_t hi);
 
 /* Point region r's parameter (and/or gradient) views at a buffer holding that region's elements
  * from its first one on (NULL leaves that side as it is). */

@@ -94,9 +94,10 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
         s->opt = optim_create(s->be, s->model, pieces, npieces, state_elems);
         if (!s->opt) goto fail;
     }
-    log_info("model %s: %zu parameters, %d layers, d_model %d, %d ranks, micro-batch %d x %d",
-             cfg->model.preset[0] ? cfg->model.preset : "custom", s->model->nparams,
-             cfg->model.n_layer, cfg->model.d_model, c->size, s->micro_batch, T);
+    log_info("model %s: %zu parameters, %d layers, d_model %d, %.1f MFLOP/token, %d ranks, "
+             "micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
+             s->model->nparams, cfg->model.n_layer, cfg->model.d_model,
+             model_flops_per_token(&cfg->model, T) / 1e6, c->size, s->micro_batch, T);
     if (s->model->lora.rank)
         log_info("LoRA rank %d alpha %g on %s: %zu trainable parameters, %zu frozen", s->model->lora.rank,
                  s->model->lora.alpha, cfg->finetune.lora_targets, s->model->nparams, s->model->nbase_params);
@@ -111,10 +112,17 @@ int session_init_or_resume(session *s, const char *resume)
     if (resume && resume[0]) return session_resume(s, resume);
     if (s->finetune && session_load_base(s)) return -1;
     if (s->finetune && !s->model->lora.rank) return 0; /* full fine-tune: the base is the start */
-    float *host = malloc(s->model->nparams * sizeof(float));
-    if (!host) return loom_fail("out of host memory for %zu parameters", s->model->nparams);
-    int rc = model_init_values(s->model, s->cfg->train.seed, host);
-    if (rc == 0) rc = dp_load_params(s->dp, host);
+    /* In windows of at most 4M floats: a whole host copy of the parameters would add their
+     * size to the job's peak memory (500 MB for GPT-2 124M) for the sake of one copy. */
+    size_t n = s->model->nparams, win = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;
+    float *host = malloc((win ? win : 1) * sizeof(float));
+    if (!host) return loom_fail("out of host memory for %zu parameters", win);
+    int rc = 0;
+    for (size_t lo = 0; rc == 0 && lo < n; lo += win) {
+        size_t hi = lo + win < n ? lo + win : n;
+        rc = model_init_range(s->model, s->cfg->train.seed, host, lo, hi);
+        if (rc == 0) rc = dp_load_params_range(s->dp, host, lo, hi);
+    }
     free(host);
     return rc;
 }

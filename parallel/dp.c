@@ -357,14 +357,22 @@ int dp_gather_state(dp *d, const float *state, float *host)
     return 0;
 }
 
-int dp_load_state(dp *d, float *state, const float *host)
+/* host holds logical elements [lo, hi): each optimizer piece takes its intersection. */
+int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_t hi)
 {
     for (int r = 0; r < d->R; r++) {
         const optim_piece *p = &d->pieces[r];
-        if (p->hi > p->lo)
-            d->be->ops->copy_h2d(d->be, state + p->state_offset, host + p->lo, (p->hi - p->lo) * sizeof(float));
+        size_t a = p->lo > lo ? p->lo : lo, b = p->hi < hi ? p->hi : hi;
+        if (b > a)
+            d->be->ops->copy_h2d(d->be, state + p->state_offset + (a - p->lo), host + (a - lo),
+                                 (b - a) * sizeof(float));
     }
     return 0;
+}
+
+int dp_load_state(dp *d, float *state, const float *host)
+{
+    return dp_load_state_range(d, state, host, 0, d->m->nparams);
 }
 
 int dp_gather_params(dp *d, float *host)
@@ -374,9 +382,15 @@ int dp_gather_params(dp *d, float *host)
     return 0;
 }
 
+int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi)
+{
+    if (d->stage == 3) return dp_load_state_range(d, d->shard_params, host, lo, hi);
+    if (hi > lo)
+        d->be->ops->copy_h2d(d->be, d->m->params + lo, host, (hi - lo) * sizeof(float));
+    return 0;
+}
+
 int dp_load_params(dp *d, const float *host)
 {
-    if (d->stage == 3) return dp_load_state(d, d->shard_params, host);
-    d->be->ops->copy_h2d(d->be, d->m->params, host, d->m->nparams * sizeof(float));
-    return 0;
+    return dp_load_params_range(d, host, 0, d->m->nparams);
 }

@@ -52,5 +52,8 @@ int dp_load_params(dp *d, const float *host);
 /* A state-layout device array (optimizer moment) <-> full logical host array (collective). */
 int dp_gather_state(dp *d, const float *state, float *host);
 int dp_load_state(dp *d, float *state, const float *host);
+/* The same for a window: host holds logical elements [lo, hi) only (bounded staging memory). */
+int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi);
+int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_t hi);
 
 #endif

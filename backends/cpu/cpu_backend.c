@@ -116,6 +116,29 @@ static void cpu_destroy(backend *be)
     free(be);
 }
 
+/* Peak FLOP/s for MFU, measured on first use (backend_peak_flops): the sgemm rate on this
+ * backend's threads, unless $LOOM_CPU_PEAK_GFLOPS gave it at create. */
+static double cpu_measure_peak(backend *be)
+{
+    int threads = cpu_st(be)->threads;
+    double peak = cpu_blas_calibrate(threads);
+    log_info("cpu: sgemm %.1f GFLOP/s on %d thread%s (the MFU reference)", peak / 1e9, threads,
+             threads == 1 ? "" : "s");
+    return peak;
+}
+
+static double cpu_peak_from_env(void)
+{
+    const char *env = getenv("LOOM_CPU_PEAK_GFLOPS");
+    if (env && env[0]) {
+        char *end = NULL;
+        double g = strtod(env, &end);
+        if (end != env && g > 0) return g * 1e9;
+        log_warn("cpu backend: ignoring LOOM_CPU_PEAK_GFLOPS='%s' (not a positive number)", env);
+    }
+    return 0.0;
+}
+
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -154,20 +177,8 @@ static const backend_ops cpu_ops = {
     .attention_decode = cpu_attention_decode,
     .softmax_xent = cpu_softmax_xent,
     .adamw = cpu_adamw,
+    .measure_peak = cpu_measure_peak,
 };
-
-/* Peak FLOP/s for MFU: $LOOM_CPU_PEAK_GFLOPS, else the measured sgemm rate. */
-static double cpu_peak_flops(int threads)
-{
-    const char *env = getenv("LOOM_CPU_PEAK_GFLOPS");
-    if (env && env[0]) {
-        char *end = NULL;
-        double g = strtod(env, &end);
-        if (end != env && g > 0) return g * 1e9;
-        log_warn("cpu backend: ignoring LOOM_CPU_PEAK_GFLOPS='%s' (not a positive number)", env);
-    }
-    return cpu_blas_calibrate(threads);
-}
 
 static backend *cpu_create(const backend_config *cfg)
 {
@@ -193,7 +204,7 @@ static backend *cpu_create(const backend_config *cfg)
 #endif
     cpu_blas_set_threads(threads);
     cpu_blas_check_threading(threads);
-    be->peak_flops = cpu_peak_flops(threads);
+    be->peak_flops = cpu_peak_from_env();
     snprintf(be->description, sizeof be->description, "cpu (%s %s, %d thread%s)", LOOM_BLAS_NAME,
              cpu_blas_corename(), threads, threads == 1 ? "" : "s");
     return be;

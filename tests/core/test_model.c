@@ -252,8 +252,33 @@ static void check_decode(int llama)
     backend_destroy(be);
 }
 
+/* Init in windows (how a session does it, to bound host memory) = init in one piece, bitwise,
+ * with window edges that cut tensors in the middle. */
+static void check_init_windows(void)
+{
+    backend *be = cpu();
+    model_config mc = variant(1);
+    model *m = model_create(&mc, be, 1, 8, 1, 1, 0, NULL);
+    CHECK(m != NULL, "model_create");
+    size_t n = m->nparams, win = 1000;
+    float *whole = malloc(n * sizeof(float)), *part = malloc(win * sizeof(float));
+    model_init_values(m, 5, whole);
+    size_t bad = 0;
+    for (size_t lo = 0; lo < n; lo += win) {
+        size_t hi = lo + win < n ? lo + win : n;
+        model_init_range(m, 5, part, lo, hi);
+        bad += memcmp(part, whole + lo, (hi - lo) * sizeof(float)) != 0;
+    }
+    CHECK(bad == 0, "%zu windows of %zu differ from the one-piece init", bad, win);
+    free(whole);
+    free(part);
+    model_destroy(m);
+    backend_destroy(be);
+}
+
 int main(void)
 {
+    check_init_windows();
     check_decode(0);
     check_decode(1);
     check_lora();
