@@ -117,35 +117,48 @@ static int session_check_model(const session *s, const char *file, const char *j
     return 0;
 }
 
-static int session_read(session *s, const char *file, ckpt_reader *r, float *host)
+/* One tensor at a time through a staging buffer the size of the largest tensor, each rank keeping
+ * the slices it owns: a whole host copy of params + moments would add three times the model's
+ * size to the job's peak memory on every rank for the length of a resume. */
+static int session_read_tensors(session *s, ckpt_reader *r)
 {
     model *m = s->model;
-    size_t n = m->nparams;
+    size_t maxn = 1;
+    for (int i = 0; i < m->ntensors; i++) maxn = m->tensors[i].numel > maxn ? m->tensors[i].numel : maxn;
+    float *buf = malloc(maxn * sizeof(float));
+    ckpt_tensor *table = session_ckpt_table(m);
+    int rc = buf && table ? 0 : loom_fail("out of host memory for a %zu-float tensor", maxn);
+    const char *paths[3] = {session_param_group(s), "optimizer/m", "optimizer/v"};
+    float *moments[3] = {NULL, s->opt ? s->opt->m : NULL, s->opt ? s->opt->v : NULL};
+    for (int g = 0; rc == 0 && g < (s->opt ? 3 : 1); g++) {
+        for (int i = 0; rc == 0 && i < m->ntensors; i++) {
+            ckpt_tensor one = table[i];
+            one.offset = 0;
+            ckpt_group grp = {paths[g], &one, 1, buf};
+            size_t lo = m->tensors[i].offset, hi = lo + m->tensors[i].numel;
+            rc = ckpt_read_group(r, &grp);
+            if (rc == 0 && g == 0) rc = dp_load_params_range(s->dp, buf, lo, hi);
+            else if (rc == 0) rc = dp_load_state_range(s->dp, moments[g], buf, lo, hi);
+        }
+    }
+    free(table);
+    free(buf);
+    return rc;
+}
+
+static int session_read(session *s, const char *file, ckpt_reader *r)
+{
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
     int rc = session_check_model(s, file, st.model_config_json);
-    ckpt_tensor *table = session_ckpt_table(m);
-    if (!table && rc == 0) rc = loom_fail("out of host memory");
-    ckpt_group g[3] = {
-        {session_param_group(s), table, m->ntensors, host},
-        {"optimizer/m", table, m->ntensors, host + n},
-        {"optimizer/v", table, m->ntensors, host + 2 * n},
-    };
-    int ngroups = s->opt ? 3 : 1;
-    for (int i = 0; rc == 0 && i < ngroups; i++) rc = ckpt_read_group(r, &g[i]);
-    if (rc == 0) rc = dp_load_params(s->dp, host);
-    if (rc == 0 && s->opt) {
-        rc = dp_load_state(s->dp, s->opt->m, host + n);
-        if (rc == 0) rc = dp_load_state(s->dp, s->opt->v, host + 2 * n);
-        s->opt->t = (int)st.rng_counter;
-    }
+    if (rc == 0) rc = session_read_tensors(s, r);
+    if (rc == 0 && s->opt) s->opt->t = (int)st.rng_counter;
     if (rc == 0) {
         s->step = st.step;
         s->sample_cursor = st.sample_cursor;
         log_info("resumed from %s at step %lld (saved by %d ranks, ZeRO %d, %s)", file,
                  (long long)st.step, st.world_size, st.zero_stage, st.backend ? st.backend : "?");
     }
-    free(table);
     ckpt_state_free(&st);
     return rc;
 }
@@ -200,9 +213,7 @@ int session_resume(session *s, const char *path)
     if (ckpt_resolve(path, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);
     if (!r) return -1;
-    float *host = malloc(3 * s->model->nparams * sizeof(float));
-    int rc = host ? session_read(s, file, r, host) : loom_fail("out of host memory");
-    free(host);
+    int rc = session_read(s, file, r);
     ckpt_close(r);
     return rc;
 }
