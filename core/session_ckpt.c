@@ -43,18 +43,25 @@ static void session_ckpt_dir(const session *s, char *dir, size_t len)
     else snprintf(dir, len, "%s/ckpt", s->out_dir);
 }
 
-/* Gather everything (collective) and write on rank 0. */
+/* Gather everything (collective) and write on rank 0; only rank 0 holds the host copy. */
 static int session_save(session *s)
 {
     model *m = s->model;
     size_t n = m->nparams;
-    float *host = malloc(3 * n * sizeof(float));
+    int root = s->comm->rank == 0;
+    float *host = root ? malloc(3 * n * sizeof(float)) : NULL;
     ckpt_tensor *table = session_ckpt_table(m);
     char *model_json = config_model_to_json(&s->cfg->model), *job_json = config_to_json(s->cfg);
-    int rc = (!host || !table || !model_json || !job_json) ? loom_fail("checkpoint: out of host memory") : 0;
+    int rc = ((root && !host) || !table || !model_json || !job_json)
+                 ? loom_fail("checkpoint: out of host memory")
+                 : 0;
+    /* the gathers are collective: every rank enters them, or none does */
+    double no_mem = rc != 0;
+    if (comm_allreduce_host(s->comm, &no_mem, 1)) rc = -1;
+    else if (no_mem > 0 && rc == 0) rc = loom_fail("checkpoint: out of host memory on another rank");
     if (rc == 0) rc = dp_gather_params(s->dp, host);
-    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->m, host + n);
-    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->v, host + 2 * n);
+    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->m, root ? host + n : NULL);
+    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->v, root ? host + 2 * n : NULL);
     if (rc == 0 && s->comm->rank == 0) {
         const train_config *tc = &s->cfg->train;
         ckpt_group groups[3] = {

@@ -347,12 +347,13 @@ int dp_gather_state(dp *d, const float *state, float *host)
 {
     backend *be = d->be;
     if (d->stage == 0) {
-        be->ops->copy_d2h(be, host, state, d->state_elems * sizeof(float));
+        if (host) be->ops->copy_d2h(be, host, state, d->state_elems * sizeof(float));
         return 0;
     }
     for (int r = 0; r < d->R; r++) {
         if (dp_allgather_region(d, r, state + d->pieces[r].state_offset, d->stage_buf)) return -1;
-        be->ops->copy_d2h(be, host + d->reg_lo[r], d->stage_buf, d->reg_len[r] * sizeof(float));
+        if (host)
+            be->ops->copy_d2h(be, host + d->reg_lo[r], d->stage_buf, d->reg_len[r] * sizeof(float));
     }
     return 0;
 }
@@ -378,7 +379,7 @@ int dp_load_state(dp *d, float *state, const float *host)
 int dp_gather_params(dp *d, float *host)
 {
     if (d->stage == 3) return dp_gather_state(d, d->shard_params, host);
-    d->be->ops->copy_d2h(d->be, host, d->m->params, d->m->nparams * sizeof(float));
+    if (host) d->be->ops->copy_d2h(d->be, host, d->m->params, d->m->nparams * sizeof(float));
     return 0;
 }
 

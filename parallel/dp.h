@@ -45,7 +45,8 @@ int dp_finish_params(dp *d);
 /* Bytes of parameters, gradients, optimizer moments and dp buffers this rank allocated. */
 size_t dp_state_bytes(const dp *d);
 
-/* Full logical parameters into host (every rank; collective). */
+/* Full logical parameters into host (collective: every rank takes part; host may be NULL on the
+ * ranks that do not need the result, e.g. all but a checkpoint's writer). */
 int dp_gather_params(dp *d, float *host);
 /* Parameters from a full logical host array (every rank passes the same values). */
 int dp_load_params(dp *d, const float *host);
