@@ -139,6 +139,10 @@ typedef struct backend_ops {
     /* Optional: measure the FLOP/s MFU is quoted against (a timed sgemm on the CPU). Called once,
      * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */
     double (*measure_peak)(backend *be);
+
+    /* Optional: why the device failed (a CUDA error is sticky: every later result is garbage),
+     * NULL while healthy. Ops return void, so the training loop asks once per step. */
+    const char *(*failure)(backend *be);
 } backend_ops;
 
 struct backend {
@@ -172,6 +176,12 @@ static inline double backend_peak_flops(backend *be)
 {
     if (be->peak_flops <= 0 && be->ops->measure_peak) be->peak_flops = be->ops->measure_peak(be);
     return be->peak_flops;
+}
+
+/* NULL while the backend is healthy, else the one-line cause of its failure. */
+static inline const char *backend_failure(backend *be)
+{
+    return be->ops->failure ? be->ops->failure(be) : NULL;
 }
 
 /* Destroy a backend created by backend_select (NULL is fine). */

@@ -179,6 +179,8 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         float lr = 0;
         int st = trainer_step(t, step, &loss, &norm, &lr, &tokens);
         if (st < 0) return -1;
+        const char *broken = backend_failure(t->s->be); /* before the NaN it caused counts as bad */
+        if (broken) return loom_fail("train: step %d: %s", step + 1, broken);
         double dt = now_s() - t0;
         if (st == 1) {
             rep->bad_steps++;

@@ -21,7 +21,9 @@ int cuda_check(backend *be, cudaError_t err, const char *what)
     cuda_impl *im = cuda_im(be);
     if (im->error == cudaSuccess) {
         im->error = err;
-        loom_fail("cuda backend (device %d): %s failed: %s", im->device, what, cudaGetErrorString(err));
+        snprintf(im->why, sizeof im->why, "cuda backend (device %d): %s failed: %s", im->device,
+                 what, cudaGetErrorString(err));
+        loom_fail("%s", im->why);
         log_warn("cuda backend (device %d): %s failed: %s; the backend is unusable from here on "
                  "(later results are NaN)", im->device, what, cudaGetErrorString(err));
     }
@@ -29,6 +31,12 @@ int cuda_check(backend *be, cudaError_t err, const char *what)
 }
 
 int cuda_check_launch(backend *be, const char *what) { return cuda_check(be, cudaGetLastError(), what); }
+
+static const char *cuda_failure(backend *be)
+{
+    cuda_impl *im = cuda_im(be);
+    return im->error == cudaSuccess ? NULL : im->why;
+}
 
 void *cuda_scratch(backend *be, size_t bytes)
 {
@@ -374,6 +382,7 @@ static const backend_ops cuda_ops = {
     .attention_decode = cuda_attention_decode,
     .softmax_xent = cuda_softmax_xent,
     .adamw = cuda_adamw,
+    .failure = cuda_failure,
 };
 
 const backend_entry cuda_backend_entry = {"cuda", cuda_available, cuda_create};

@@ -33,6 +33,7 @@ typedef struct cuda_impl {
     int sm_count;
     size_t smem_optin;          /* max dynamic shared memory one block may opt in to */
     cudaError_t error;          /* first CUDA/cuBLAS failure (sticky), cudaSuccess while healthy */
+    char why[256];              /* its one-line description, for backend_failure */
 } cuda_impl;
 
 static inline cuda_impl *cuda_im(backend *be) { return (cuda_impl *)be->impl; }
