@@ -42,7 +42,9 @@ static int self_is_device(const void *p)
 
 /* dst <- src (bytes), on the device when the buffers live there. Without a stream the copy
  * first waits for the whole device, since the producing kernels may sit on a non-blocking
- * stream that a plain cudaMemcpy would not wait for. */
+ * stream that a plain cudaMemcpy would not wait for. With one, the copy is queued behind the
+ * work the backend ordered on that stream and waited for here: the request this transport
+ * returns is already "done", so the copy must be finished when it returns. */
 static int self_copy(comm *c, void *dst, const void *src, size_t bytes)
 {
     if (dst == src || bytes == 0)
@@ -53,8 +55,9 @@ static int self_copy(comm *c, void *dst, const void *src, size_t bytes)
         cudaError_t e = s->stream
             ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)s->stream)
             : cudaDeviceSynchronize();
-        if (e == cudaSuccess && !s->stream)
-            e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+        if (e == cudaSuccess)
+            e = s->stream ? cudaStreamSynchronize((cudaStream_t)s->stream)
+                          : cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
         if (e != cudaSuccess)
             return loom_fail("comm: self copy of %zu bytes on rank 0 failed: %s", bytes,
                              cudaGetErrorString(e));
