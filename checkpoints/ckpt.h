@@ -1,5 +1,6 @@
 /* ckpt.h: loom checkpoints: logical, unsharded, hardware-neutral fp32 tensors plus the exact
- * training state, in one HDF5 file per checkpoint (format: docs/checkpoint-format.md).
+ * training state, in one HDF5 file per checkpoint, sealed by a whole-file CRC32C trailer
+ * (format: docs/checkpoint-format.md).
  * The caller hands full logical tensors in host memory (gathered from shards by the caller);
  * this layer never sees ranks, devices or padding. Saving is crash-safe: temp name, fsync,
  * rename, then the `latest` pointer moves; older checkpoints beyond `keep` are removed. */
@@ -56,7 +57,8 @@ int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len);
 
 typedef struct ckpt_reader ckpt_reader;
 
-/* Open and validate (format version, completeness). NULL + loom_fail naming the file. */
+/* Open and validate: the whole-file seal first (a CRC32C over the file, checked before HDF5 reads
+ * anything), then format version and completeness. NULL + loom_fail naming the file. */
 ckpt_reader *ckpt_open(const char *file);
 /* Fill *state (strings malloc'd). */
 int ckpt_read_state(ckpt_reader *r, ckpt_state *state);
@@ -72,5 +74,12 @@ void ckpt_state_free(ckpt_state *state);
 /* `loom ckpt info FILE`: print what is inside (step, config, tensors with shape and checksum
  * status, sizes) to stdout. 0 if the file is sound. */
 int ckpt_print_info(const char *file);
+
+/* `loom ckpt seal FILE_OR_DIR`: accept a checkpoint whose seal is missing or stale (edited with
+ * h5py, say): open it with HDF5 (the user vouches for it), check the format and every tensor's
+ * crc32, and only then write a fresh seal (fsync'd; on any failure the file is left as it was).
+ * 0 sealed now, 1 already sealed (unchanged), -1 + loom_fail naming the file (a truncated or
+ * non-HDF5 file, a tensor failing its checksum). */
+int ckpt_seal(const char *file);
 
 #endif

@@ -1,6 +1,7 @@
 /* ckpt_files.c: durable file-system steps of a checkpoint save (mkdir -p, fsync of files and
- * directories, the atomic `latest` pointer, keep-K rotation) and reading `latest` back.
- * Must never delete anything but step_<digits>.h5 and .step_<digits>.h5.tmp files. */
+ * directories, the whole-file seal, the atomic `latest` pointer, keep-K rotation) and reading
+ * `latest` back. Must never delete anything but step_<digits>.h5 and .step_<digits>.h5.tmp files,
+ * and never change a byte of a checkpoint's HDF5 part (the seal only appends or replaces itself). */
 #include "checkpoints/ckpt_internal.h"
 
 #include <ctype.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoints/ckpt_crc.h"
 #include "core/error.h"
 
 int ckpt_fs_mkdirs(const char *dir)
@@ -33,16 +35,6 @@ int ckpt_fs_mkdirs(const char *dir)
         buf[i] = saved;
     }
     return 0;
-}
-
-int ckpt_fs_fsync_file(const char *path)
-{
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return loom_fail("%s: cannot open to fsync (%s)", path, strerror(errno));
-    int rc = fsync(fd);
-    int err = errno;
-    close(fd);
-    return rc == 0 ? 0 : loom_fail("%s: fsync failed (%s)", path, strerror(err));
 }
 
 int ckpt_fs_fsync_dir(const char *dir)
@@ -170,4 +162,200 @@ int ckpt_rotate(const char *dir, int keep, const char *current)
     free(list);
     if (removed) ckpt_fs_fsync_dir(dir);
     return failed;
+}
+
+/* --- the seal --- */
+
+/* Bytes per read when streaming a file through the CRC: large sequential reads. */
+#define SEAL_READ_BYTES ((size_t)4 << 20)
+
+static void seal_put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t seal_get_le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void seal_encode(unsigned char t[CKPT_SEAL_BYTES], uint64_t len, uint32_t crc)
+{
+    memcpy(t, CKPT_SEAL_MAGIC, 8);
+    seal_put_le(t + 8, len, 8);
+    seal_put_le(t + 16, crc, 4);
+    seal_put_le(t + 20, CKPT_SEAL_VERSION, 4);
+}
+
+/* Exactly n bytes at off; 0, or -1 (errno set; 0 at an early end of file). */
+static int seal_pread(int fd, void *buf, size_t n, uint64_t off)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t got = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = 0;
+            return -1;
+        }
+        done += (size_t)got;
+    }
+    return 0;
+}
+
+/* CRC32C of the first len bytes of fd. 0, or -1 + loom_fail naming path. */
+static int seal_crc(int fd, const char *path, uint64_t len, uint32_t *crc)
+{
+    size_t cap = len < SEAL_READ_BYTES ? (size_t)len : SEAL_READ_BYTES;
+    unsigned char *buf = malloc(cap ? cap : 1);
+    if (!buf) return loom_fail("checkpoint %s: out of memory for the checksum", path);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* a hint: a failure changes nothing */
+    uint32_t c = 0;
+    int rc = 0;
+    for (uint64_t done = 0; done < len && !rc;) {
+        size_t want = len - done < cap ? (size_t)(len - done) : cap;
+        if (seal_pread(fd, buf, want, done) != 0)
+            rc = loom_fail("checkpoint %s: read failed at byte %llu (%s)", path, (unsigned long long)done,
+                           errno ? strerror(errno) : "the file shrank while being read");
+        else
+            c = ckpt_crc32c(c, buf, want);
+        done += want;
+    }
+    free(buf);
+    *crc = c;
+    return rc;
+}
+
+static const unsigned char seal_h5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
+/* 1 if an HDF5 signature sits where HDF5 looks for one: offset 0, 512, 1024, 2048, ... */
+static int seal_has_signature(int fd, uint64_t size)
+{
+    unsigned char got[8];
+    for (uint64_t off = 0; off + 8 <= size; off = off ? 2 * off : 512)
+        if (seal_pread(fd, got, 8, off) == 0 && memcmp(got, seal_h5_sig, 8) == 0) return 1;
+    return 0;
+}
+
+/* Where the HDF5 data ends by the superblock at offset 0 (base address + end-of-file address),
+ * or 0 if there is none we can read (superblock versions 0-3 with 8-byte addresses). */
+static uint64_t seal_h5_end(int fd)
+{
+    unsigned char sb[56];
+    if (seal_pread(fd, sb, sizeof sb, 0) != 0 || memcmp(sb, seal_h5_sig, 8) != 0) return 0;
+    size_t base;
+    if (sb[8] <= 1 && sb[13] == 8) base = sb[8] ? 28 : 24; /* v0/v1: K values and flags first */
+    else if ((sb[8] == 2 || sb[8] == 3) && sb[9] == 8) base = 12;
+    else return 0;
+    uint64_t b = seal_get_le(sb + base, 8), eoa = seal_get_le(sb + base + 16, 8);
+    return b > UINT64_MAX / 4 || eoa > UINT64_MAX / 4 ? 0 : b + eoa; /* no overflow below */
+}
+
+/* No trailer at the end: a truncated file (shorter than its superblock promises, or cut inside
+ * the trailer), not HDF5 at all, or a whole file without a seal. Always -1 + loom_fail. */
+static int seal_missing(int fd, const char *path, uint64_t size, ckpt_seal_state *state)
+{
+    *state = CKPT_SEAL_BROKEN;
+    if (!seal_has_signature(fd, size))
+        return loom_fail("%s: not an HDF5 file (%llu bytes)", path, (unsigned long long)size);
+    if (size < 48) /* the smallest superblock (version 2) is 48 bytes */
+        return loom_fail("checkpoint %s: truncated (%llu bytes, not even an HDF5 superblock)", path,
+                         (unsigned long long)size);
+    uint64_t end = seal_h5_end(fd), full = end + CKPT_SEAL_BYTES;
+    int cut = end && size < end;
+    if (end && size > end && size < full) { /* cut inside the trailer: its start is there */
+        unsigned char want[CKPT_SEAL_BYTES], got[CKPT_SEAL_BYTES];
+        seal_encode(want, end, 0);
+        size_t n = (size_t)(size - end) < 16 ? (size_t)(size - end) : 16; /* magic + length */
+        cut = seal_pread(fd, got, n, end) == 0 && memcmp(got, want, n) == 0;
+    }
+    if (cut)
+        return loom_fail("checkpoint %s: truncated (%llu of %llu bytes)", path, (unsigned long long)size,
+                         (unsigned long long)full);
+    *state = CKPT_SEAL_NONE;
+    return loom_fail("checkpoint %s: no seal (not written by loom, or edited after the save; run "
+                     "`loom ckpt seal %s` to accept it)", path, path);
+}
+
+static int seal_check(int fd, const char *path, uint64_t size, const unsigned char *t, ckpt_seal_state *state)
+{
+    uint64_t len = seal_get_le(t + 8, 8), version = seal_get_le(t + 20, 4);
+    uint32_t want = (uint32_t)seal_get_le(t + 16, 4), got = 0;
+    *state = CKPT_SEAL_BROKEN;
+    if (version != CKPT_SEAL_VERSION)
+        return loom_fail("checkpoint %s: seal version %llu, this loom reads %d (a newer loom's file, or a "
+                         "damaged one)", path, (unsigned long long)version, CKPT_SEAL_VERSION);
+    *state = CKPT_SEAL_STALE;
+    if (len != size - CKPT_SEAL_BYTES)
+        return loom_fail("checkpoint %s: whole-file checksum mismatch (damaged file: the seal covers %llu "
+                         "bytes, %llu precede it)", path, (unsigned long long)len,
+                         (unsigned long long)(size - CKPT_SEAL_BYTES));
+    if (seal_crc(fd, path, len, &got)) return *state = CKPT_SEAL_BROKEN, -1;
+    if (got != want) return loom_fail("checkpoint %s: whole-file checksum mismatch (damaged file)", path);
+    *state = CKPT_SEAL_OK;
+    return 0;
+}
+
+int ckpt_seal_verify(const char *path, ckpt_seal_state *state)
+{
+    ckpt_seal_state dummy;
+    if (!state) state = &dummy;
+    *state = CKPT_SEAL_BROKEN;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return loom_fail("%s: cannot open checkpoint (%s)", path, strerror(errno));
+    struct stat st;
+    int rc;
+    unsigned char t[CKPT_SEAL_BYTES];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = loom_fail("%s: not a regular file, not a checkpoint", path);
+    } else {
+        uint64_t size = (uint64_t)st.st_size;
+        if (size >= CKPT_SEAL_BYTES && seal_pread(fd, t, sizeof t, size - CKPT_SEAL_BYTES) == 0 &&
+            memcmp(t, CKPT_SEAL_MAGIC, 8) == 0)
+            rc = seal_check(fd, path, size, t, state);
+        else
+            rc = seal_missing(fd, path, size, state);
+    }
+    close(fd);
+    return rc;
+}
+
+/* Write the trailer at `at`; on failure put back what was there (old, or nothing: truncate). */
+static int seal_put(int fd, const char *path, uint64_t at, const unsigned char *t, const unsigned char *old)
+{
+    int err = 0;
+    for (size_t done = 0; done < CKPT_SEAL_BYTES && !err;) {
+        ssize_t w = pwrite(fd, t + done, CKPT_SEAL_BYTES - done, (off_t)(at + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) err = w < 0 ? errno : ENOSPC;
+        else done += (size_t)w;
+    }
+    if (!err && fsync(fd) != 0) err = errno;
+    if (!err) return 0;
+    if (old) {
+        if (pwrite(fd, old, CKPT_SEAL_BYTES, (off_t)at) != CKPT_SEAL_BYTES) { /* nothing more to try */ }
+    } else if (ftruncate(fd, (off_t)at) != 0) { /* idem: the trailer is unusable anyway */ }
+    return loom_fail("%s: cannot write the checkpoint's seal (%s)", path, strerror(err));
+}
+
+int ckpt_seal_write(const char *path, int replace)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return loom_fail("%s: cannot open to seal (%s)", path, strerror(errno));
+    struct stat st;
+    unsigned char t[CKPT_SEAL_BYTES], old[CKPT_SEAL_BYTES];
+    uint32_t crc = 0;
+    int rc = fstat(fd, &st) == 0 ? 0 : loom_fail("%s: cannot stat to seal (%s)", path, strerror(errno));
+    uint64_t size = rc ? 0 : (uint64_t)st.st_size;
+    if (!rc && replace && (size < CKPT_SEAL_BYTES || seal_pread(fd, old, sizeof old, size - CKPT_SEAL_BYTES) != 0))
+        rc = loom_fail("%s: no seal to replace", path);
+    uint64_t len = replace ? size - CKPT_SEAL_BYTES : size;
+    if (!rc) rc = seal_crc(fd, path, len, &crc);
+    if (!rc) {
+        seal_encode(t, len, crc);
+        rc = seal_put(fd, path, len, t, replace ? old : NULL);
+    }
+    if (close(fd) != 0 && !rc) rc = loom_fail("%s: close after sealing failed (%s)", path, strerror(errno));
+    return rc;
 }

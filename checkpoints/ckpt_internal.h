@@ -60,12 +60,40 @@ int64_t ckpt_numel(int ndim, const int64_t *shape);
 /* "[a, b, c]" into buf. */
 void ckpt_shape_str(char *buf, size_t len, int ndim, const int64_t *shape);
 
+/* --- the seal: a whole-file checksum trailer (ckpt_files.c) ---
+ * After HDF5 closes a checkpoint, 24 bytes are appended (HDF5 ignores bytes past its end of
+ * allocation): "LOOMSEAL", the little-endian u64 length of the HDF5 part before the trailer, the
+ * u32 CRC32C of those bytes, the u32 trailer version. A reader checks it before HDF5 parses one
+ * byte, because HDF5 1.10 itself crashes on some damaged files (bench/fuzz.sh found them). */
+#define CKPT_SEAL_MAGIC "LOOMSEAL"
+#define CKPT_SEAL_BYTES 24
+#define CKPT_SEAL_VERSION 1
+
+typedef enum ckpt_seal_state {
+    CKPT_SEAL_OK,     /* the trailer matches the file */
+    CKPT_SEAL_NONE,   /* a whole HDF5 file without a trailer (edited by HDF5, or not loom's) */
+    CKPT_SEAL_STALE,  /* a trailer that does not match the bytes before it (damaged or edited) */
+    CKPT_SEAL_BROKEN, /* missing, unreadable, not HDF5, truncated, or a newer trailer version */
+} ckpt_seal_state;
+
+/* Check path's seal by streaming the file through CRC32C. 0 when it matches; else -1 + one
+ * loom_fail line naming the file ("checkpoint F: no seal (...)", "...: whole-file checksum
+ * mismatch (damaged file)", "...: truncated (N of M bytes)", "F: not an HDF5 file (N bytes)").
+ * *state (may be NULL) says which case it was. Never calls HDF5. */
+int ckpt_seal_verify(const char *path, ckpt_seal_state *state);
+/* Seal path's bytes as they are now, then fsync: replace = 1 overwrites the (stale) trailer at the
+ * end of the file, 0 appends one. On failure the file is left as it was. Checks nothing else:
+ * ckpt_seal (ckpt_info.c) verifies the tensors first. */
+int ckpt_seal_write(const char *path, int replace);
+
+/* ckpt_open without the seal check (ckpt_read.c): for `ckpt seal`, on a file the user vouches for. */
+struct ckpt_reader *ckpt_open_unsealed(const char *file);
+
 /* --- files and directories (ckpt_files.c) --- */
 
 /* mkdir -p. */
 int ckpt_fs_mkdirs(const char *dir);
-/* fsync an existing file / a directory by path. */
-int ckpt_fs_fsync_file(const char *path);
+/* fsync a directory by path (files are fsync'd by ckpt_seal_write). */
 int ckpt_fs_fsync_dir(const char *dir);
 /* Atomically point dir/latest at `name` (a file name inside dir): latest.tmp, fsync, rename,
  * fsync dir. */

@@ -1,5 +1,6 @@
-/* ckpt_write.c: ckpt_save: one HDF5 file per checkpoint, written under a temporary name, made
- * durable (fsync), renamed into place; then `latest` moves and old checkpoints are rotated out.
+/* ckpt_write.c: ckpt_save: one HDF5 file per checkpoint, written under a temporary name, sealed
+ * (whole-file CRC32C trailer), made durable (fsync), renamed into place; then `latest` moves and
+ * old checkpoints are rotated out.
  * Must never touch the previous checkpoint or `latest` before the new file is complete on disk. */
 #include "checkpoints/ckpt.h"
 
@@ -159,7 +160,6 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
     return rc;
 }
 
-/* Everything up to a durable temp file: create, state, tensors, `complete`, close, fsync. */
 /* After a failed write (disk full): give the temp file's space back before H5Fclose, so the close
  * can flush its metadata and really close. Otherwise HDF5 keeps a half-closed file and its
  * library shutdown (at exit, or inside MPI_Finalize in a parallel build) crashes on it. The temp
@@ -173,6 +173,7 @@ static void ckpt_release_space(hid_t fid)
     }
 }
 
+/* Everything up to a durable temp file: create, state, tensors, `complete`, close, seal, fsync. */
 static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *groups, int ngroups)
 {
     hid_t fapl = ckpt_h5_fapl();
@@ -202,7 +203,9 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
     }
     if (rc) ckpt_release_space(fid);
     if (H5Fclose(fid) < 0 && !rc) rc = loom_fail("%s: cannot close checkpoint file", tmp);
-    if (!rc) rc = ckpt_fs_fsync_file(tmp);
+    /* The seal (a whole-file CRC32C after HDF5's last byte) costs one read of the file, from the
+     * page cache; its fsync makes data, metadata and seal durable together. */
+    if (!rc) rc = ckpt_seal_write(tmp, 0);
     return rc;
 }
 

@@ -24,6 +24,7 @@ static void usage(FILE *f)
             "  config docs         the config reference (docs/config.md)\n"
             "  ckpt info FILE_OR_DIR                       what a checkpoint holds\n"
             "  ckpt merge BASE ADAPTER OUT_DIR             fold LoRA adapters into the base model\n"
+            "  ckpt seal FILE_OR_DIR                       accept a checkpoint edited outside loom\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");
 }
 

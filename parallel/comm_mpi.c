@@ -1,5 +1,6 @@
 /* comm_mpi.c: the comm.h transport over MPI, every operation a nonblocking MPI collective whose
- * wait polls against a deadline, so a stalled peer becomes a message naming the rank, not a hang.
+ * wait polls against a deadline, so a stalled peer becomes a message naming it (the ranks that
+ * time out ask each other who is alive on a side communicator), not a hang.
  * It must never be handed device pointers (host memory only), nor MPI_Abort outside abort(). */
 #include "parallel/comm_mpi.h"
 
@@ -17,8 +18,10 @@
 
 typedef struct cmpi_impl {
     MPI_Comm world;     /* our duplicate of MPI_COMM_WORLD, with MPI_ERRORS_RETURN */
+    MPI_Comm probe;     /* another duplicate, only for "still alive" messages after a timeout */
     int we_initialized; /* MPI_Init was ours, so MPI_Finalize is too */
     size_t max_chunk;   /* elements per MPI call */
+    unsigned long long ops; /* operations started on this rank (op #N in the alive message) */
 } cmpi_impl;
 
 /* One comm operation = one or more MPI requests (one per chunk) + what to do once done. */
@@ -55,6 +58,7 @@ static comm_request *cmpi_request_new(comm *c, size_t nreq, const char *what, si
         return NULL;
     }
     *r = (comm_request){.what = what, .count = count, .unit = unit};
+    ((cmpi_impl *)c->impl)->ops++;
     return r;
 }
 
@@ -110,13 +114,84 @@ static void cmpi_pause(double waited_s, long *sleep_ns)
     nanosleep(&t, NULL);
 }
 
+/* After a timeout: which peers are alive? Every rank that times out sends "alive at op #N" to
+ * every other rank on the probe communicator and listens for the same from them for a short grace
+ * period: ranks that time out together (all but the culprit, when one rank stalls or dies) hear
+ * each other. Bounded: receives still open are cancelled (a cancelled receive always completes),
+ * unfinished sends are released to MPI; the job ends right after (the caller aborts). */
+#define CMPI_GRACE_S 3.0
+#define CMPI_ALIVE_TAG 7
+#define CMPI_NAMES_MAX 12
+
+/* The send buffer must outlive sends released unfinished, hence static (not in cmpi_impl). */
+static unsigned long long cmpi_alive_op;
+
+/* "rank 1", "ranks 1, 3" or "ranks 1, 2, ... (20 in all)" for the n ranks in silent[]. */
+static void cmpi_rank_list(const int *silent, int n, char *out, size_t len)
+{
+    size_t used = (size_t)snprintf(out, len, "rank%s ", n > 1 ? "s" : "");
+    for (int i = 0; i < n && i < CMPI_NAMES_MAX && used < len; i++)
+        used += (size_t)snprintf(out + used, len - used, "%s%d", i ? ", " : "", silent[i]);
+    if (n > CMPI_NAMES_MAX && used < len) snprintf(out + used, len - used, ", ... (%d in all)", n);
+}
+
+/* Peers that did not answer within the grace period, into out ("" if all did). */
+static void cmpi_silent_ranks(comm *c, char *out, size_t len)
+{
+    cmpi_impl *m = c->impl;
+    int n = c->size, nsilent = 0;
+    unsigned long long *heard = calloc((size_t)n, sizeof *heard);
+    MPI_Request *req = malloc(2 * (size_t)n * sizeof *req), *sreq = req ? req + n : NULL;
+    int *silent = malloc((size_t)n * sizeof *silent);
+    snprintf(out, len, "the others (could not ask them: out of memory)");
+    if (!heard || !req || !silent) goto done;
+    cmpi_alive_op = m->ops;
+    for (int p = 0; p < n; p++) {
+        req[p] = sreq[p] = MPI_REQUEST_NULL;
+        if (p == c->rank) continue;
+        MPI_Irecv(&heard[p], 1, MPI_UNSIGNED_LONG_LONG, p, CMPI_ALIVE_TAG, m->probe, &req[p]);
+        MPI_Isend(&cmpi_alive_op, 1, MPI_UNSIGNED_LONG_LONG, p, CMPI_ALIVE_TAG, m->probe, &sreq[p]);
+    }
+    /* long enough for peers that entered the operation a little later to time out as well. One
+     * MPI_Test per request: MPI_Testall would leave every request untouched until all complete. */
+    double grace = c->timeout_s < CMPI_GRACE_S ? c->timeout_s : CMPI_GRACE_S, start = cmpi_now();
+    for (int left = n; left > 0 && cmpi_now() - start < grace;) {
+        left = 0;
+        for (int p = 0; p < n; p++) {
+            int done = 0;
+            if (req[p] != MPI_REQUEST_NULL && MPI_Test(&req[p], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
+                left++;
+        }
+        struct timespec t = {0, 1000000};
+        if (left) nanosleep(&t, NULL);
+    }
+    for (int p = 0; p < n; p++) {
+        if (req[p] != MPI_REQUEST_NULL) { /* no answer */
+            MPI_Cancel(&req[p]);
+            MPI_Wait(&req[p], MPI_STATUS_IGNORE);
+            silent[nsilent++] = p;
+        }
+        if (sreq[p] != MPI_REQUEST_NULL) MPI_Request_free(&sreq[p]);
+    }
+    out[0] = '\0';
+    if (nsilent) cmpi_rank_list(silent, nsilent, out, len);
+done:
+    free(heard);
+    free(req);
+    free(silent);
+}
+
 static int cmpi_timed_out(comm *c, comm_request *r)
 {
-    if (r->unit)
-        return loom_fail("comm: %s of %zu %s timed out after %g s on rank %d (a peer is dead or "
-                         "stalled)", r->what, r->count, r->unit, c->timeout_s, c->rank);
-    return loom_fail("comm: %s timed out after %g s on rank %d (a peer is dead or stalled)",
-                     r->what, c->timeout_s, c->rank);
+    char what[160], silent[200] = "";
+    if (r->unit) snprintf(what, sizeof what, "%s of %zu %s", r->what, r->count, r->unit);
+    else snprintf(what, sizeof what, "%s", r->what);
+    if (c->size > 1) cmpi_silent_ranks(c, silent, sizeof silent);
+    if (silent[0])
+        return loom_fail("comm: %s timed out after %g s on rank %d: no answer from %s (dead or stalled)", what,
+                         c->timeout_s, c->rank, silent);
+    return loom_fail("comm: %s timed out after %g s on rank %d: every peer answered that it is alive (ranks "
+                     "in different operations?)", what, c->timeout_s, c->rank);
 }
 
 /* On error or timeout r is deliberately leaked: MPI may still write into its requests and the
@@ -336,6 +411,7 @@ static void cmpi_destroy(comm *c)
     cmpi_impl *m = c->impl;
     int finalized = 0;
     MPI_Comm_free(&m->world);
+    MPI_Comm_free(&m->probe);
     MPI_Finalized(&finalized);
     if (m->we_initialized && !finalized)
         MPI_Finalize();
@@ -412,13 +488,15 @@ comm *comm_mpi_init(int *argc, char ***argv)
         loom_fail("comm: out of memory creating the mpi transport");
         return NULL;
     }
-    *m = (cmpi_impl){.world = MPI_COMM_NULL, .we_initialized = we_initialized,
+    *m = (cmpi_impl){.world = MPI_COMM_NULL, .probe = MPI_COMM_NULL, .we_initialized = we_initialized,
                      .max_chunk = CMPI_DEFAULT_MAX_CHUNK};
     c->ops = &cmpi_ops;
     c->impl = m;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->world);
     if (rc == MPI_SUCCESS)
         rc = MPI_Comm_set_errhandler(m->world, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_dup(m->world, &m->probe); /* inherits MPI_ERRORS_RETURN */
     if (rc != MPI_SUCCESS || cmpi_topology(c, m->world) != 0) {
         if (rc != MPI_SUCCESS)
             cmpi_fail(c, rc, "duplicating MPI_COMM_WORLD");

@@ -14,10 +14,13 @@ int fuzz_config(const uint8_t *data, size_t n);
  * first byte picks data.skip_bad_lines and the prompt-only parse flag; each line is also parsed
  * and rendered on its own through chat.h. */
 int fuzz_jsonl(const uint8_t *data, size_t n);
-/* A checkpoint file: ckpt_open, ckpt_read_state, ckpt_read_group over a fixed small table (the
- * one fuzz_ckpt_seed writes), and `loom ckpt info`'s ckpt_print_info (stdout muted). */
+/* A checkpoint file: ckpt_open (the whole-file seal first: a mutated file almost never gets past
+ * it, which is the protection; HDF5 then never sees it), ckpt_read_state, ckpt_read_group over a
+ * fixed small table (the one fuzz_ckpt_seed writes), and `loom ckpt info`'s ckpt_print_info
+ * (stdout muted). */
 int fuzz_ckpt(const uint8_t *data, size_t n);
-/* Write a small valid checkpoint with that table to `path` (the fuzzer's seed). 0 on success. */
+/* Write a small valid (sealed) checkpoint with that table to `path` (the fuzzer's seed). 0 on
+ * success. */
 int fuzz_ckpt_seed(const char *path);
 
 /* Look a target up by name ("config", "jsonl", "ckpt"); NULL if unknown. */

@@ -1,9 +1,13 @@
 /* ckpt_compare.c: test helper for the end-to-end resume tests (resume.cmake). `A B` checks that two
  * checkpoints hold bitwise-equal tensors and the same training state; `--flip FILE DSET AT` damages
- * one data byte of a copy. Never touches a file it was not named on; compares, never repairs.
+ * one data byte of a copy; `--seal FILE` seals a damaged copy anyway, so that the checks behind
+ * the whole-file seal can be tested. Never touches a file it was not named on; never repairs.
  *
  *   ckpt_compare A.h5 B.h5 [GROUP...]   exit 0 if equal (default groups model optimizer/m optimizer/v)
  *   ckpt_compare --flip FILE DSET AT     xor 0x10 into byte AT of DSET's data (contiguous) in FILE
+ *                                        (the file's seal then no longer matches)
+ *   ckpt_compare --seal FILE             write a fresh seal over FILE as it is, checking nothing
+ *                                        (unlike `loom ckpt seal`, which checks every tensor)
  *
  * Tensor names and shapes come from A (plain HDF5 enumeration, in creation order); both files are
  * then read through ckpt.h (ckpt_open, ckpt_read_state, ckpt_read_group: format, completeness and
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/ckpt_internal.h"
 #include "core/error.h"
 
 #define MAXT 4096
@@ -197,11 +202,24 @@ static int flip_byte(const char *file, const char *dset, long at)
     return 0;
 }
 
+/* A seal over the file's bytes as they are (replacing a stale one): a damaged file that the seal
+ * would refuse reaches the HDF5-level checks behind it. */
+static int force_seal(const char *file)
+{
+    ckpt_seal_state state;
+    if (ckpt_seal_verify(file, &state) == 0) return printf("%s: already sealed\n", file), 0;
+    if ((state != CKPT_SEAL_NONE && state != CKPT_SEAL_STALE) || ckpt_seal_write(file, state == CKPT_SEAL_STALE))
+        return printf("FAIL: cannot seal %s: %s\n", file, loom_error()), -1;
+    printf("sealed %s as it is\n", file);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--flip") == 0) return flip_byte(argv[2], argv[3], atol(argv[4])) ? 1 : 0;
+    if (argc == 3 && strcmp(argv[1], "--seal") == 0) return force_seal(argv[2]) ? 1 : 0;
     if (argc < 3) {
-        fprintf(stderr, "usage: ckpt_compare A.h5 B.h5 [GROUP...] | --flip FILE DSET AT\n");
+        fprintf(stderr, "usage: ckpt_compare A.h5 B.h5 [GROUP...] | --flip FILE DSET AT | --seal FILE\n");
         return 2;
     }
     const char *defaults[] = {"model", "optimizer/m", "optimizer/v"};

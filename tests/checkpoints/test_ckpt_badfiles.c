@@ -1,13 +1,19 @@
 /* test_ckpt_badfiles.c: damaged or wrong checkpoints (truncated at many sizes, a flipped data
- * byte, a missing dataset, another format version, no `complete`, not HDF5, bad `latest`) each
- * fail with their own message and never crash. Must never modify the good original. */
+ * byte, a damaged or missing seal, a missing dataset, another format version, no `complete`, not
+ * HDF5, bad `latest`) each fail with their own message and never crash; `ckpt_seal` accepts an
+ * edited file only when its tensors are sound, and never changes a file it refuses. Files edited
+ * through HDF5 lose their seal; to test the checks behind it they are re-sealed with the raw
+ * ckpt_seal_write (checkpoints/ckpt_internal.h). Must never modify the good original. */
 #include <hdf5.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/ckpt_internal.h"
 #include "ckpt_test_util.h"
 #include "core/error.h"
 
@@ -50,36 +56,93 @@ static void truncated(const char *dir)
               (long long)sizes[i], loom_error());
         printf("  truncated at %lld: %s\n", (long long)sizes[i], loom_error());
     }
-    /* Mid-file truncation is reported as such (HDF5 compares the size with the stored EOF). */
+    /* Truncation is reported as such, with the size the superblock and seal promise, before HDF5
+     * sees the file; ckpt_seal will not vouch for a truncated file. */
+    char want[128];
     snprintf(path, sizeof path, "%s/trunc_%lld.h5", dir, (long long)sizes[10]);
-    CHECK_FAILS(ckpt_open(path) == NULL, "truncated");
+    snprintf(want, sizeof want, "truncated (%lld of %lld bytes)", (long long)sizes[10], (long long)st.st_size);
+    CHECK_FAILS(ckpt_open(path) == NULL, want);
+    CHECK_FAILS(ckpt_seal(path) == -1, want);
+    snprintf(path, sizeof path, "%s/trunc_%lld.h5", dir, (long long)st.st_size - 1);
+    snprintf(want, sizeof want, "truncated (%lld of %lld bytes)", (long long)st.st_size - 1, (long long)st.st_size);
+    CHECK_FAILS(ckpt_open(path) == NULL, want);
+    snprintf(path, sizeof path, "%s/trunc_8.h5", dir);
+    CHECK_FAILS(ckpt_open(path) == NULL, "truncated (8 bytes, not even an HDF5 superblock)");
     snprintf(path, sizeof path, "%s/trunc_0.h5", dir);
     CHECK_FAILS(ckpt_open(path) == NULL, "not an HDF5 file (0 bytes)");
 }
 
-/* Flip one bit `at` bytes into the data of dataset `dset` in a copy named `name`. */
+/* The whole file in memory (malloc'd, *n bytes), or NULL. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *buf = NULL;
+    long len = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (len >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) &&
+        fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f) fclose(f);
+    *n = len > 0 ? (size_t)len : 0;
+    return buf;
+}
+
+/* 1 if the two files hold the same bytes. */
+static int same_bytes(const char *a, const char *b)
+{
+    size_t na, nb;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    int same = x && y && na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* xor 0x10 into byte `at` of the file. */
+static void flip_at(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL, "open %s", path);
+    if (!f) return;
+    fseek(f, at, SEEK_SET);
+    int byte = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(byte ^ 0x10, f);
+    fclose(f);
+}
+
+/* Copy the good file to dir/name and flip one bit `at` bytes into dataset `dset`'s data. The copy
+ * keeps its (now stale) seal: its offset comes from the good file, opened read-only. */
 static void flip(const char *dir, const char *name, const char *dset, long at, char *path, size_t len)
 {
-    hid_t fid = edit_copy(dir, name, path, len);
+    hid_t fid = H5Fopen(good, H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t d = H5Dopen2(fid, dset, H5P_DEFAULT);
     haddr_t off = H5Dget_offset(d); /* file offset of the contiguous data */
     H5Dclose(d);
     H5Fclose(fid);
     CHECK(off != HADDR_UNDEF, "dataset offset");
-    FILE *f = fopen(path, "r+b");
-    fseek(f, (long)off + at, SEEK_SET);
-    int byte = fgetc(f);
-    fseek(f, (long)off + at, SEEK_SET);
-    fputc(byte ^ 0x10, f);
-    fclose(f);
+    snprintf(path, len, "%s/%s", dir, name);
+    CHECK(tc_copy(good, path) == 0, "copy to %s", path);
+    flip_at(path, (long)off + at);
 }
 
+/* A flipped data byte: the seal refuses the file; `ckpt_seal` refuses it too, naming the tensor,
+ * and leaves it as it was; sealed anyway (raw), the per-tensor checksum still catches it. */
 static void flipped_byte(const char *dir)
 {
-    char path[4400];
+    char path[4400], keep[4410];
     /* In the last of big.2d's three pieces (2.8 MB, 1 MB pieces): the chained CRC sees it. */
     flip(dir, "flipped_big.h5", "/lora/big.2d", 2500000, path, sizeof path);
+    CHECK_FAILS(ckpt_open(path) == NULL, "flipped_big.h5: whole-file checksum mismatch (damaged file)");
+    CHECK_FAILS(ckpt_print_info(path) == -1, "whole-file checksum mismatch (damaged file)");
+    snprintf(keep, sizeof keep, "%s.orig", path);
+    CHECK(tc_copy(path, keep) == 0, "copy");
+    CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 1 tensor(s) failed their checksum, first /lora/big.2d (BAD)");
+    CHECK(same_bytes(path, keep), "a refused ckpt_seal changed the file");
+    CHECK(ckpt_seal_write(path, 1) == 0, "raw seal: %s", loom_error());
     ckpt_reader *rb = ckpt_open(path);
+    CHECK(rb != NULL, "re-sealed: %s", loom_error());
     test_ckpt cb;
     tc_make_empty(&cb);
     CHECK_FAILS(rb && ckpt_read_group(rb, &cb.groups[3]) == -1, "checksum mismatch in /lora/big.2d (corrupt file)");
@@ -87,8 +150,9 @@ static void flipped_byte(const char *dir)
     tc_free(&cb);
 
     flip(dir, "flipped.h5", "/model/wte.weight", 1000, path, sizeof path);
+    CHECK(ckpt_seal_write(path, 1) == 0, "raw seal: %s", loom_error());
     ckpt_reader *r = ckpt_open(path);
-    CHECK(r != NULL, "a flipped data byte still opens: %s", loom_error());
+    CHECK(r != NULL, "a flipped data byte under a fresh seal still opens: %s", loom_error());
     if (!r) return;
     test_ckpt c;
     tc_make_empty(&c);
@@ -99,12 +163,71 @@ static void flipped_byte(const char *dir)
     CHECK(ckpt_print_info(path) == -1, "info reports the bad checksum");
 }
 
+/* The seal itself: damaged trailer fields, bytes appended, a middle byte flipped. */
+static void damaged_seal(const char *dir)
+{
+    struct stat st;
+    CHECK(stat(good, &st) == 0, "stat good file");
+    long size = (long)st.st_size;
+    const struct { const char *name; long at; const char *want; } cases[] = {
+        {"seal_crc.h5", size - 8, "whole-file checksum mismatch (damaged file)"},
+        {"seal_len.h5", size - 16, "whole-file checksum mismatch (damaged file: the seal covers"},
+        {"seal_magic.h5", size - 24, "no seal"},
+        {"seal_version.h5", size - 4, "seal version 17, this loom reads 1"},
+        {"middle.h5", size / 2, "whole-file checksum mismatch (damaged file)"},
+        {"superblock.h5", 30, "whole-file checksum mismatch (damaged file)"},
+    };
+    char path[4400];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, cases[i].name);
+        CHECK(tc_copy(good, path) == 0, "copy");
+        flip_at(path, cases[i].at);
+        CHECK_FAILS(ckpt_open(path) == NULL, cases[i].want);
+        CHECK(strstr(loom_error(), path) != NULL, "the message names the file: %s", loom_error());
+    }
+    snprintf(path, sizeof path, "%s/appended.h5", dir);
+    CHECK(tc_copy(good, path) == 0, "copy");
+    FILE *f = fopen(path, "ab");
+    fputs("x", f);
+    fclose(f);
+    CHECK_FAILS(ckpt_open(path) == NULL, "no seal (not written by loom, or edited after the save; run `loom ckpt seal");
+    /* a sound file: ckpt_seal has nothing to do, and says so */
+    CHECK(ckpt_seal(good) == 1, "ckpt_seal on a sealed file: %s", loom_error());
+}
+
+/* ckpt_seal that cannot write (a file-size limit) leaves the file exactly as it was. */
+static void seal_write_fails(const char *dir)
+{
+    char path[4400], keep[4410];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/unsealed.h5", dir);
+    snprintf(keep, sizeof keep, "%s/unsealed.orig", dir);
+    CHECK(tc_copy(good, path) == 0 && stat(path, &st) == 0, "copy");
+    CHECK(truncate(path, st.st_size - CKPT_SEAL_BYTES) == 0 && tc_copy(path, keep) == 0, "strip the seal");
+    CHECK_FAILS(ckpt_open(path) == NULL, "no seal");
+    struct rlimit old, lim;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0, "getrlimit");
+    lim = old;
+    lim.rlim_cur = (rlim_t)(st.st_size - CKPT_SEAL_BYTES + 10); /* room for 10 of the 24 bytes */
+    signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit");
+    CHECK_FAILS(ckpt_seal(path) == -1, "cannot write the checkpoint's seal (File too large)");
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0, "restore the limit");
+    CHECK(same_bytes(path, keep), "a failed ckpt_seal changed the file");
+    CHECK(ckpt_seal(path) == 0, "ckpt_seal: %s", loom_error());
+    CHECK(same_bytes(path, good), "ckpt_seal of an unchanged file gives back the original bytes");
+}
+
+/* Edited through HDF5: the edit drops the seal (HDF5 cuts the file at its end of allocation on
+ * close); sealed again, each HDF5-level check still refuses with its own message. */
 static void edited(const char *dir)
 {
     char path[4400];
     hid_t fid = edit_copy(dir, "missing.h5", path, sizeof path);
     CHECK(H5Ldelete(fid, "/optimizer/m/h.0.attn.q.weight", H5P_DEFAULT) >= 0, "delete dataset");
     H5Fclose(fid);
+    CHECK_FAILS(ckpt_open(path) == NULL, "missing.h5: no seal (not written by loom, or edited after the save");
+    CHECK(ckpt_seal(path) == 0, "ckpt_seal of a file whose tensors are sound: %s", loom_error());
     test_ckpt c;
     tc_make_empty(&c);
     ckpt_reader *r = ckpt_open(path);
@@ -119,16 +242,20 @@ static void edited(const char *dir)
     H5Awrite(a, H5T_NATIVE_INT, &v);
     H5Aclose(a);
     H5Fclose(fid);
+    CHECK_FAILS(ckpt_seal(path) == -1, "format version 7, this loom reads 1");
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
     CHECK_FAILS(ckpt_open(path) == NULL, "format version 7, this loom reads 1");
 
     fid = edit_copy(dir, "incomplete.h5", path, sizeof path);
     H5Adelete(fid, "complete");
     H5Fclose(fid);
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
     CHECK_FAILS(ckpt_open(path) == NULL, "incomplete checkpoint");
 
     fid = edit_copy(dir, "foreign.h5", path, sizeof path);
     H5Adelete(fid, "loom_format");
     H5Fclose(fid);
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
     CHECK_FAILS(ckpt_open(path) == NULL, "not a loom checkpoint");
 
     snprintf(path, sizeof path, "%s/text.h5", dir);
@@ -136,6 +263,7 @@ static void edited(const char *dir)
     fputs("this is not hdf5\n", f);
     fclose(f);
     CHECK_FAILS(ckpt_open(path) == NULL, "not an HDF5 file");
+    CHECK_FAILS(ckpt_seal(path) == -1, "not an HDF5 file");
 }
 
 static void bad_pointers(const char *dir)
@@ -170,6 +298,8 @@ int main(void)
     CHECK(tc_load_check(good, &c) == 0, "the original loads");
     truncated(dir);
     flipped_byte(dir);
+    damaged_seal(dir);
+    seal_write_fails(dir);
     edited(dir);
     bad_pointers(dir);
     CHECK(tc_load_check(good, &c) == 0, "the original is untouched");

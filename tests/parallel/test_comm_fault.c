@@ -1,5 +1,5 @@
 /* test_comm_fault.c: a stalled or dead peer must end in a message or a dead job, never a hang.
- * timeout: rank 0 times out alone in an allreduce, checks the message, aborts with 42.
+ * timeout: rank 0 times out alone in an allreduce, checks the message names rank 1, aborts with 42.
  * kill/exit: rank 1 dies while the others sit in an allreduce; mpirun must end the job. */
 #include <signal.h>
 #include <stdio.h>
@@ -26,8 +26,8 @@ static void stall_timeout(comm *c)
         comm_abort(c, CODE_FAIL);
     }
     int rc = comm_allreduce(c, buf, N, COMM_SUM, NULL);
-    const char *want = "comm: allreduce of 1000 floats timed out after 1 s on rank 0 (a peer is "
-                       "dead or stalled)";
+    const char *want = "comm: allreduce of 1000 floats timed out after 1 s on rank 0: no answer "
+                       "from rank 1 (dead or stalled)";
     if (rc == -1 && strcmp(loom_error(), want) == 0) {
         printf("PASS: rank 0 got: %s\n", loom_error());
         comm_abort(c, CODE_PASS);

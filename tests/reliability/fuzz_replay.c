@@ -1,14 +1,16 @@
 /* fuzz_replay.c: `fuzz_replay DIR`: every file DIR/<target>/<name> (target = config, jsonl or
  * ckpt) run once through the same fuzz entry point bench/fuzz.sh fuzzes. Inputs that once crashed
  * a fuzzer live there, so a fixed bug stays fixed; under LOOM_SANITIZE a leak or a bad read in
- * them fails the test too. `fuzz_replay --ckpt-seed FILE` writes the fuzzer's checkpoint seed.
- * Must never modify DIR. */
+ * them fails the test too. `fuzz_replay --ckpt-seed FILE` writes the fuzzer's checkpoint seed;
+ * `--ckpt-seal FILE` seals a seed that another tool (h5repack) rewrote. Must never modify DIR. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/fuzz/fuzz_targets.h"
+#include "checkpoints/ckpt.h"
+#include "core/error.h"
 #include "core/log.h"
 
 static int replay_file(const char *path, fuzz_target_fn fn)
@@ -39,8 +41,13 @@ static int replay_file(const char *path, fuzz_target_fn fn)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--ckpt-seed") == 0) return fuzz_ckpt_seed(argv[2]) == 0 ? 0 : 1;
+    if (argc == 3 && strcmp(argv[1], "--ckpt-seal") == 0) {
+        if (ckpt_seal(argv[2]) >= 0) return 0;
+        fprintf(stderr, "fuzz_replay: %s\n", loom_error());
+        return 1;
+    }
     if (argc != 2) {
-        fprintf(stderr, "usage: fuzz_replay DIR | fuzz_replay --ckpt-seed FILE\n");
+        fprintf(stderr, "usage: fuzz_replay DIR | fuzz_replay --ckpt-seed FILE | fuzz_replay --ckpt-seal FILE\n");
         return 2;
     }
     log_set_quiet(1);
