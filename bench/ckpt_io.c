@@ -284,7 +284,7 @@ int main(int argc, char **argv)
     for (int g = 0; g < 3; g++) {
         b.bufs[g] = malloc(b.bytes);
         if (!b.bufs[g]) return fprintf(stderr, "out of memory\n"), 1;
-        b.groups[g] = (ckpt_group){gp[g], tensors, NT, b.bufs[g]};
+        b.groups[g] = (ckpt_group){gp[g], tensors, NT, b.bufs[g], NULL, NULL};
     }
     uint32_t sums[3];
     fill_and_crc(&b, n, sums);

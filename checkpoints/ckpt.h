@@ -22,12 +22,19 @@ typedef struct ckpt_tensor {
 } ckpt_tensor;
 
 /* A set of tensors stored under one HDF5 group path: "model", "optimizer/m", "optimizer/v",
- * "lora", "optimizer/lora_m", ... The data is host memory holding the whole flat array. */
+ * "lora", "optimizer/lora_m", ... The data is host memory holding the whole flat array, or, when
+ * writing, a fetch callback that hands over one tensor at a time (so the caller never holds the
+ * whole state in host memory). */
 typedef struct ckpt_group {
     const char *path;
     const ckpt_tensor *tensors;
     int ntensors;
     float *data;                   /* read: filled by ckpt_read_group; write: read from */
+    /* write only, used when data is NULL: tensor k's contents (shape order, its offset ignored),
+     * asked once per tensor, in order k = 0, 1, ... of each group in turn; the pointer must stay
+     * valid until the next call. NULL aborts the save (loom_error() says why). */
+    const float *(*fetch)(void *ctx, int k);
+    void *fetch_ctx;
 } ckpt_group;
 
 /* The exact training state (attributes of the root group). */

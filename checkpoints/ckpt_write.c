@@ -45,7 +45,7 @@ static int validate(const char *dir, const ckpt_state *st, const ckpt_group *gro
     for (int i = 0; i < ngroups; i++) {
         const ckpt_group *g = &groups[i];
         const char *p = g->path ? g->path + strspn(g->path, "/") : NULL;
-        if (!p || !p[0] || g->ntensors < 0 || (g->ntensors > 0 && (!g->tensors || !g->data)))
+        if (!p || !p[0] || g->ntensors < 0 || (g->ntensors > 0 && (!g->tensors || (!g->data && !g->fetch))))
             return loom_fail("%s: ckpt_save: group %d ('%s') has no path, tensors or data", dir, i,
                              g->path ? g->path : "(null)");
         for (int k = 0; k < g->ntensors; k++)
@@ -118,6 +118,7 @@ static hid_t open_group(hid_t fid, const char *path, hid_t gcpl, const char *wha
 static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, const float *data, hid_t dcpl,
                         const char *what)
 {
+    if (!data) return loom_fail("%s: no data for /%s/%s (%s)", what, gpath, t->name, loom_error());
     hsize_t dims[CKPT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
     uint32_t crc = 0;
@@ -125,7 +126,7 @@ static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, cons
     hid_t dset = space < 0 ? -1 : H5Dcreate2(gid, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int rc = dset >= 0 ? ckpt_attr_write(dset, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc, what) : -1;
     /* ckpt_h5_pieces only reads from x when writing. */
-    if (dset < 0 || (!rc && ckpt_h5_pieces(dset, t->ndim, t->shape, (float *)(data + t->offset), 1, 0, &crc) < 0)) {
+    if (dset < 0 || (!rc && ckpt_h5_pieces(dset, t->ndim, t->shape, (float *)data, 1, 0, &crc) < 0)) {
         char why[320];
         ckpt_h5_reason(why, sizeof why);
         rc = loom_fail("%s: cannot write /%s/%s (%s)", what, gpath, t->name, why);
@@ -152,7 +153,10 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
         const char *path = g->path + strspn(g->path, "/");
         hid_t gid = open_group(fid, path, gcpl, what);
         if (gid < 0) rc = -1;
-        for (int k = 0; k < g->ntensors && !rc; k++) rc = write_tensor(gid, path, &g->tensors[k], g->data, dcpl, what);
+        for (int k = 0; k < g->ntensors && !rc; k++) {
+            const float *x = g->data ? g->data + g->tensors[k].offset : g->fetch(g->fetch_ctx, k);
+            rc = write_tensor(gid, path, &g->tensors[k], x, dcpl, what);
+        }
         if (gid >= 0) H5Gclose(gid);
     }
     if (dcpl >= 0) H5Pclose(dcpl);

@@ -4,15 +4,20 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char error_msg[1024];
 
+/* Formatted into a second buffer first: callers wrap the previous message, as in
+ * loom_fail("saving: %s", loom_error()), and vsnprintf must not read what it is writing. */
 int loom_fail(const char *fmt, ...)
 {
+    static _Thread_local char next[sizeof error_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_msg, sizeof error_msg, fmt, ap);
+    vsnprintf(next, sizeof next, fmt, ap);
     va_end(ap);
+    memcpy(error_msg, next, sizeof error_msg);
     return -1;
 }
 

@@ -24,7 +24,7 @@ static int export_read(const char *path, const char *grp, const model_tensor *mt
     int rc = ckpt_read_state(r, st);
     if (rc == 0 && !ckpt_has_group(r, grp)) rc = loom_fail("%s: no /%s group (not a %s checkpoint)", file, grp, grp);
     ckpt_tensor *t = session_ckpt_table_of(mt, n);
-    ckpt_group g = {grp, t, n, host};
+    ckpt_group g = {grp, t, n, host, NULL, NULL};
     if (rc == 0) rc = t ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
     free(t);
     ckpt_close(r);
@@ -58,7 +58,7 @@ int export_merge_lora(const char *base, const char *adapter, const char *out_dir
     if (rc == 0) rc = model_lora_merge(m, bh, ah);
     if (rc == 0) {
         ckpt_tensor *t = session_ckpt_table_of(m->base_tensors, m->nbase);
-        ckpt_group g = {"model", t, m->nbase, bh};
+        ckpt_group g = {"model", t, m->nbase, bh, NULL, NULL};
         ckpt_state out = ast; /* step, seeds, configs of the fine-tune: the merged model's history */
         rc = t ? ckpt_save(out_dir, &out, &g, 1, 0) : loom_fail("out of host memory");
         free(t);

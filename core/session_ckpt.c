@@ -43,50 +43,106 @@ static void session_ckpt_dir(const session *s, char *dir, size_t len)
     else snprintf(dir, len, "%s/ckpt", s->out_dir);
 }
 
-/* Gather everything (collective) and write on rank 0; only rank 0 holds the host copy. */
+/* The save streams region by region: every rank walks the same (group, tensor) sequence and
+ * gathers a region when the walk enters it (collective where the array is sharded); rank 0 hands
+ * each tensor to the writer straight from the region buffer. Host memory is one region (a layer,
+ * or the embeddings) instead of a copy of params + moments. */
+typedef struct {
+    session *s;
+    float *buf;      /* rank 0: the current region; other ranks: NULL (they only take part) */
+    int group, region;
+    int next_group, next_k; /* the next step of the walk */
+    int failed;      /* a gather failed: the walk stops (the collective is broken) */
+} save_walk;
+
+typedef struct {
+    save_walk *w;
+    int group;       /* 0 parameters, 1 first moment, 2 second moment */
+} save_group_ctx;
+
+static const float *session_save_fetch(void *ctx, int k)
+{
+    save_group_ctx *gc = ctx;
+    save_walk *w = gc->w;
+    model *m = w->s->model;
+    if (w->failed) return NULL;
+    if (w->group != gc->group) w->group = gc->group, w->region = -1;
+    int r = m->tensors[k].region;
+    if (r != w->region) {
+        const float *state = gc->group == 0 ? NULL : gc->group == 1 ? w->s->opt->m : w->s->opt->v;
+        if (dp_gather_region(w->s->dp, state, r, w->buf)) {
+            w->failed = 1;
+            return NULL;
+        }
+        w->region = r;
+    }
+    w->next_group = gc->group + (k + 1 == m->ntensors);
+    w->next_k = (k + 1) % m->ntensors;
+    return w->buf ? w->buf + (m->tensors[k].offset - m->region_offset[r]) : NULL;
+}
+
+/* Take the walk to its end (rank 0 after a failed write, and every other rank): the gathers are
+ * collective, so every rank must make the same ones. */
+static int session_save_drain(save_group_ctx *gc)
+{
+    save_walk *w = gc[0].w;
+    while (!w->failed && w->next_group < 3) session_save_fetch(&gc[w->next_group], w->next_k);
+    return w->failed ? -1 : 0;
+}
+
+static void session_save_state(const session *s, ckpt_state *st)
+{
+    const train_config *tc = &s->cfg->train;
+    st->step = s->step;
+    st->tokens_seen = s->step * (int64_t)tc->batch_size * tc->seq_len;
+    st->sample_cursor = s->step * (int64_t)tc->batch_size;
+    st->seed = tc->seed;
+    st->rng_counter = (uint64_t)s->opt->t;
+    st->lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
+    st->world_size = s->comm->size;
+    st->zero_stage = s->cfg->parallel.zero_stage;
+    st->backend = s->be->ops->name;
+}
+
+/* Write on rank 0 while every rank gathers; then every rank learns the outcome. */
 static int session_save(session *s)
 {
     model *m = s->model;
-    size_t n = m->nparams;
     int root = s->comm->rank == 0;
-    float *host = root ? malloc(3 * n * sizeof(float)) : NULL;
+    size_t maxreg = 1;
+    for (int r = 0; r < m->nregions; r++) {
+        size_t len = m->region_offset[r + 1] - m->region_offset[r];
+        maxreg = len > maxreg ? len : maxreg;
+    }
+    save_walk w = {s, root ? malloc(maxreg * sizeof(float)) : NULL, -1, -1, 0, 0, 0};
+    save_group_ctx gc[3] = {{&w, 0}, {&w, 1}, {&w, 2}};
     ckpt_tensor *table = session_ckpt_table(m);
     char *model_json = config_model_to_json(&s->cfg->model), *job_json = config_to_json(s->cfg);
-    int rc = ((root && !host) || !table || !model_json || !job_json)
+    int rc = ((root && !w.buf) || !table || !model_json || !job_json)
                  ? loom_fail("checkpoint: out of host memory")
                  : 0;
-    /* the gathers are collective: every rank enters them, or none does */
+    /* the gathers are collective: every rank walks, or none does */
     double no_mem = rc != 0;
     if (comm_allreduce_host(s->comm, &no_mem, 1)) rc = -1;
     else if (no_mem > 0 && rc == 0) rc = loom_fail("checkpoint: out of host memory on another rank");
-    if (rc == 0) rc = dp_gather_params(s->dp, host);
-    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->m, root ? host + n : NULL);
-    if (rc == 0) rc = dp_gather_state(s->dp, s->opt->v, root ? host + 2 * n : NULL);
-    if (rc == 0 && s->comm->rank == 0) {
-        const train_config *tc = &s->cfg->train;
+    if (rc == 0 && root) {
         ckpt_group groups[3] = {
-            {session_param_group(s), table, m->ntensors, host},
-            {"optimizer/m", table, m->ntensors, host + n},
-            {"optimizer/v", table, m->ntensors, host + 2 * n},
+            {session_param_group(s), table, m->ntensors, NULL, session_save_fetch, &gc[0]},
+            {"optimizer/m", table, m->ntensors, NULL, session_save_fetch, &gc[1]},
+            {"optimizer/v", table, m->ntensors, NULL, session_save_fetch, &gc[2]},
         };
         ckpt_state st = {0};
-        st.step = s->step;
-        st.tokens_seen = s->step * (int64_t)tc->batch_size * tc->seq_len;
-        st.sample_cursor = s->step * (int64_t)tc->batch_size;
-        st.seed = tc->seed;
-        st.rng_counter = (uint64_t)s->opt->t;
-        st.lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
+        session_save_state(s, &st);
         st.model_config_json = model_json;
         st.job_config_json = job_json;
-        st.world_size = s->comm->size;
-        st.zero_stage = s->cfg->parallel.zero_stage;
-        st.backend = s->be->ops->name;
         char dir[600];
         session_ckpt_dir(s, dir, sizeof dir);
         rc = ckpt_save(dir, &st, groups, 3, s->cfg->checkpoint.keep);
         if (rc == 0) log_info("checkpoint: step %lld saved in %s", (long long)s->step, dir);
     }
-    free(host);
+    if (no_mem == 0 && s->comm->size > 1 && session_save_drain(gc) && rc == 0)
+        rc = loom_fail("checkpoint: gathering the state failed: %s", loom_error());
+    free(w.buf);
     free(table);
     free(model_json);
     free(job_json);
@@ -141,7 +197,7 @@ static int session_read_tensors(session *s, ckpt_reader *r)
         for (int i = 0; rc == 0 && i < m->ntensors; i++) {
             ckpt_tensor one = table[i];
             one.offset = 0;
-            ckpt_group grp = {paths[g], &one, 1, buf};
+            ckpt_group grp = {paths[g], &one, 1, buf, NULL, NULL};
             size_t lo = m->tensors[i].offset, hi = lo + m->tensors[i].numel;
             rc = ckpt_read_group(r, &grp);
             if (rc == 0 && g == 0) rc = dp_load_params_range(s->dp, buf, lo, hi);
@@ -185,7 +241,7 @@ static int session_read_base(session *s, const char *path, float *host)
     int rc = ckpt_read_state(r, &st);
     if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
     ckpt_tensor *table = session_ckpt_table_of(bt, nb);
-    ckpt_group g = {"model", table, nb, host};
+    ckpt_group g = {"model", table, nb, host, NULL, NULL};
     if (rc == 0) rc = table ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
     free(table);
     ckpt_state_free(&st);

@@ -343,18 +343,21 @@ int dp_finish_params(dp *d)
     return 0;
 }
 
-int dp_gather_state(dp *d, const float *state, float *host)
+int dp_gather_region(dp *d, const float *state, int r, float *host)
 {
     backend *be = d->be;
-    if (d->stage == 0) {
-        if (host) be->ops->copy_d2h(be, host, state, d->state_elems * sizeof(float));
+    size_t bytes = d->reg_len[r] * sizeof(float);
+    if (!state && d->stage != 3) { /* the full parameters live on every rank */
+        if (host) be->ops->copy_d2h(be, host, d->m->params + d->reg_lo[r], bytes);
         return 0;
     }
-    for (int r = 0; r < d->R; r++) {
-        if (dp_allgather_region(d, r, state + d->pieces[r].state_offset, d->stage_buf)) return -1;
-        if (host)
-            be->ops->copy_d2h(be, host + d->reg_lo[r], d->stage_buf, d->reg_len[r] * sizeof(float));
+    if (!state) state = d->shard_params;
+    if (d->stage == 0) { /* unsharded state is laid out like the parameters */
+        if (host) be->ops->copy_d2h(be, host, state + d->reg_lo[r], bytes);
+        return 0;
     }
+    if (dp_allgather_region(d, r, state + d->pieces[r].state_offset, d->stage_buf)) return -1;
+    if (host) be->ops->copy_d2h(be, host, d->stage_buf, bytes);
     return 0;
 }
 
@@ -374,13 +377,6 @@ int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_
 int dp_load_state(dp *d, float *state, const float *host)
 {
     return dp_load_state_range(d, state, host, 0, d->m->nparams);
-}
-
-int dp_gather_params(dp *d, float *host)
-{
-    if (d->stage == 3) return dp_gather_state(d, d->shard_params, host);
-    if (host) d->be->ops->copy_d2h(d->be, host, d->m->params, d->m->nparams * sizeof(float));
-    return 0;
 }
 
 int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi)

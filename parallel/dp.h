@@ -45,13 +45,14 @@ int dp_finish_params(dp *d);
 /* Bytes of parameters, gradients, optimizer moments and dp buffers this rank allocated. */
 size_t dp_state_bytes(const dp *d);
 
-/* Full logical parameters into host (collective: every rank takes part; host may be NULL on the
- * ranks that do not need the result, e.g. all but a checkpoint's writer). */
-int dp_gather_params(dp *d, float *host);
+/* Region r (model_tensor.region) of the parameters (state NULL) or of a state-layout device
+ * array (an optimizer moment) into host, reg_len floats in logical order. Collective where the
+ * array is sharded (every rank calls it for the same r in the same order); host may be NULL on
+ * the ranks that only take part (all but a checkpoint's writer). */
+int dp_gather_region(dp *d, const float *state, int r, float *host);
 /* Parameters from a full logical host array (every rank passes the same values). */
 int dp_load_params(dp *d, const float *host);
-/* A state-layout device array (optimizer moment) <-> full logical host array (collective). */
-int dp_gather_state(dp *d, const float *state, float *host);
+/* A state-layout device array (optimizer moment) from a full logical host array. */
 int dp_load_state(dp *d, float *state, const float *host);
 /* The same for a window: host holds logical elements [lo, hi) only (bounded staging memory). */
 int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi);

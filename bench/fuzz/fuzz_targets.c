@@ -121,7 +121,7 @@ int fuzz_ckpt(const uint8_t *data, size_t n)
         ckpt_state st;
         if (ckpt_read_state(r, &st) == 0) ckpt_state_free(&st);
         float buf[2][FUZZ_NELEM];
-        ckpt_group g[2] = {{"model", fuzz_table, FUZZ_NT, buf[0]}, {"optimizer/m", fuzz_table, FUZZ_NT, buf[1]}};
+        ckpt_group g[2] = {{"model", fuzz_table, FUZZ_NT, buf[0], NULL, NULL}, {"optimizer/m", fuzz_table, FUZZ_NT, buf[1], NULL, NULL}};
         for (int i = 0; i < 2; i++)
             if (ckpt_has_group(r, g[i].path)) ckpt_read_group(r, &g[i]);
         ckpt_close(r);
@@ -135,7 +135,7 @@ int fuzz_ckpt_seed(const char *path)
 {
     float data[FUZZ_NELEM];
     for (int i = 0; i < FUZZ_NELEM; i++) data[i] = 0.25f * (float)i - 1.0f;
-    ckpt_group g[2] = {{"model", fuzz_table, FUZZ_NT, data}, {"optimizer/m", fuzz_table, FUZZ_NT, data}};
+    ckpt_group g[2] = {{"model", fuzz_table, FUZZ_NT, data, NULL, NULL}, {"optimizer/m", fuzz_table, FUZZ_NT, data, NULL, NULL}};
     ckpt_state st = {0};
     st.step = 7;
     st.model_config_json = "{\"preset\":\"tiny\"}";

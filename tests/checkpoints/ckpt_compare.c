@@ -100,7 +100,7 @@ static float *group_read(const char *file, const char *path, const table *tb)
 {
     ckpt_reader *r = ckpt_open(file);
     float *data = malloc((tb->total ? tb->total : 1) * sizeof(float));
-    ckpt_group grp = {path, tb->t, tb->n, data};
+    ckpt_group grp = {path, tb->t, tb->n, data, NULL, NULL};
     if (!r || !data || ckpt_read_group(r, &grp)) {
         printf("FAIL: reading /%s of %s: %s\n", path, file, loom_error());
         free(data);

@@ -202,6 +202,11 @@ static void expect_fail(const char *json, const char *set, const char *want, con
 
 static void test_errors(void)
 {
+    /* a message that wraps the previous one (loom_fail("...: %s", loom_error())) keeps it */
+    loom_fail("inner %d", 7);
+    loom_fail("outer: %s", loom_error());
+    CHECK(strcmp(loom_error(), "outer: inner 7") == 0, "wrapped message '%s'", loom_error());
+
     /* Exact texts users will see. */
     job_config c;
     CHECK(load(&c, "{\"train\": {\"lrr\": 1}}", NULL, NULL, NULL) == -1 &&

@@ -18,6 +18,9 @@ if [ "$mode" = tmpfs ]; then
     trap 'umount "$PWD/small"' EXIT
     CK=small/ckpt
     NP=2
+    # ZeRO-3: the save gathers shards region by region while rank 0 writes; a write that fails
+    # part way must still finish the gathers (no rank left waiting in one)
+    RUN+=(--set parallel.zero_stage=3)
 else
     CK=out/ckpt
     NP=1
