@@ -54,6 +54,9 @@ static double bench_shape(backend *be, const shape *s, double min_s)
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
+    /* --peak [THREADS]: only the calibrated rate (the MFU reference loom uses), one line */
+    int peak_only = argc > 1 && strcmp(argv[1], "--peak") == 0;
+    if (peak_only) argc--, argv++;
     int threads = argc > 1 ? atoi(argv[1]) : 0;
     double min_s = argc > 2 ? atof(argv[2]) : 0.3;
     log_set_quiet(1);
@@ -62,6 +65,11 @@ int main(int argc, char **argv)
     if (!be) {
         fprintf(stderr, "bench_sgemm: %s\n", loom_error());
         return 1;
+    }
+    if (peak_only) {
+        printf("sgemm_gflops %.1f\n", backend_peak_flops(be) / 1e9);
+        be->ops->destroy(be);
+        return 0;
     }
     const int T = 1024, L = 12; /* tokens per step, layers */
     /* linear layers (out, in): y = x W^T is (T,out,in) transB; dx = dy W is (T,in,out);

@@ -30,15 +30,19 @@ run_loom() { # preset B T -> "tok/s mfu rss_kb accounted_bytes sgemm_gflops mflo
        END {gsub("%","",mfu); print tps, mfu, rss, acc, sg, fl}' "$tmp/loom.out"
 }
 
-run_torch() { # layers heads width B T -> "tok/s rss_kb"
+sgemm_now() { "$build/bench/bench_sgemm" --peak "$threads" | awk '{print $2}'; }
+
+run_torch() { # layers heads width B T -> "tok/s rss_kb sgemm_gflops (measured just before)"
+  local sg; sg=$(sgemm_now)
   OPENBLAS_CORETYPE=SkylakeX LD_PRELOAD="$tcmalloc" /usr/bin/time -f "%M" -o "$tmp/rss" \
     /usr/bin/python3 "$root/bench/torch_ref.py" --layers $1 --heads $2 --width $3 --batch $4 \
     --seq $5 --steps $steps --threads $threads > "$tmp/torch.out" 2>&1 || { cat "$tmp/torch.out"; exit 1; }
-  awk -v rss="$(cat "$tmp/rss")" '/^tokens_per_s/ {print $2, rss}' "$tmp/torch.out"
+  awk -v rss="$(cat "$tmp/rss")" -v sg="$sg" '/^tokens_per_s/ {print $2, rss, sg}' "$tmp/torch.out"
 }
 
-# MFU of both is against the sgemm rate loom measured at the start of each of its runs (same
-# cores, same run); "ceiling" = 1 / torch MFU: the ratio loom would reach at 100% of sgemm.
+# MFU: loom's against the sgemm rate it measured at the start of each run, torch's against the
+# same measurement taken just before each torch run (the machine's speed drifts within minutes);
+# "ceiling" = 1 / torch MFU: the ratio an engine running at 100% of sgemm would reach.
 printf "%-12s %5s %9s %9s %6s %9s %9s %8s %9s %9s %6s %9s\n" model B*T "loom t/s" "torch t/s" ratio \
   "loom MFU" "torch MFU" ceiling "loom RSS" accounted "RSS/a" "torch RSS"
 for spec in "gpt2-124m 12 12 768 4 256" "gpt2-small6 6 6 384 8 256"; do
@@ -50,8 +54,8 @@ for spec in "gpt2-124m 12 12 768 4 256" "gpt2-small6 6 6 384 8 256"; do
   done
   col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
   lt=$(col l 1); mfu=$(col l 2); lr=$(col l 3); acc=$(col l 4); sg=$(col l 5); fl=$(col l 6)
-  tt=$(col t 1); tr=$(col t 2)
-  tmfu=$(echo "100 * $tt * $fl / 1000 / $sg" | bc -l)
+  tt=$(col t 1); tr=$(col t 2); tsg=$(col t 3)
+  tmfu=$(echo "100 * $tt * $fl / 1000 / $tsg" | bc -l)
   printf "%-12s %5d %9.0f %9.0f %6.2f %8.1f%% %8.1f%% %8.2f %8.0fM %8.0fM %6.2f %8.0fM\n" "$1" $(( $5 * $6 )) \
     "$lt" "$tt" "$(echo "$lt / $tt" | bc -l)" "$mfu" "$tmfu" "$(echo "100 / $tmfu" | bc -l)" \
     "$(echo "$lr / 1024" | bc -l)" "$(echo "$acc / 1048576" | bc -l)" "$(echo "$lr * 1024 / $acc" | bc -l)" \
