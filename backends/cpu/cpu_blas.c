@@ -147,13 +147,15 @@ static double cpu_now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Best 1024^3 sgemm over 0.2 s (about 20 runs on 2 Zen4 cores) after one warm-up: FLOP/s.
- * Best-of over a fixed time, not a few runs: a single 10 ms run caught by another process or a
- * frequency change read 15% low and made every MFU figure of the job read high. */
+/* Best 1536^3 sgemm over 0.2 s (at least 4 timed runs, ~40 ms each on 2 Zen4 cores) after one
+ * warm-up: FLOP/s. Best-of over a fixed time, since one run caught by another process reads low.
+ * The leading dimension is padded off a power of two: with 1024^3 at ld 1024 the rate depended
+ * on where the process's pages landed (160 or 205 GFLOP/s in back-to-back runs of one binary,
+ * steady within each) and the job's MFU with it; 1536 at ld 1552 reads 200-203 every time. */
 double cpu_blas_calibrate(int threads)
 {
-    const int n = 1024;
-    size_t sz = (size_t)n * n;
+    const int n = 1536, ld = 1552;
+    size_t sz = (size_t)n * ld;
     float *a = NULL, *b = NULL, *c = NULL;
     if (posix_memalign((void **)&a, 64, sz * sizeof(float)) ||
         posix_memalign((void **)&b, 64, sz * sizeof(float)) ||
@@ -171,7 +173,7 @@ double cpu_blas_calibrate(int threads)
     double best = 1e30, start = cpu_now();
     for (int it = 0; it < 5 || cpu_now() - start < 0.2; it++) {
         double t0 = cpu_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
         double dt = cpu_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }
