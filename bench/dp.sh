@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 args=(train "$root/configs/tiny-train.json" --quiet --set model=$model --set train.batch_size=$batch
       --set train.seq_len=$seq --set train.steps=$steps --set train.warmup=1 --set checkpoint.every=-1)
 tps() { awk '/^done:/ {print $7}' "$1"; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 : > "$tmp/one"; : > "$tmp/two"
 for r in $(seq "$rounds"); do
   "$loom" "${args[@]}" --set parallel.threads=2 --out "$tmp/a" > "$tmp/a.log" 2>&1

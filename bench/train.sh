@@ -18,7 +18,7 @@ tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 run_loom() { # preset B T -> "tok/s mfu rss_kb accounted_bytes sgemm_gflops mflop_per_token"
   /usr/bin/time -f "%M" -o "$tmp/rss" "$loom" train "$root/configs/tiny-train.json" \
