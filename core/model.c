@@ -233,9 +233,13 @@ int model_base_table(const model *m, const model_tensor **tensors, int *n, size_
     return 0;
 }
 
-void model_load_base(model *m, const float *host)
+int model_load_base_range(model *m, const float *host, size_t lo, size_t hi)
 {
-    m->be->ops->copy_h2d(m->be, m->base, host, m->nbase_params * sizeof(float));
+    if (hi > m->nbase_params || lo > hi)
+        return loom_fail("model: base elements [%zu, %zu) outside the %zu-element base", lo, hi,
+                         m->nbase_params);
+    m->be->ops->copy_h2d(m->be, m->base + lo, host, (hi - lo) * sizeof(float));
+    return 0;
 }
 
 int model_lora_merge(const model *m, float *base_host, const float *lora_host)

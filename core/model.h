@@ -111,8 +111,8 @@ int model_layout(model *m, const model_config *cfg);
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
                     int with_grads, int recompute, const lora_spec *lora);
 
-/* LoRA models: the base weights from a full logical host array laid out as model_layout says. */
-void model_load_base(model *m, const float *host);
+/* LoRA models: base elements [lo, hi) (the base table's layout) from host[0 .. hi - lo). */
+int model_load_base_range(model *m, const float *host, size_t lo, size_t hi);
 /* LoRA models: base_host (the base table's layout) += s B A for every adapter in lora_host. */
 int model_lora_merge(const model *m, float *base_host, const float *lora_host);
 

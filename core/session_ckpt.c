@@ -180,32 +180,51 @@ static int session_check_model(const session *s, const char *file, const char *j
     return 0;
 }
 
-/* One tensor at a time through a staging buffer the size of the largest tensor, each rank keeping
- * the slices it owns: a whole host copy of params + moments would add three times the model's
- * size to the job's peak memory on every rank for the length of a resume. */
-static int session_read_tensors(session *s, ckpt_reader *r)
+/* Where a tensor read from a checkpoint goes: logical elements [lo, hi) of array `what`. */
+enum { SINK_PARAMS, SINK_M, SINK_V, SINK_BASE };
+
+static int session_sink(session *s, int what, const float *buf, size_t lo, size_t hi)
 {
-    model *m = s->model;
+    switch (what) {
+    case SINK_PARAMS: return dp_load_params_range(s->dp, buf, lo, hi);
+    case SINK_M: return dp_load_state_range(s->dp, s->opt->m, buf, lo, hi);
+    case SINK_V: return dp_load_state_range(s->dp, s->opt->v, buf, lo, hi);
+    default: /* the base model: frozen under LoRA, else the trainable parameters themselves */
+        if (s->model->lora.rank) return model_load_base_range(s->model, buf, lo, hi);
+        return dp_load_params_range(s->dp, buf, lo, hi);
+    }
+}
+
+/* Group `path` one tensor at a time through a staging buffer the size of the largest tensor,
+ * each rank keeping the slices it owns: a whole host copy of params + moments would add three
+ * times the model's size to every rank's peak memory for the length of a resume. */
+static int session_read_group(session *s, ckpt_reader *r, const char *path, const model_tensor *mt,
+                              int n, int what)
+{
     size_t maxn = 1;
-    for (int i = 0; i < m->ntensors; i++) maxn = m->tensors[i].numel > maxn ? m->tensors[i].numel : maxn;
+    for (int i = 0; i < n; i++) maxn = mt[i].numel > maxn ? mt[i].numel : maxn;
     float *buf = malloc(maxn * sizeof(float));
-    ckpt_tensor *table = session_ckpt_table(m);
+    ckpt_tensor *table = session_ckpt_table_of(mt, n);
     int rc = buf && table ? 0 : loom_fail("out of host memory for a %zu-float tensor", maxn);
-    const char *paths[3] = {session_param_group(s), "optimizer/m", "optimizer/v"};
-    float *moments[3] = {NULL, s->opt ? s->opt->m : NULL, s->opt ? s->opt->v : NULL};
-    for (int g = 0; rc == 0 && g < (s->opt ? 3 : 1); g++) {
-        for (int i = 0; rc == 0 && i < m->ntensors; i++) {
-            ckpt_tensor one = table[i];
-            one.offset = 0;
-            ckpt_group grp = {paths[g], &one, 1, buf, NULL, NULL};
-            size_t lo = m->tensors[i].offset, hi = lo + m->tensors[i].numel;
-            rc = ckpt_read_group(r, &grp);
-            if (rc == 0 && g == 0) rc = dp_load_params_range(s->dp, buf, lo, hi);
-            else if (rc == 0) rc = dp_load_state_range(s->dp, moments[g], buf, lo, hi);
-        }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        ckpt_tensor one = table[i];
+        one.offset = 0;
+        ckpt_group grp = {path, &one, 1, buf, NULL, NULL};
+        rc = ckpt_read_group(r, &grp);
+        if (rc == 0) rc = session_sink(s, what, buf, mt[i].offset, mt[i].offset + mt[i].numel);
     }
     free(table);
     free(buf);
+    return rc;
+}
+
+static int session_read_tensors(session *s, ckpt_reader *r)
+{
+    model *m = s->model;
+    const char *paths[3] = {session_param_group(s), "optimizer/m", "optimizer/v"};
+    int rc = 0;
+    for (int g = 0; rc == 0 && g < (s->opt ? 3 : 1); g++)
+        rc = session_read_group(s, r, paths[g], m->tensors, m->ntensors, SINK_PARAMS + g);
     return rc;
 }
 
@@ -226,29 +245,8 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     return rc;
 }
 
-/* Read group "model" of the checkpoint at `path` laid out as the base table says. */
-static int session_read_base(session *s, const char *path, float *host)
-{
-    const model_tensor *bt;
-    int nb;
-    size_t nparams;
-    model_base_table(s->model, &bt, &nb, &nparams);
-    char file[1024];
-    if (ckpt_resolve(path, file, sizeof file)) return -1;
-    ckpt_reader *r = ckpt_open(file);
-    if (!r) return -1;
-    ckpt_state st = {0};
-    int rc = ckpt_read_state(r, &st);
-    if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
-    ckpt_tensor *table = session_ckpt_table_of(bt, nb);
-    ckpt_group g = {"model", table, nb, host, NULL, NULL};
-    if (rc == 0) rc = table ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
-    free(table);
-    ckpt_state_free(&st);
-    ckpt_close(r);
-    return rc;
-}
-
+/* Group "model" of the checkpoint at `path`, laid out as the base table says, into the frozen
+ * base (LoRA) or the parameters (full fine-tune), one tensor at a time. */
 int session_load_base(session *s)
 {
     const char *base = s->cfg->finetune.base;
@@ -257,14 +255,17 @@ int session_load_base(session *s)
     int nb;
     size_t nparams;
     model_base_table(s->model, &bt, &nb, &nparams);
-    float *host = malloc(nparams * sizeof(float));
-    int rc = host ? session_read_base(s, base, host) : loom_fail("out of host memory");
-    if (rc == 0) {
-        if (s->model->lora.rank) model_load_base(s->model, host);
-        else rc = dp_load_params(s->dp, host);
-    }
+    char file[1024];
+    if (ckpt_resolve(base, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    ckpt_state st = {0};
+    int rc = ckpt_read_state(r, &st);
+    if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
+    if (rc == 0) rc = session_read_group(s, r, "model", bt, nb, SINK_BASE);
+    ckpt_state_free(&st);
+    ckpt_close(r);
     if (rc == 0) log_info("base model loaded from %s", base);
-    free(host);
     return rc;
 }
 

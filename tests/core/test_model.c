@@ -9,6 +9,7 @@
 
 #include "backends/backend.h"
 #include "core/config.h"
+#include "core/error.h"
 #include "core/model.h"
 #include "core/optim.h"
 #include "core/rng.h"
@@ -169,7 +170,7 @@ static void check_lora(void)
     float *base = malloc(plain->nparams * sizeof(float));
     model_init_values(plain, 7, base);
     be->ops->copy_h2d(be, plain->params, base, plain->nparams * sizeof(float));
-    model_load_base(m, base);
+    CHECK(model_load_base_range(m, base, 0, m->nbase_params) == 0, "load base: %s", loom_error());
     float *ad = malloc(m->nparams * sizeof(float));
     model_init_values(m, 9, ad);
     be->ops->copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
