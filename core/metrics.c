@@ -27,7 +27,7 @@ struct metrics {
     double *tps_hist, *mfu_hist;
 };
 
-metrics *metrics_open(const job_config *cfg, int rank, int quiet)
+metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, int quiet)
 {
     metrics *mt = calloc(1, sizeof *mt);
     if (!mt) { loom_fail("out of host memory"); return NULL; }
@@ -41,7 +41,7 @@ metrics *metrics_open(const job_config *cfg, int rank, int quiet)
         loom_fail("out of host memory");
         return NULL;
     }
-    mt->flops_per_token = model_flops_per_token(&cfg->model, cfg->train.seq_len);
+    mt->flops_per_token = flops_per_token;
     if (rank != 0) return mt;
     mt->active = 1;
     mt->quiet = quiet;

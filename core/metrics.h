@@ -9,7 +9,7 @@
 
 typedef struct metrics metrics;
 
-metrics *metrics_open(const job_config *cfg, int rank, int quiet);
+metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, int quiet);
 void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
                   double tokens, double seconds);
 void metrics_val(metrics *mt, int step, double val_loss);

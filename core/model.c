@@ -478,12 +478,16 @@ void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
     m->be->ops->copy_h2d(m->be, m->targets, targets, bytes);
 }
 
-double model_flops_per_token(const model_config *c, int T)
+double model_flops_per_token(const model *m, int T)
 {
     /* 6 flops per matmul weight per token (2 forward, 4 backward), plus causal attention:
-     * QK^T and PV cost 2 * 2 * (T/2 avg keys) * C forward per layer, times 3 with backward. */
+     * QK^T and PV cost 2 * 2 * (T/2 avg keys) * C forward per layer, times 3 with backward.
+     * LoRA: the frozen weights need no weight gradient (4 flops: forward + input gradient), the
+     * adapters (the trainable parameters) all 6. */
+    const model_config *c = &m->cfg;
     double C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
     double per_layer = C * C * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
     double matmul_w = per_layer * c->n_layer + (double)c->vocab * C;
-    return 6.0 * matmul_w + 6.0 * c->n_layer * (double)T * C;
+    double weights = m->lora.rank ? 4.0 * matmul_w + 6.0 * (double)m->nparams : 6.0 * matmul_w;
+    return weights + 6.0 * c->n_layer * (double)T * C;
 }

@@ -148,7 +148,7 @@ int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host);
 int model_decode(model *m, int32_t token, int t, float *logits_host);
 
 /* Matmul FLOPs of one training token (forward + backward), for MFU. */
-double model_flops_per_token(const model_config *cfg, int T);
+double model_flops_per_token(const model *m, int T);
 
 /* Index of a tensor by name, -1 if absent. */
 int model_find(const model *m, const char *name);

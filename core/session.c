@@ -97,7 +97,7 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     log_info("model %s: %zu parameters, %d layers, d_model %d, %.1f MFLOP/token, %d ranks, "
              "micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
              s->model->nparams, cfg->model.n_layer, cfg->model.d_model,
-             model_flops_per_token(&cfg->model, T) / 1e6, c->size, s->micro_batch, T);
+             model_flops_per_token(s->model, T) / 1e6, c->size, s->micro_batch, T);
     if (s->model->lora.rank)
         log_info("LoRA rank %d alpha %g on %s: %zu trainable parameters, %zu frozen", s->model->lora.rank,
                  s->model->lora.alpha, cfg->finetune.lora_targets, s->model->nparams, s->model->nbase_params);

@@ -142,7 +142,8 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     t->targets = malloc(n * sizeof(int32_t));
     if (!t->tokens || !t->targets) return loom_fail("train: out of host memory");
     if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
-    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
+    t->log = metrics_open(&t->cfg, model_flops_per_token(t->s->model, t->T), c->rank,
+                          opt && opt->quiet);
     backend_peak_flops(t->s->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;
 }

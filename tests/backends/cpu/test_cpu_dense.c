@@ -165,6 +165,10 @@ int main(int argc, char **argv)
     test_matmul(be, 37, 53, 29);
     test_matmul(be, 130, 70, 90);
     test_matmul(be, 1, 5, 3);
+    /* few rows against a large matrix (decode): the columns are split across threads, with an
+     * uneven last block */
+    test_matmul(be, 1, 1037, 300);
+    test_matmul(be, 3, 700, 200);
     test_vector_ops(be, 1001);
     test_vector_ops(be, 100003);
     test_bias(be, 7, 13);
