@@ -4,6 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev
       openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools)
+# EXTRA_PKGS: more for CI only (valgrind), so a newcomer's install stays what the build needs
+read -r -a extra <<<"${EXTRA_PKGS:-}"
+pkgs+=("${extra[@]}")
 # loom's CPU kernels use OpenMP: the OpenMP build of OpenBLAS shares their thread pool, where the
 # pthread build's spinning threads fight them (measured: 16-35% of a step lost). Debian gives the
 # pthread build priority, so point the alternatives at the OpenMP one.
