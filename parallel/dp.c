@@ -374,20 +374,10 @@ int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_
     return 0;
 }
 
-int dp_load_state(dp *d, float *state, const float *host)
-{
-    return dp_load_state_range(d, state, host, 0, d->m->nparams);
-}
-
 int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi)
 {
     if (d->stage == 3) return dp_load_state_range(d, d->shard_params, host, lo, hi);
     if (hi > lo)
         d->be->ops->copy_h2d(d->be, d->m->params + lo, host, (hi - lo) * sizeof(float));
     return 0;
-}
-
-int dp_load_params(dp *d, const float *host)
-{
-    return dp_load_params_range(d, host, 0, d->m->nparams);
 }

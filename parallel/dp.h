@@ -50,11 +50,8 @@ size_t dp_state_bytes(const dp *d);
  * array is sharded (every rank calls it for the same r in the same order); host may be NULL on
  * the ranks that only take part (all but a checkpoint's writer). */
 int dp_gather_region(dp *d, const float *state, int r, float *host);
-/* Parameters from a full logical host array (every rank passes the same values). */
-int dp_load_params(dp *d, const float *host);
-/* A state-layout device array (optimizer moment) from a full logical host array. */
-int dp_load_state(dp *d, float *state, const float *host);
-/* The same for a window: host holds logical elements [lo, hi) only (bounded staging memory). */
+/* Parameters, or a state-layout device array (an optimizer moment), from host holding logical
+ * elements [lo, hi) (every rank passes the same values; each keeps the slices it owns). */
 int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi);
 int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_t hi);
 
