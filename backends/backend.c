@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/error.h"
+#include "backends/cpu/cpu_blas.h"
+#include "base/error.h"
 
 extern const backend_entry cpu_backend_entry;
 #ifdef LOOM_HAVE_CUDA
@@ -90,3 +91,7 @@ void backend_destroy(backend *be)
 {
     if (be) be->ops->destroy(be);
 }
+
+void backend_prepare_process(char **argv) { cpu_blas_ensure_fast_kernel(argv); }
+
+const char *backend_blas_kernel(void) { return cpu_blas_corename(); }

@@ -187,4 +187,12 @@ static inline const char *backend_failure(backend *be)
 /* Destroy a backend created by backend_select (NULL is fine). */
 void backend_destroy(backend *be);
 
+/* Process-wide set-up, first thing in main() before any thread or MPI exists. The CPU backend
+ * re-executes the program once when the BLAS loaded a kernel slower than this CPU supports
+ * (backends/cpu/cpu_blas.h; LOOM_NO_REEXEC=1 turns it off); otherwise returns normally. */
+void backend_prepare_process(char **argv);
+
+/* The host BLAS kernel that runs ("Zen", "SkylakeX", "Accelerate"): a static string. */
+const char *backend_blas_kernel(void);
+
 #endif

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "parallel/comm.h"
 #include "parallel/comm_mpi.h"
 

@@ -7,8 +7,8 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_blas.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 extern const backend_entry cpu_backend_entry;
 

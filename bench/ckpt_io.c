@@ -14,7 +14,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "checkpoints/ckpt_crc.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define NLAYER 12
 #define DMODEL 768

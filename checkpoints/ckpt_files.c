@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_crc.h"
-#include "core/error.h"
+#include "base/error.h"
 
 int ckpt_fs_mkdirs(const char *dir)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_crc.h"
-#include "core/error.h"
+#include "base/error.h"
 
 void ckpt_h5_quiet(void)
 {

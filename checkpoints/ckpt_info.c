@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 typedef struct name_list {
     char **names;

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "checkpoints/ckpt_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len)
 {

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt_internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* Crash-test hook. LOOM_FAULT_CKPT_PHASE=<phase> makes ckpt_save kill its own process with
  * SIGKILL when it reaches that phase, as a power cut would: after_data (tensors written, file

@@ -3,7 +3,7 @@
  * validation. Must never exit or print: each error is one loom_fail() line naming source+field. */
 #include "core/config.h"
 #include "core/config_table.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/presets.h"
 
 #include <cjson/cJSON.h>
@@ -114,7 +114,9 @@ static int fail_type(const char *src, const char *path, const char *want, const 
     return fail_at(src, "field '%s' must be %s, got %s", path, want, got);
 }
 
-int config_field_set(job_config *cfg, int i, const cJSON *v, const char *src)
+/* Store a cJSON value into field i, checking its type and rule. src prefixes the one-line error
+ * ("job.json", "--set train.lr"); NULL = no prefix. -1 on error, cfg unchanged. */
+static int config_field_set(job_config *cfg, int i, const cJSON *v, const char *src)
 {
     const config_field *f = &config_fields(NULL)[i];
     void *p = (char *)cfg + f->offset;
@@ -159,6 +161,19 @@ int config_field_set(job_config *cfg, int i, const cJSON *v, const char *src)
     }
     }
     return fail_at(src, "field '%s' has an unknown type", f->path);
+}
+
+void config_defaults(job_config *cfg)
+{
+    int n;
+    const config_field *fields = config_fields(&n);
+    memset(cfg, 0, sizeof *cfg);
+    for (int i = 0; i < n; i++) {
+        cJSON *v = cJSON_Parse(fields[i].default_value);
+        /* Cannot fail for a well-formed table; test_config applies every default strictly. */
+        if (v) config_field_set(cfg, i, v, NULL);
+        cJSON_Delete(v);
+    }
 }
 
 /* ---- unknown fields: suggest the nearest known name ---- */

@@ -2,7 +2,7 @@
  * `loom_config_docs [OUT]` writes config_markdown() to OUT (default: stdout).
  * Must never add text of its own: everything comes from config_markdown(). */
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* config_table.h: private glue between config_table.c (the field table and what is generated
- * from it) and config.c (parsing, overrides, validation). Not part of the config.h contract:
- * nothing outside core/config*.c includes it. */
+/* config_table.h: the field table (config_table.c) as config.c (parsing, overrides, validation)
+ * and config_docs.c (docs/config.md) read it; calls go one way, down to the table. Not part of
+ * the config.h contract: nothing outside core/config*.c includes it. */
 #ifndef LOOM_CONFIG_TABLE_H
 #define LOOM_CONFIG_TABLE_H
 
@@ -22,16 +22,19 @@ const config_rule *config_rule_of(int i);
 int config_field_find(const char *path);
 /* 1 if name is a section ("model", "train", ...). */
 int config_is_section(const char *name);
+/* A section of the table: name ("" = top level), title and one-line doc for docs/config.md. */
+typedef struct config_section {
+    const char *name, *title, *doc;
+} config_section;
+
 /* Section s in order (0 = "" the top level), NULL past the end. */
 const char *config_section_name(int s);
+const config_section *config_section_of(int s);
 /* Human text of field i's rule ("> 0", "one of a, b"; "" = anything). */
 void config_rule_text(int i, char *buf, size_t n);
 /* Shortest decimal text that reads back as exactly f. */
 void config_float_text(float f, char *buf, size_t n);
 /* Field i of cfg as a new cJSON value. */
 cJSON *config_field_json(const job_config *cfg, int i);
-/* Store a cJSON value into field i, checking its type and rule. src prefixes the one-line error
- * ("job.json", "--set train.lr"); NULL = no prefix. -1 on error, cfg unchanged. */
-int config_field_set(job_config *cfg, int i, const cJSON *v, const char *src);
 
 #endif

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "core/rng.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/rng.h"
 #include "core/tokenizer.h"
 #include "core/toolcall.h"
 

@@ -8,8 +8,8 @@
 #include "backends/backend.h"
 #include "checkpoints/ckpt.h"
 #include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "core/model.h"
 #include "core/session.h"
 

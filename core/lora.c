@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 static const char *const lora_names[LORA_NTARGETS] = {"q", "k", "v", "o", "fc", "gate", "up", "proj"};
 

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "core/plot.h"
 
 struct metrics {

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, int npieces,
                     size_t state_elems)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 int plot_series_init(plot_series *s, int cap, const char *label)
 {

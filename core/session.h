@@ -11,7 +11,7 @@
 #include "core/model.h"
 #include "core/optim.h"
 #include "parallel/comm.h"
-#include "parallel/dp.h"
+#include "core/dp.h"
 
 typedef enum {
     SESSION_TRAIN,    /* pretraining: every weight trainable, seeded init */

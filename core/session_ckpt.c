@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "checkpoints/ckpt.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {

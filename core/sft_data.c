@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/rng.h"
+#include "base/error.h"
+#include "base/rng.h"
 #include "core/tokenizer.h"
 
 /* Independent streams from one seed: the split and the epoch order never share draws. */

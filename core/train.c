@@ -11,17 +11,17 @@
 #include <time.h>
 
 #include "core/data.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/evaluate.h"
 #include "core/fault.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/metrics.h"
 #include "core/model.h"
 #include "core/optim.h"
 #include "core/session.h"
 #include "core/sft_data.h"
 #include "core/tokenizer.h"
-#include "parallel/dp.h"
+#include "core/dp.h"
 
 static double now_s(void)
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "core/evaluate.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/session.h"
 #include "core/sft_data.h"
 #include "launch/cli.h"

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
-#include "backends/cpu/cpu_blas.h"
 #include "launch/cli.h"
 #include "parallel/comm.h"
 
@@ -30,7 +29,7 @@ int cmd_info(int argc, char **argv)
 {
     (void)argc; (void)argv;
     printf("loom: %s\n", "0.1");
-    printf("blas: %s (kernel %s)\n", LOOM_BLAS_NAME, cpu_blas_corename());
+    printf("blas: %s (kernel %s)\n", LOOM_BLAS_NAME, backend_blas_kernel());
     printf("mpi: %s\n", FEATURE_MPI);
     printf("nccl: %s\n", FEATURE_NCCL);
     printf("hdf5: %s\n", FEATURE_HDF5);

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "core/chat.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/evaluate.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/session.h"
 #include "core/tokenizer.h"
 #include "launch/cli.h"

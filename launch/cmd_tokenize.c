@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/data.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/tokenizer.h"
 #include "launch/cli.h"
 

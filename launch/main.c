@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/cpu/cpu_blas.h"
+#include "backends/backend.h"
 #include "launch/cli.h"
 
 static void usage(FILE *f)
@@ -30,7 +30,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    cpu_blas_ensure_fast_kernel(argv);
+    backend_prepare_process(argv);
     /* a file-size limit must make write() fail with EFBIG (a message, the previous checkpoint
      * kept), not kill the process silently */
     signal(SIGXFSZ, SIG_IGN);

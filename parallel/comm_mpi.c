@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 /* 2^28 floats = 1 GiB per MPI call: below INT_MAX elements (the MPI count type) and below the
  * 2 GiB messages some MPI transports still mishandle. */

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "parallel/comm.h"
 #include "parallel/comm_mpi.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 #ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -7,7 +7,7 @@
 
 #include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_internal.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #ifdef __APPLE__
 #include <Accelerate/Accelerate.h>

@@ -9,8 +9,8 @@
 
 #include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #ifdef __APPLE__
 #include <Accelerate/Accelerate.h>

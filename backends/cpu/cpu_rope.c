@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_internal.h"
-#include "core/log.h"
+#include "base/log.h"
 
 /* (x0, x1) <- (x0 cos a - x1 sgn sin a, x0 sgn sin a + x1 cos a); sgn = -1 rotates back. */
 CPU_CLONES static void cpu_k_rope_rows(float *x, const float *tab, size_t r0, size_t r1, int T,

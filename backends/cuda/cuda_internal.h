@@ -16,8 +16,8 @@ extern "C" {
 #endif
 
 #include "backends/backend.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* Threads per block of the simple kernels (elementwise, row-per-warp). */
 #define CUDA_BLOCK 256

@@ -13,8 +13,8 @@
 #include "backends/metal/metal_kernels.h"
 #include "backends/metal/metal_ops.h"
 #include "backends/metal/metal_ptrmap.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 /* Commands encoded into one command buffer before it is committed: the GPU starts on a step while
  * the host is still encoding the rest of it. */

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "backends/metal/metal_internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #define METAL_NAME_(id, fn) #fn,
 static const char *const metal_kernel_names[MK_COUNT] = {METAL_KERNEL_LIST(METAL_NAME_)};

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "backends/metal/metal_internal.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 #define MB(p) ((void *)(uintptr_t)(p)) /* a kernel argument from a (possibly const) pointer */
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 /* Index of the first entry with base > p (0..n). */
 static size_t ptrmap_upper(const metal_ptrmap *m, uintptr_t p)

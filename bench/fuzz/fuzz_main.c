@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "fuzz_targets.h"
 
 #define FUZZ_STR2(x) #x

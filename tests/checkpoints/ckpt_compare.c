@@ -20,7 +20,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "checkpoints/ckpt_internal.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #define MAXT 4096
 

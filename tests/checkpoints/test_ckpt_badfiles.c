@@ -15,7 +15,7 @@
 #include "checkpoints/ckpt.h"
 #include "checkpoints/ckpt_internal.h"
 #include "ckpt_test_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 static char good[4400];
 

@@ -11,7 +11,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "ckpt_test_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 static void path_of(char *buf, size_t len, const char *dir, long long step, int tmp)
 {

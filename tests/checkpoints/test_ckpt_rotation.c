@@ -7,7 +7,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "ckpt_test_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 static void touch(const char *dir, const char *name)
 {

@@ -6,7 +6,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "ckpt_test_util.h"
-#include "core/error.h"
+#include "base/error.h"
 
 /* Run a command and check its output contains each of the wanted strings. */
 static void check_tool(const char *cmd, const char *const *want, int nwant)

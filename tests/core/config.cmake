@@ -25,6 +25,7 @@ endif()
 add_library(loom_config_only STATIC
   ${PROJECT_SOURCE_DIR}/core/config.c
   ${PROJECT_SOURCE_DIR}/core/config_table.c
+  ${PROJECT_SOURCE_DIR}/core/config_docs.c
   ${CMAKE_BINARY_DIR}/core/presets.c)
 target_link_libraries(loom_config_only PUBLIC loom_util loom_deps)
 

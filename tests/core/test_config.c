@@ -2,7 +2,7 @@
  * one line naming source and field (and leaving the config untouched), JSON round trips and
  * model diffs. Must never depend on the working directory (temp files go to /tmp). */
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/config.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "core/train.h"
 #include "parallel/comm.h"
 

@@ -9,10 +9,10 @@
 
 #include "backends/backend.h"
 #include "core/config.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/model.h"
 #include "core/optim.h"
-#include "core/rng.h"
+#include "base/rng.h"
 
 #include "tests/check.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/chat.h"
-#include "core/error.h"
+#include "base/error.h"
 #include "core/sft_data.h"
 #include "core/tokenizer.h"
 #include "core/toolcall.h"

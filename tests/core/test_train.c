@@ -9,8 +9,8 @@
 
 #include "core/config.h"
 #include "core/data.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "core/train.h"
 #include "parallel/comm.h"
 

@@ -10,8 +10,8 @@
 
 #include "bench/fuzz/fuzz_targets.h"
 #include "checkpoints/ckpt.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 
 static int replay_file(const char *path, fuzz_target_fn fn)
 {

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "base/log.h"
 
 enum { RANKS = 4, LINES = 2000, BODY = 300 };
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "parallel/comm.h"
 
 extern const backend_entry cuda_backend_entry;

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "base/error.h"
+#include "base/log.h"
 #include "tests/backends/op_suite.h"
 
 extern const backend_entry cpu_backend_entry;

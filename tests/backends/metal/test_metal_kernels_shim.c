@@ -10,7 +10,7 @@
 #include "backends/backend.h"
 #include "backends/metal/metal_kernels.h"
 #include "backends/metal/metal_ptrmap.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "tests/backends/metal/metal_shim_backend.h"
 #include "tests/backends/op_suite.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 
 enum { SLOTS = 4 }; /* staging slots: region 0, head region, two rotating layer slots */
 
