@@ -1,16 +1,18 @@
 /* op_suite.h: the cross-backend op check. Runs every op of backend.h on a backend under test and
  * on the CPU reference with the same seeded random inputs (several shapes, GQA, masks, padded
- * vocab, odd sizes) and compares outputs and gradients elementwise. Used by the CUDA and Metal
+ * vocab, odd sizes) and compares outputs and gradients element-wise. Used by the CUDA and Metal
  * tests; the CPU backend itself is checked against finite differences in tests/backends/cpu. */
 #ifndef LOOM_OP_SUITE_H
 #define LOOM_OP_SUITE_H
 
 #include "backends/backend.h"
 
-/* Compare every op. Tolerances are the suite's fp32 defaults multiplied by tol_scale (use ~1 for
- * exact-fp32 backends, larger for TF32/bf16 matmuls; the caller states why). Prints one line per
- * op (max abs/rel error) when verbose, and every failure always. Returns the number of failing
- * ops (0 = pass). */
-int op_suite_run(backend *test, backend *ref, double tol_scale, int verbose);
+/* Compare every op element-wise under tests/check.h's rule, each op's atol and rtol derived from
+ * its arithmetic on both sides (see suite_tol in op_suite.c). u_dot is the unit roundoff of the
+ * tested backend's inner products (matmul, attention): CHECK_U_FP32, CHECK_U_TF32 or
+ * CHECK_U_BF16; only those ops are loosened by it. u_dot = 0: both sides are the same
+ * implementation and must agree bit for bit. Prints one line per check when verbose, and every
+ * failure always. Returns the number of failing checks (0 = pass). */
+int op_suite_run(backend *test, backend *ref, double u_dot, int verbose);
 
 #endif

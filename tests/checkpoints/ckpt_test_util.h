@@ -17,19 +17,11 @@ typedef struct test_ckpt {
     size_t sizes[TC_NGROUPS]; /* floats per group buffer */
 } test_ckpt;
 
-extern int tc_failures;
+extern int tc_failures; /* one counter for the test and ckpt_test_util.c */
+#define CHECK_COUNTER tc_failures
+#include "tests/check.h"
 /* Set before tc_make*: the lora group also holds three tensors of 1.2-2.8 MB (multi-piece I/O). */
 extern int tc_big;
-
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: FAIL (%s): ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                    \
-            fprintf(stderr, "\n");                                           \
-            tc_failures++;                                                   \
-        }                                                                    \
-    } while (0)
 
 /* rc must be -1 (or ptr NULL) with loom_error() containing `want`. */
 #define CHECK_FAILS(failed, want) tc_check_fails(__FILE__, __LINE__, (failed), (want))

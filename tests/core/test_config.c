@@ -3,6 +3,7 @@
  * model diffs. Must never depend on the working directory (temp files go to /tmp). */
 #include "core/config.h"
 #include "base/error.h"
+#include "tests/check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,17 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: (%s) ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fputc('\n', stderr);                                           \
-        }                                                                  \
-    } while (0)
 
 /* First field path where a and b differ (floats exactly), or NULL. */
 static const char *fields_differ(const job_config *a, const job_config *b)

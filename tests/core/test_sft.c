@@ -10,17 +10,7 @@
 #include "core/sft_data.h"
 #include "core/tokenizer.h"
 #include "core/toolcall.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);            \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
+#include "tests/check.h"
 
 #define TOOL_F "{\"name\":\"f\",\"parameters\":{\"x\":\"int\"}}"
 #define LINE_OK "{\"query\":\"hi\",\"tools\":[" TOOL_F "],\"answers\":[{\"name\":\"f\",\"arguments\":{\"x\":1}}]}"

@@ -11,18 +11,8 @@
 #ifdef LOOM_HAVE_MPI
 #include "parallel/comm_mpi.h"
 #endif
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                        \
-    do {                                                                                        \
-        if (!(cond)) {                                                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                \
-            fprintf(stderr, __VA_ARGS__);                                                       \
-            fprintf(stderr, " [%s]\n", loom_error());                                           \
-            failures++;                                                                         \
-        }                                                                                       \
-    } while (0)
+#define CHECK_CONTEXT() loom_error()
+#include "tests/check.h"
 
 /* Rank r's contribution at index i: an integer in [-50, 50], different per rank and index. */
 static float val(int r, size_t i) { return (float)((int)((i * 7 + (size_t)r * 13) % 101) - 50); }

@@ -10,20 +10,10 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "tests/check.h"
 
 enum { RANKS = 4, LINES = 2000, BODY = 300 };
 
-static int failures;
-
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "%s:%d: FAIL: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            failures++;                                                   \
-        }                                                                 \
-    } while (0)
 
 /* Run child(arg) in a process whose file descriptor `fd` is the write end of a pipe; return what
  * all such children wrote (malloc'd, NUL-terminated) once they have exited. */

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "tests/backends/op_suite.h"
+#include "tests/check.h"
 
 extern const backend_entry cpu_backend_entry;
 
@@ -32,14 +33,14 @@ int main(int argc, char **argv)
         printf("FAIL: cpu backend create: %s\n", loom_error());
         return 1;
     }
-    /* a tiny tol_scale: two identical CPU backends must agree bit for bit */
-    int failed = op_suite_run(a, b, 1e-30, 1);
+    /* u_dot 0: two identical CPU backends must agree bit for bit */
+    int failed = op_suite_run(a, b, 0.0, 1);
     /* and the suite must be able to fail: a wrong op on the tested side is reported */
     backend_ops broken = *a->ops;
     g_real = a->ops;
     broken.gelu_forward = bad_gelu;
     a->ops = &broken;
-    int caught = op_suite_run(a, b, 1.0, 0);
+    int caught = op_suite_run(a, b, CHECK_U_FP32, 0);
     a->ops = g_real;
     printf("%s op_suite reports a wrong gelu_forward (%d failing)\n", caught == 1 ? "ok  " : "FAIL",
            caught);

@@ -8,7 +8,7 @@
 static void expect(int ok, const char *what)
 {
     printf("%s %s\n", ok ? "ok  " : "FAIL", what);
-    g_fail += !ok;
+    failures += !ok;
 }
 
 int main(int argc, char **argv)

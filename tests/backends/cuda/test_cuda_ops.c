@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "tests/backends/op_suite.h"
+#include "tests/check.h"
 
 extern const backend_entry cuda_backend_entry;
 extern const backend_entry cpu_backend_entry;
@@ -28,13 +29,13 @@ extern const backend_entry cpu_backend_entry;
 typedef struct {
     const char *key, *name;
     int precision, allow_tf32;
-    double tol_scale;
+    double u_dot; /* unit roundoff of its matmul/attention inner products (tests/check.h) */
 } cuda_mode;
 
 static const cuda_mode modes[] = {
-    {"fp32", "fp32 (TF32 off)", BACKEND_FP32, 0, 4.0},
-    {"tf32", "fp32 (TF32 on)", BACKEND_FP32, 1, 300.0},
-    {"bf16", "bf16", BACKEND_BF16, 0, 2000.0},
+    {"fp32", "fp32 (TF32 off)", BACKEND_FP32, 0, CHECK_U_FP32},
+    {"tf32", "fp32 (TF32 on)", BACKEND_FP32, 1, CHECK_U_TF32},
+    {"bf16", "bf16", BACKEND_BF16, 0, CHECK_U_BF16},
 };
 
 /* --- determinism: the gradient ops must give the same bits on every run (no float atomics) --- */
@@ -152,8 +153,8 @@ int main(int argc, char **argv)
             failed_modes++;
             continue;
         }
-        printf("== %s: %s, tol_scale %g\n", modes[i].name, gpu->description, modes[i].tol_scale);
-        int bad = op_suite_run(gpu, cpu, modes[i].tol_scale, 1);
+        printf("== %s: %s, inner products at u = %g\n", modes[i].name, gpu->description, modes[i].u_dot);
+        int bad = op_suite_run(gpu, cpu, modes[i].u_dot, 1);
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
         if (bad) {

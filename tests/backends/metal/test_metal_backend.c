@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "tests/backends/op_suite.h"
+#include "tests/check.h"
 
 extern const backend_entry cpu_backend_entry;
 extern const backend_entry metal_backend_entry;
@@ -53,7 +54,7 @@ int main(void)
     }
     printf("%s\n", mtl->description);
     int bad = check_events(mtl);
-    bad += op_suite_run(mtl, cpu, 1.0, 1);
+    bad += op_suite_run(mtl, cpu, CHECK_U_FP32, 1);
     backend_destroy(mtl);
     backend_destroy(cpu);
     printf("metal_backend: %s\n", bad ? "FAIL" : "ok");

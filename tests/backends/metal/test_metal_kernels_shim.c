@@ -13,20 +13,10 @@
 #include "base/log.h"
 #include "tests/backends/metal/metal_shim_backend.h"
 #include "tests/backends/op_suite.h"
+#include "tests/check.h"
 
 extern const backend_entry cpu_backend_entry;
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static void test_ptrmap(void)
 {
@@ -165,7 +155,7 @@ int main(void)
     CHECK(shim && cpu, "backends created (shim %p, cpu %p)", (void *)shim, (void *)cpu);
     if (shim && cpu) {
         CHECK(strcmp(shim->ops->name, "metal-shim") == 0, "shim backend name '%s'", shim->ops->name);
-        int bad = op_suite_run(shim, cpu, 1.0, 1);
+        int bad = op_suite_run(shim, cpu, CHECK_U_FP32, 1);
         CHECK(bad == 0, "op suite: %d failing checks", bad);
     }
     if (shim) shim->ops->destroy(shim);
