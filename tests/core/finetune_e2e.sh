@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # finetune_e2e.sh LOOM [MPIRUN...]: the fine-tune workflow end to end on the tiny preset, seeded:
-#  1. fine-tuning on a small generated tool dataset raises held-out tool-call exact match above
-#     the base model's (LoRA, then full);
+#  1. a full fine-tune on a small generated tool dataset raises held-out tool-call exact match at
+#     least 20 points above the base model's;
 #  2. `loom ckpt merge` folds the adapters in: the merged model's val loss equals the adapted one;
 #  3. with MPIRUN: the same fine-tune on 2 ranks matches 1 rank step by step (same global batch).
 set -u
@@ -37,7 +37,9 @@ accuracy() { # log -> "before after" in percent
 read -r before after <<< "$(accuracy "$w/full.log")"
 echo "full fine-tune: held-out tool-call accuracy $before% -> $after%"
 [ -n "$after" ] || fail "no accuracy line in $w/full.log"
-awk -v a="$after" -v b="$before" 'BEGIN {exit !(a > b)}' || fail "accuracy did not rise ($before% -> $after%)"
+# a real rise, not noise: at least 20 points over the base (measured: 0% -> 38%)
+awk -v a="$after" -v b="$before" 'BEGIN {exit !(a >= b + 20)}' ||
+  fail "accuracy did not rise by 20 points ($before% -> $after%)"
 # LoRA adapters, a short run (for the merge check below)
 "$loom" finetune "$job" "${common[@]}" --set finetune.epochs=1 --out "$w/lora" --quiet > "$w/lora.log" 2>&1 ||
   { cat "$w/lora.log"; fail "lora fine-tune"; }
@@ -57,6 +59,9 @@ if [ $# -gt 0 ]; then
     "$@" -np $np "$loom" finetune "$job" "${common[@]}" --set finetune.epochs=1 --set parallel.threads=1 \
       --out "$w/np$np" --quiet > "$w/np$np.log" 2>&1 || { cat "$w/np$np.log"; fail "np $np"; }
   done
+  n1=$(grep -c '"loss": [0-9]' "$w/np1/metrics.jsonl"); n2=$(grep -c '"loss": [0-9]' "$w/np2/metrics.jsonl")
+  [ "$n1" -gt 0 ] || fail "no loss lines in $w/np1/metrics.jsonl"
+  [ "$n1" -eq "$n2" ] || fail "1 rank logged $n1 steps, 2 ranks $n2"
   paste <(grep -o '"loss": [0-9.]*' "$w/np1/metrics.jsonl") <(grep -o '"loss": [0-9.]*' "$w/np2/metrics.jsonl") |
     awk '{d = $2 - $4; if (d < 0) d = -d; if (d > 1e-4 * $2) {print "step " NR ": " $2 " vs " $4; bad = 1}} END {exit bad}' ||
     fail "2-rank fine-tune differs from 1 rank"

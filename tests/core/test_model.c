@@ -57,18 +57,30 @@ static double loss_of(model *m)
 static float get1(model *m, float *p) { float v; m->be->ops->copy_d2h(m->be, &v, p, sizeof v); return v; }
 static void set1(model *m, float *p, float v) { m->be->ops->copy_h2d(m->be, p, &v, sizeof v); }
 
-/* Compare the analytic gradient `grad` (of the loss sum, on the trainable array) with central
- * differences at `samples` sampled elements of every tensor. Returns the worst error, measured
- * relative to the tensor's largest gradient (fp32 noise scales with it); the floor covers tensors
- * whose true gradient is 0, e.g. the key bias (softmax is shift-invariant). */
+/* Central differences of the fp32 model's loss sum L (h = 1e-2) against the analytic gradient,
+ * element-wise (tests/check.h). The difference quotient is off by
+ *  - the loss's own fp32 rounding, which does not cancel between L(x+h) and L(x-h): the final sum
+ *    of B*T = 16 per-position losses of about ln V = 3.9 (|L| ~ 60) rounds at u|L| and each
+ *    position's log-sum-exp at ~10u * 4, so |dL| ~ lambda sqrt(16) 40u + u|L| ~ 5e-5, over 2h:
+ *    FD_NOISE = 2.5e-3 absolute;
+ *  - truncation h^2/6 |f'''|: with init_std 0.3 weights the loss is far from quadratic (|f'''| up
+ *    to ~300 along one weight), 1.7e-5 * 300 = 5e-3, growing with the gradient's size: rtol 1e-2;
+ * the analytic side's fp32 error (~1e-6 relative) is below both. */
+#define FD_NOISE 2.5e-3
+#define FD_RTOL 1e-2
+
+/* Analytic `grad` (of the loss sum, on the trainable array) vs central differences at `samples`
+ * sampled elements of every tensor; one element-wise check per tensor. Returns the worst
+ * |err| / bound over all samples and names its tensor. */
 static double fd_check(model *m, const float *grad, int samples, uint64_t seed, const char *what,
                        const char **worst_name)
 {
     double worst = 0.0;
+    const check_tol fd_tol = {FD_NOISE, FD_RTOL};
+    float *got = malloc(samples * sizeof(float));
+    double *want = malloc(samples * sizeof(double));
     for (int i = 0; i < m->ntensors; i++) {
         const model_tensor *t = &m->tensors[i];
-        double gmax = 0.0;
-        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(grad[t->offset + j]));
         for (int s = 0; s < samples; s++) {
             size_t j = t->offset + rng_u64(seed + (uint64_t)i, (uint64_t)s) % t->numel;
             float *p = m->params + j, x = get1(m, p), h = 1e-2f;
@@ -77,13 +89,20 @@ static double fd_check(model *m, const float *grad, int samples, uint64_t seed, 
             set1(m, p, x - h);
             double lm = loss_of(m);
             set1(m, p, x);
-            double fd = (lp - lm) / (2.0 * h);
-            double err = fabs(fd - grad[j]) / fmax(gmax, 1e-2);
-            if (err > worst) { worst = err; if (worst_name) *worst_name = t->name; }
-            CHECK(err < 2e-2, "%s %s[%zu]: analytic %.6g vs finite difference %.6g (err %.3g)", what,
-                  t->name, j - t->offset, grad[j], fd, err);
+            want[s] = (lp - lm) / (2.0 * h);
+            got[s] = grad[j];
+            double r = fabs(want[s] - got[s]) / (fd_tol.atol + fd_tol.rtol * fabs(want[s]));
+            if (!(r <= worst)) {
+                worst = r;
+                if (worst_name) *worst_name = t->name;
+            }
         }
+        char name[96];
+        snprintf(name, sizeof name, "%s %s", what, t->name);
+        check_allclose_v(name, got, want, (size_t)samples, fd_tol, 0);
     }
+    free(got);
+    free(want);
     return worst;
 }
 
@@ -111,7 +130,7 @@ static void check_gradients(int llama)
 
     const char *worst_name = "";
     double worst = fd_check(m, grad, 6, 99, llama ? "llama" : "gpt2", &worst_name);
-    printf("gradient check (%s): %d tensors, worst relative error %.2e in %s\n",
+    printf("gradient check (%s): %d tensors, worst error %.2f of its bound in %s\n",
            llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
            worst, worst_name);
     free(grad);
@@ -192,7 +211,7 @@ static void check_lora(void)
     float *grad = malloc(m->nparams * sizeof(float));
     be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
     double worst = fd_check(m, grad, 4, 3, "LoRA", NULL);
-    printf("LoRA: B = 0 equals base bitwise; adapter gradients worst relative error %.2e\n", worst);
+    printf("LoRA: B = 0 equals base bitwise; adapter gradients worst error %.2f of its bound\n", worst);
 
     /* merge: the base with s B A folded in gives the adapted model's loss */
     double adapted = loss_of(m);
@@ -239,15 +258,25 @@ static void check_decode(int llama)
     int32_t tok[8];
     for (int i = 0; i < T; i++) tok[i] = (int32_t)(rng_u64(21, (uint64_t)i) % (uint64_t)mc.vocab);
     float *full = malloc((size_t)mc.vocab * sizeof(float)), *inc = malloc((size_t)mc.vocab * sizeof(float));
-    double worst = 0;
+    /* Both are fp32 forwards of the same prefix that differ only in summation order (attention
+     * over a cache vs blocks, matmuls of 1 row vs n): each logit is a d_model-term dot of a
+     * normalised state and weights (|h w| < 1 per term), after n_layer layers whose own d_ff-
+     * and d_model-term sums each carry their rounding forward: the accumulation bound of
+     * K = d_ff terms adding up to S = d_model per layer, for both sides. */
+    check_tol t = check_tol_sum(mc.d_ff, mc.d_model, 4, CHECK_U_FP32);
+    t.atol *= 2 * (mc.n_layer + 1), t.rtol *= 2 * (mc.n_layer + 1);
+    double *want = malloc((size_t)mc.vocab * sizeof(double));
     for (int n = 2; n <= T; n++) {
         CHECK(model_prefill(m, tok, n, full) == 0, "prefill %d", n);
         CHECK(model_prefill(m, tok, 1, inc) == 0, "prefill 1");
         for (int t = 1; t < n; t++) CHECK(model_decode(m, tok[t], t, inc) == 0, "decode %d", t);
-        for (int v = 0; v < mc.vocab; v++) worst = fmax(worst, fabs(full[v] - inc[v]));
+        for (int v = 0; v < mc.vocab; v++) want[v] = full[v];
+        char name[80];
+        snprintf(name, sizeof name, "KV-cache decode (%s) of %d tokens vs full forward",
+                 llama ? "llama" : "gpt2", n);
+        check_allclose_v(name, inc, want, (size_t)mc.vocab, t, n == T);
     }
-    printf("KV-cache decode (%s): max |logit difference| vs full forward %.2e\n", llama ? "llama" : "gpt2", worst);
-    CHECK(worst < 1e-4, "decoding with the KV cache differs from a full forward by %.3g", worst);
+    free(want);
     free(full); free(inc); free(host);
     model_destroy(m);
     backend_destroy(be);

