@@ -100,8 +100,9 @@ typedef struct backend_ops {
     void (*swiglu_backward)(backend *be, float *dgate, float *dup, const float *dout,
                             const float *gate, const float *up, size_t n);
 
-    /* --- rotary positions, in place on x (B, T, H, D), pairs (x[2i], x[2i+1]) rotated by
-     * angle t * theta^(-2i/D) (GPT-NeoX/Llama "interleaved" convention documented in docs/model.md).
+    /* --- rotary positions, in place on x (B, T, H, D): adjacent pairs (x[2i], x[2i+1]) rotated by
+     * angle t * theta^(-2i/D), the GPT-J / Meta-Llama "interleaved" layout (HF Llama and GPT-NeoX
+     * rotate the halves (x[i], x[i + D/2]) instead; docs/model.md says how they map).
      * inverse = 1 rotates by the negative angle: that is the backward of the forward. --- */
     void (*rope)(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
 

@@ -41,7 +41,7 @@ static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_
     return 0;
 }
 
-/* One layer's tensors, in forward order, names as in HF GPT-2/Llama (h.<l>.<block>.<proj>). */
+/* One layer's tensors, in forward order, named h.<l>.<block>.<proj> (loom's names: docs/model.md). */
 static int layout_layer(model *m, int *cap, int l)
 {
     const model_config *c = &m->cfg;
