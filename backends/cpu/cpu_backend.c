@@ -1,4 +1,4 @@
-/* cpu_backend.c: the CPU backend's vtable, memory, events, scratch buffers and registry entry.
+/* cpu_backend.c: the CPU backend's vtable, memory, events and registry entry (scratch: cpu_scratch.c).
  * Device memory is host memory and every op runs synchronously on the caller's OpenMP team, so
  * events and sync are no-ops. Ops must never allocate here except to grow scratch. */
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
@@ -84,22 +84,6 @@ static void *cpu_native_stream(backend *be, int which)
     (void)be;
     (void)which;
     return NULL;
-}
-
-int cpu_scratch_reserve(cpu_state *st, size_t nfloats)
-{
-    if (nfloats <= st->scratch_cap) return 0;
-    for (int t = 0; t < st->threads; t++) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, nfloats * sizeof(float)) != 0) {
-            log_warn("cpu backend: out of memory growing scratch to %zu floats", nfloats);
-            return -1;
-        }
-        free(st->scratch[t]);
-        st->scratch[t] = p;
-    }
-    st->scratch_cap = nfloats;
-    return 0;
 }
 
 static void cpu_destroy(backend *be)
