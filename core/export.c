@@ -84,7 +84,9 @@ int export_merge_lora(const char *base, const char *adapter, const char *out_dir
         ckpt_state out = ast; /* step, seeds, configs of the fine-tune: the merged model's history */
         out.base_digest = 0;  /* a whole model now, bound to nothing */
         out.rng_counter = (uint64_t)out.sample_cursor; /* a version 1 adapter kept the AdamW step there */
-        rc = t ? ckpt_save(out_dir, &out, &g, 1, 0) : loom_fail("out of host memory");
+        int lock = -1; /* one writer per folder, a merge included */
+        rc = !t ? loom_fail("out of host memory") : ckpt_lock(out_dir, &lock) ? -1 : ckpt_save(out_dir, &out, &g, 1, 0);
+        ckpt_unlock(lock);
         free(t);
     }
     if (rc == 0) log_info("merged %s + %s (LoRA rank %d, scale %g) into %s", base, adapter, ls.rank, m->lora_scale, out_dir);
