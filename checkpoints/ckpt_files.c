@@ -57,7 +57,7 @@ int ckpt_latest_write(const char *dir, const char *name)
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, CKPT_LATEST);
     snprintf(fin, sizeof fin, "%s/%s", dir, CKPT_LATEST);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return loom_fail("%s: cannot create (%s)", tmp, strerror(errno));
+    if (fd < 0) return loom_fail("%s: cannot update the `latest` pointer (cannot create %s: %s)", fin, tmp, strerror(errno));
     size_t n = strlen(name);
     char line[CKPT_PATH_MAX];
     snprintf(line, sizeof line, "%s\n", name);
