@@ -10,8 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CKPT_FORMAT_VERSION 1
+/* 2: the AdamW step in `adam_step` (v1 kept it in rng_counter), `rng_counter` is the data-order
+ * RNG's position, a `tensors` manifest, `base_digest`. Version 1 files still load (read as
+ * described in docs/checkpoint-format.md); a save always writes the current version. */
+#define CKPT_FORMAT_VERSION 2
+#define CKPT_FORMAT_OLDEST 1
 #define CKPT_MAX_DIMS 4
+/* loom counts steps in an int: a step (or AdamW step) above this is refused on load and save. */
+#define CKPT_MAX_STEP 2147483647LL
 
 /* One named tensor inside a group's flat array. */
 typedef struct ckpt_tensor {
@@ -44,7 +50,12 @@ typedef struct ckpt_state {
     int64_t sample_cursor;         /* global sample index of the next batch */
     int64_t epoch;
     uint64_t seed;
-    uint64_t rng_counter;
+    uint64_t rng_counter;          /* position of the counter-based data-order RNG (loom: the
+                                    * global sample index, = sample_cursor) */
+    int64_t adam_step;             /* AdamW steps taken (bias correction); <= step (skipped steps) */
+    uint64_t base_digest;          /* LoRA adapters: ckpt_group_digest of the base's /model they were
+                                    * trained on; 0 = not bound to a base */
+    int format_version;            /* read: the file's version (CKPT_FORMAT_OLDEST..); write: ignored */
     double lr;                     /* the LR used at the last step (informational) */
     const char *model_config_json; /* write: caller's string; read: malloc'd, caller frees */
     const char *job_config_json;   /* idem */
@@ -67,8 +78,22 @@ typedef struct ckpt_reader ckpt_reader;
 /* Open and validate: the whole-file seal first (a CRC32C over the file, checked before HDF5 reads
  * anything), then format version and completeness. NULL + loom_fail naming the file. */
 ckpt_reader *ckpt_open(const char *file);
-/* Fill *state (strings malloc'd). */
+/* Fill *state (strings malloc'd) and range-check it (ckpt_state_check): -1 + one loom_fail line
+ * naming the file and the attribute. A version 1 file's adam_step comes from its rng_counter. */
 int ckpt_read_state(ckpt_reader *r, ckpt_state *state);
+/* The ranges every state must be in, whatever wrote it: step, adam_step in [0, CKPT_MAX_STEP],
+ * adam_step <= step, tokens_seen, sample_cursor, epoch >= 0, lr finite and >= 0, world_size >= 1,
+ * zero_stage 0..3. (How step, sample_cursor, tokens_seen and rng_counter relate is the trainer's
+ * rule: core/session_ckpt.c checks it against the job config in the file.) -1 + loom_fail
+ * "WHAT: attribute NAME = V ..." on the first one out of range. */
+int ckpt_state_check(const ckpt_state *state, const char *what);
+/* Every shape of g's tensors as stored, against g's table, without reading data: -1 + loom_fail
+ * naming the first missing or mis-shaped tensor. */
+int ckpt_check_shapes(ckpt_reader *r, const ckpt_group *g);
+/* Identity of the tensors of g as stored: a 64-bit FNV-1a digest of each tensor's name, shape and
+ * stored crc32, in table order (never 0). Reads attributes only (ckpt_read_group verifies the
+ * crc32s against the data). -1 + loom_fail naming a missing tensor. */
+int ckpt_group_digest(ckpt_reader *r, const ckpt_group *g, uint64_t *digest);
 /* 1 if the group exists in the file. */
 int ckpt_has_group(ckpt_reader *r, const char *path);
 /* Read every tensor of g into g->data at its offset, checking shape and checksum;
@@ -79,7 +104,8 @@ void ckpt_close(ckpt_reader *r);
 void ckpt_state_free(ckpt_state *state);
 
 /* `loom ckpt info FILE`: print what is inside (step, config, tensors with shape and checksum
- * status, sizes) to stdout. 0 if the file is sound. */
+ * status, sizes) to stdout. 0 if the file is sound: every tensor of the file's `tensors` manifest
+ * (version 2) present, and every tensor found readable with a matching checksum. */
 int ckpt_print_info(const char *file);
 
 /* `loom ckpt seal FILE_OR_DIR`: accept a checkpoint whose seal is missing or stale (edited with
@@ -88,5 +114,14 @@ int ckpt_print_info(const char *file);
  * 0 sealed now, 1 already sealed (unchanged), -1 + loom_fail naming the file (a truncated or
  * non-HDF5 file, a tensor failing its checksum). */
 int ckpt_seal(const char *file);
+
+/* One writer per checkpoint folder: an exclusive flock on dir/writer.lock (created, with dir),
+ * holding "pid <pid> host <host>" of the holder. The lock lives until ckpt_unlock or the process
+ * ends (the kernel drops it, so a crash never leaves a stale lock). -1 + loom_fail naming the
+ * folder and the other job's pid and host when another process holds it. *fd_out: pass it to
+ * ckpt_unlock. */
+#define CKPT_LOCK_NAME "writer.lock"
+int ckpt_lock(const char *dir, int *fd_out);
+void ckpt_unlock(int fd);
 
 #endif

@@ -1,7 +1,9 @@
 /* ckpt_files.c: durable file-system steps of a checkpoint save (mkdir -p, fsync of files and
  * directories, the whole-file seal, the atomic `latest` pointer, keep-K rotation) and reading
- * `latest` back. Must never delete anything but step_<digits>.h5 and .step_<digits>.h5.tmp files,
- * and never change a byte of a checkpoint's HDF5 part (the seal only appends or replaces itself). */
+ * `latest` back; the folder's writer lock. Must never delete anything but step_<digits>.h5 and
+ * .step_<digits>.h5.tmp files, and never change a byte of a checkpoint's HDF5 part (the seal only
+ * appends or replaces itself). */
+#include "checkpoints/ckpt.h"
 #include "checkpoints/ckpt_internal.h"
 
 #include <ctype.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,7 +57,7 @@ int ckpt_latest_write(const char *dir, const char *name)
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, CKPT_LATEST);
     snprintf(fin, sizeof fin, "%s/%s", dir, CKPT_LATEST);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return loom_fail("%s: cannot create (%s)", tmp, strerror(errno));
+    if (fd < 0) return loom_fail("%s: cannot update the `latest` pointer (cannot create %s: %s)", fin, tmp, strerror(errno));
     size_t n = strlen(name);
     char line[CKPT_PATH_MAX];
     snprintf(line, sizeof line, "%s\n", name);
@@ -74,11 +77,18 @@ int ckpt_latest_read(const char *dir, char *name, size_t len)
 {
     char path[CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_LATEST);
-    FILE *f = fopen(path, "r");
-    if (!f) return loom_fail("%s: no `latest` pointer", dir);
+    /* O_NONBLOCK: a FIFO (or device) named `latest` must not block open() forever. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return loom_fail("%s: no `latest` pointer", dir);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return loom_fail("%s: `latest` is not a regular file", path);
+    }
     char line[CKPT_PATH_MAX];
-    size_t n = fread(line, 1, sizeof line - 1, f);
-    fclose(f);
+    ssize_t got = read(fd, line, sizeof line - 1);
+    close(fd);
+    size_t n = got > 0 ? (size_t)got : 0;
     line[n] = '\0';
     while (n && isspace((unsigned char)line[n - 1])) line[--n] = '\0';
     if (n == 0) return loom_fail("%s: no `latest` pointer (%s is empty)", dir, path);
@@ -302,7 +312,8 @@ int ckpt_seal_verify(const char *path, ckpt_seal_state *state)
     ckpt_seal_state dummy;
     if (!state) state = &dummy;
     *state = CKPT_SEAL_BROKEN;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK, then fstat: a FIFO passed as a checkpoint must not block open() forever. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return loom_fail("%s: cannot open checkpoint (%s)", path, strerror(errno));
     struct stat st;
     int rc;
@@ -341,7 +352,7 @@ static int seal_put(int fd, const char *path, uint64_t at, const unsigned char *
 
 int ckpt_seal_write(const char *path, int replace)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return loom_fail("%s: cannot open to seal (%s)", path, strerror(errno));
     struct stat st;
     unsigned char t[CKPT_SEAL_BYTES], old[CKPT_SEAL_BYTES];
@@ -358,4 +369,48 @@ int ckpt_seal_write(const char *path, int replace)
     }
     if (close(fd) != 0 && !rc) rc = loom_fail("%s: close after sealing failed (%s)", path, strerror(errno));
     return rc;
+}
+
+int ckpt_lock(const char *dir, int *fd_out)
+{
+    *fd_out = -1;
+    if (ckpt_fs_mkdirs(dir)) return -1;
+    char path[CKPT_PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, CKPT_LOCK_NAME);
+    if (n < 0 || (size_t)n >= sizeof path) return loom_fail("%s: checkpoint path too long", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) return loom_fail("%s: cannot open the checkpoint folder's lock file (%s)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return loom_fail("%s: the checkpoint folder's lock file is not a regular file", path);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char who[256] = "";
+        ssize_t got = err == EWOULDBLOCK ? pread(fd, who, sizeof who - 1, 0) : -1;
+        close(fd);
+        if (err != EWOULDBLOCK)
+            return loom_fail("%s: cannot lock the checkpoint folder (%s)", path, strerror(err));
+        who[got > 0 ? got : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        return loom_fail("checkpoint folder %s is in use by another job (%s): one writer per folder, or the "
+                         "two delete each other's files; give this job another checkpoint.dir", dir,
+                         who[0] ? who : "pid and host not yet written");
+    }
+    /* Ours now: say who holds it, for the next job that finds it taken. */
+    char host[256] = "?", line[400];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    int len = snprintf(line, sizeof line, "pid %ld on host %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)len, 0) != len) {
+        /* the lock holds without the note; the other job's message just cannot name us */
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+void ckpt_unlock(int fd)
+{
+    if (fd >= 0) close(fd); /* closing the only descriptor drops the flock */
 }

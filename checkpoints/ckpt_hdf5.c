@@ -44,9 +44,13 @@ void ckpt_h5_reason(char *buf, size_t len)
      * errno = 28, error message = 'No space left on device', ..."; keep "what: strerror". */
     const char *msg = strstr(desc, "error message = '");
     const char *colon = strchr(desc, ':');
-    if (msg && colon && colon < msg) {
+    /* ... and "unable to lock file, errno = 11, error message = 'Resource temporarily
+     * unavailable'" (a lock conflict): "unable to lock file: Resource temporarily unavailable". */
+    const char *comma = strchr(desc, ',');
+    const char *cut = colon && colon < msg ? colon : comma && comma < msg ? comma : NULL;
+    if (msg && cut) {
         msg += strlen("error message = '");
-        snprintf(buf, len, "%.*s: %.*s", (int)(colon - desc), desc, (int)strcspn(msg, "'"), msg);
+        snprintf(buf, len, "%.*s: %.*s", (int)(cut - desc), desc, (int)strcspn(msg, "'"), msg);
     } else {
         snprintf(buf, len, "%s", desc);
     }

@@ -48,7 +48,9 @@ static int walk_group(hid_t fid, const char *path, H5_index_t idx, name_list *l,
         if (len < 0 || (size_t)len >= sizeof name) { rc = -1; break; }
         snprintf(full, sizeof full, "%s%s%s", path, path[0] ? "/" : "", name);
         hid_t obj = H5Oopen(fid, full, H5P_DEFAULT);
-        if (obj < 0) continue; /* reported later as a missing tensor, if it is one */
+        /* A link whose object cannot be opened (a damaged header) is listed, and so reported
+         * "unreadable": skipping it would call a file with lost tensors sound. */
+        if (obj < 0) { rc = list_add(l, full); continue; }
         H5I_type_t type = H5Iget_type(obj);
         H5Oclose(obj);
         if (type == H5I_DATASET) rc = list_add(l, full);
@@ -72,6 +74,26 @@ static int list_datasets(hid_t fid, name_list *l)
     if (walk_group(fid, "", H5_INDEX_CRT_ORDER, l, 0) == 0) return 0;
     list_free(l);
     return walk_group(fid, "", H5_INDEX_NAME, l, 0);
+}
+
+/* Entries of the file's `tensors` manifest (version 2) that the walk did not find, appended to
+ * `missing`. A version 1 file has no manifest: only what the walk finds can be checked. */
+static int manifest_missing(hid_t fid, const name_list *found, name_list *missing)
+{
+    char *list = NULL;
+    int rc = ckpt_attr_read_str(fid, "tensors", &list);
+    if (rc != 0) return rc == 1 ? 0 : -1;
+    for (char *p = list; *p;) {
+        size_t len = strcspn(p, "\n");
+        int last = p[len] == '\0';
+        p[len] = '\0';
+        size_t i = 0;
+        while (i < found->n && strcmp(found->names[i], p) != 0) i++;
+        if (p[0] && i == found->n && list_add(missing, p)) break;
+        p += len + !last;
+    }
+    free(list);
+    return missing->oom ? -1 : 0;
 }
 
 typedef struct group_total {
@@ -125,10 +147,13 @@ static void add_total(group_total *tot, int *ntot, int max, const char *name, in
     tot[i].tensors++;
 }
 
-/* The tensor table and group totals; returns the number of tensors that are not "ok". */
-static int print_tensors(hid_t fid, const name_list *l)
+/* The tensor table and group totals; returns the number of tensors that are not "ok" (those of
+ * `missing` included, listed as "missing"). */
+static int print_tensors(hid_t fid, const name_list *l, const name_list *missing, char *first, size_t flen)
 {
     int width = 12, bad = 0, ntot = 0;
+    for (size_t i = 0; i < missing->n; i++)
+        if ((int)strlen(missing->names[i]) > width) width = (int)strlen(missing->names[i]);
     for (size_t i = 0; i < l->n; i++)
         if ((int)strlen(l->names[i]) > width) width = (int)strlen(l->names[i]);
     group_total tot[64];
@@ -142,9 +167,11 @@ static int print_tensors(hid_t fid, const name_list *l)
         char ss[128] = "?";
         if (nd >= 0) ckpt_shape_str(ss, sizeof ss, nd, shape);
         printf("%-*s  %-22s %12" PRId64 "  %s\n", width, l->names[i], ss, bytes / 4, status);
-        bad += strcmp(status, "ok") != 0;
+        if (strcmp(status, "ok") != 0 && bad++ == 0) snprintf(first, flen, "/%s (%s)", l->names[i], status);
         add_total(tot, &ntot, 64, l->names[i], bytes);
     }
+    for (size_t i = 0; i < missing->n; i++, bad++)
+        printf("%-*s  %-22s %12s  missing\n", width, missing->names[i], "-", "-");
     free(buf);
     printf("\n%-24s %8s %16s\n", "group", "tensors", "bytes");
     int64_t all = 0;
@@ -160,11 +187,13 @@ static int print_tensors(hid_t fid, const name_list *l)
 static void print_state(const char *path, const ckpt_state *s)
 {
     printf("checkpoint     %s\n", path);
-    printf("format         %s v%d, whole-file seal ok, per-tensor crc32c\n", CKPT_MAGIC, CKPT_FORMAT_VERSION);
+    printf("format         %s v%d, whole-file seal ok, per-tensor crc32c\n", CKPT_MAGIC, s->format_version);
     printf("step           %" PRId64 "\n", s->step);
     printf("tokens_seen    %" PRId64 "\n", s->tokens_seen);
     printf("sample_cursor  %" PRId64 "   epoch %" PRId64 "\n", s->sample_cursor, s->epoch);
     printf("seed           %" PRIu64 "   rng_counter %" PRIu64 "   lr %.6g\n", s->seed, s->rng_counter, s->lr);
+    printf("adam_step      %" PRId64 "%s\n", s->adam_step, s->format_version < 2 ? "   (from rng_counter: version 1)" : "");
+    if (s->base_digest) printf("base_digest    %016" PRIx64 "   (LoRA adapters bound to this base)\n", s->base_digest);
     printf("saved by       world_size %d, zero stage %d, backend %s\n", s->world_size, s->zero_stage,
            s->backend[0] ? s->backend : "?");
     printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");
@@ -184,16 +213,23 @@ int ckpt_print_info(const char *file)
     }
     print_state(path, &s);
     ckpt_state_free(&s);
-    name_list l = {0};
+    name_list l = {0}, missing = {0};
     int rc = list_datasets(r->fid, &l);
+    if (rc == 0 && manifest_missing(r->fid, &l, &missing)) rc = -1;
     if (rc) {
-        loom_fail("%s: cannot list the tensors%s", path, l.oom ? " (out of memory)" : "");
+        loom_fail("%s: cannot list the tensors%s", path, l.oom || missing.oom ? " (out of memory)" : "");
     } else {
-        int bad = print_tensors(r->fid, &l);
+        char first[600] = "";
+        int bad = print_tensors(r->fid, &l, &missing, first, sizeof first);
         printf("\n%s\n", bad ? "STATUS: CORRUPT" : "STATUS: ok");
-        if (bad) rc = loom_fail("%s: %d tensor(s) failed their checksum", path, bad);
+        if (missing.n)
+            rc = loom_fail("%s: %zu tensor(s) of the manifest missing, first /%s; %d tensor(s) not ok", path,
+                           missing.n, missing.names[0], bad);
+        else if (bad)
+            rc = loom_fail("%s: %d tensor(s) failed their checksum, first %s", path, bad, first);
     }
     list_free(&l);
+    list_free(&missing);
     ckpt_close(r);
     fflush(stdout);
     return rc;
@@ -207,6 +243,19 @@ static int seal_check_tensors(hid_t fid, const char *path)
         int oom = l.oom;
         list_free(&l);
         return loom_fail("checkpoint %s: not sealed: cannot list the tensors%s", path, oom ? " (out of memory)" : "");
+    }
+    name_list missing = {0};
+    if (manifest_missing(fid, &l, &missing)) {
+        list_free(&l);
+        list_free(&missing);
+        return loom_fail("checkpoint %s: not sealed: unreadable `tensors` manifest", path);
+    }
+    if (missing.n) {
+        loom_fail("checkpoint %s: not sealed: %zu tensor(s) of the manifest missing, first /%s", path, missing.n,
+                  missing.names[0]);
+        list_free(&l);
+        list_free(&missing);
+        return -1;
     }
     float *buf = NULL;
     size_t cap = 0;

@@ -15,6 +15,7 @@
 /* The open checkpoint behind ckpt.h's opaque ckpt_reader (ckpt_read.c, ckpt_info.c). */
 struct ckpt_reader {
     hid_t fid;
+    int version;                 /* the file's format_version */
     char path[CKPT_PATH_MAX];
 };
 

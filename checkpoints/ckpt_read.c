@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len)
     if (!dir_or_file || stat(dir_or_file, &st) != 0)
         return loom_fail("%s: no such checkpoint file or directory", dir_or_file ? dir_or_file : "(null)");
     if (!S_ISDIR(st.st_mode)) {
+        if (!S_ISREG(st.st_mode)) return loom_fail("%s: not a regular file, not a checkpoint", dir_or_file);
         if (strlen(dir_or_file) >= path_len) return loom_fail("%s: path too long", dir_or_file);
         strcpy(path_out, dir_or_file);
         return 0;
@@ -30,6 +32,8 @@ int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len)
     if (n < 0 || (size_t)n >= path_len) return loom_fail("%s: path too long", dir_or_file);
     if (stat(path_out, &st) != 0)
         return loom_fail("%s/%s points to %s, which does not exist", dir_or_file, CKPT_LATEST, name);
+    if (!S_ISREG(st.st_mode))
+        return loom_fail("%s/%s points to %s, which is not a regular file", dir_or_file, CKPT_LATEST, name);
     return 0;
 }
 
@@ -41,6 +45,7 @@ static hid_t open_h5(const char *file, int sealed)
     struct stat st;
     if (stat(file, &st) != 0) return loom_fail("%s: cannot open checkpoint (%s)", file, strerror(errno));
     if (S_ISDIR(st.st_mode)) return loom_fail("%s: is a directory, not a checkpoint file", file);
+    if (!S_ISREG(st.st_mode)) return loom_fail("%s: not a regular file, not a checkpoint", file);
     if (sealed && ckpt_seal_verify(file, NULL) != 0) return -1;
     htri_t is = H5Fis_hdf5(file);
     if (is == 0) return loom_fail("%s: not an HDF5 file (%lld bytes)", file, (long long)st.st_size);
@@ -60,8 +65,8 @@ static hid_t open_h5(const char *file, int sealed)
     return fid;
 }
 
-/* A loom checkpoint of this format version, with the `complete` flag set. */
-static int validate_file(hid_t fid, const char *file)
+/* A loom checkpoint of a format version this loom reads, with the `complete` flag set. */
+static int validate_file(hid_t fid, const char *file, int *version_out)
 {
     char *magic = NULL;
     int rc = ckpt_attr_read_str(fid, "loom_format", &magic);
@@ -71,8 +76,10 @@ static int validate_file(hid_t fid, const char *file)
     int32_t version = 0, complete = 0;
     if (ckpt_attr_read(fid, "format_version", H5T_NATIVE_INT32, &version) != 0)
         return loom_fail("%s: no readable format_version attribute", file);
-    if (version != CKPT_FORMAT_VERSION)
-        return loom_fail("%s: format version %d, this loom reads %d", file, version, CKPT_FORMAT_VERSION);
+    if (version < CKPT_FORMAT_OLDEST || version > CKPT_FORMAT_VERSION)
+        return loom_fail("%s: format version %d, this loom reads %d to %d", file, version, CKPT_FORMAT_OLDEST,
+                         CKPT_FORMAT_VERSION);
+    *version_out = version;
     rc = ckpt_attr_read(fid, "complete", H5T_NATIVE_INT32, &complete);
     if (rc != 0 || complete != 1)
         return loom_fail("%s: incomplete checkpoint (no `complete` flag: the save was interrupted)", file);
@@ -86,7 +93,8 @@ static ckpt_reader *open_reader(const char *file, int sealed)
     ckpt_h5_quiet();
     hid_t fid = open_h5(file, sealed);
     if (fid < 0) return NULL;
-    if (validate_file(fid, file)) {
+    int version = 0;
+    if (validate_file(fid, file, &version)) {
         H5Fclose(fid);
         return NULL;
     }
@@ -96,6 +104,7 @@ static ckpt_reader *open_reader(const char *file, int sealed)
         return loom_fail("%s: out of memory", file), NULL;
     }
     r->fid = fid;
+    r->version = version;
     strcpy(r->path, file);
     /* Tensors are read front to back (the writer laid them out in order): ask for a larger
      * read-ahead window on the sec2 driver's descriptor. Only a hint; failures are ignored. */
@@ -119,6 +128,50 @@ void ckpt_state_free(ckpt_state *s)
     s->model_config_json = s->job_config_json = s->backend = NULL;
 }
 
+/* Version 2 keeps the AdamW step in `adam_step`; version 1 kept it in `rng_counter` (and had no
+ * base binding): read it from there, so older checkpoints still resume exactly. */
+static int read_adam_step(ckpt_reader *r, ckpt_state *s)
+{
+    if (r->version >= 2) {
+        if (ckpt_attr_read(r->fid, "adam_step", H5T_NATIVE_INT64, &s->adam_step) != 0)
+            return loom_fail("%s: missing or unreadable attribute adam_step", r->path);
+        if (ckpt_attr_read(r->fid, "base_digest", H5T_NATIVE_UINT64, &s->base_digest) != 0)
+            return loom_fail("%s: missing or unreadable attribute base_digest", r->path);
+        return 0;
+    }
+    if (s->step < 0 || s->step > CKPT_MAX_STEP) return 0; /* ckpt_state_check names the step */
+    if (s->rng_counter > (uint64_t)CKPT_MAX_STEP || (int64_t)s->rng_counter > s->step)
+        return loom_fail("%s: attribute rng_counter = %llu (the AdamW step, in a version 1 file) is out of range "
+                         "[0, step %lld]", r->path, (unsigned long long)s->rng_counter, (long long)s->step);
+    s->adam_step = (int64_t)s->rng_counter;
+    s->base_digest = 0;
+    return 0;
+}
+
+int ckpt_state_check(const ckpt_state *s, const char *what)
+{
+    const struct { const char *name; int64_t v, lo, hi; } r[] = {
+        {"step", s->step, 0, CKPT_MAX_STEP},
+        {"adam_step", s->adam_step, 0, s->step},
+        {"tokens_seen", s->tokens_seen, 0, INT64_MAX},
+        {"sample_cursor", s->sample_cursor, 0, INT64_MAX},
+        {"epoch", s->epoch, 0, INT64_MAX},
+        {"world_size", s->world_size, 1, INT32_MAX},
+        {"zero_stage", s->zero_stage, 0, 3},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        if (r[i].v >= r[i].lo && r[i].v <= r[i].hi) continue;
+        if (i == 1 && s->step >= 0 && s->step <= CKPT_MAX_STEP)
+            return loom_fail("%s: attribute adam_step = %lld is out of range [0, step %lld]", what,
+                             (long long)r[i].v, (long long)s->step);
+        return loom_fail("%s: attribute %s = %lld is out of range [%lld, %lld]", what, r[i].name, (long long)r[i].v,
+                         (long long)r[i].lo, (long long)r[i].hi);
+    }
+    if (!isfinite(s->lr) || s->lr < 0)
+        return loom_fail("%s: attribute lr = %g is not a finite non-negative learning rate", what, s->lr);
+    return 0;
+}
+
 int ckpt_read_state(ckpt_reader *r, ckpt_state *s)
 {
     ckpt_h5_quiet();
@@ -140,6 +193,8 @@ int ckpt_read_state(ckpt_reader *r, ckpt_state *s)
             return loom_fail("%s: missing or unreadable attribute %s", r->path, a[i].name);
     s->world_size = world;
     s->zero_stage = zero;
+    s->format_version = r->version;
+    if (read_adam_step(r, s)) return -1;
     const char *names[3] = {"model_config", "job_config", "backend"};
     char *vals[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++) {
@@ -151,7 +206,9 @@ int ckpt_read_state(ckpt_reader *r, ckpt_state *s)
     s->model_config_json = vals[0];
     s->job_config_json = vals[1];
     s->backend = vals[2];
-    return 0;
+    if (ckpt_state_check(s, r->path) == 0) return 0;
+    ckpt_state_free(s);
+    return -1;
 }
 
 int ckpt_has_group(ckpt_reader *r, const char *path)
@@ -192,13 +249,16 @@ static int check_dataset(hid_t dset, const char *file, const char *dpath, const 
     return 0;
 }
 
-static int read_tensor(ckpt_reader *r, const char *dpath, const ckpt_tensor *t, float *dst)
+static hid_t open_checked(ckpt_reader *r, const ckpt_group *g, int k, char *dpath, size_t len);
+
+static int read_tensor(ckpt_reader *r, const ckpt_group *g, int k)
 {
-    if (t->ndim < 0 || t->ndim > CKPT_MAX_DIMS) return loom_fail("%s: %s: ndim %d out of range", r->path, dpath, t->ndim);
-    if (ckpt_h5_exists(r->fid, dpath) != 1) return loom_fail("%s: missing tensor %s", r->path, dpath);
-    hid_t dset = H5Dopen2(r->fid, dpath, H5P_DEFAULT);
-    if (dset < 0) return loom_fail("%s: %s is not a readable dataset", r->path, dpath);
-    int rc = check_dataset(dset, r->path, dpath, t);
+    const ckpt_tensor *t = &g->tensors[k];
+    float *dst = g->data + t->offset;
+    char dpath[CKPT_PATH_MAX];
+    hid_t dset = open_checked(r, g, k, dpath, sizeof dpath);
+    if (dset < 0) return -1;
+    int rc = 0;
     uint32_t want = 0, got = 0;
     if (!rc && ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) != 0)
         rc = loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
@@ -215,14 +275,65 @@ static int read_tensor(ckpt_reader *r, const char *dpath, const ckpt_tensor *t, 
 int ckpt_read_group(ckpt_reader *r, const ckpt_group *g)
 {
     ckpt_h5_quiet();
-    const char *gp = g->path + strspn(g->path, "/");
+    for (int k = 0; k < g->ntensors; k++)
+        if (read_tensor(r, g, k)) return -1;
+    return 0;
+}
+
+/* Open tensor k of g as stored ("/<group>/<name>"), checking type and shape. -1 + loom_fail. */
+static hid_t open_checked(ckpt_reader *r, const ckpt_group *g, int k, char *dpath, size_t len)
+{
+    const ckpt_tensor *t = &g->tensors[k];
+    int n = snprintf(dpath, len, "/%s/%s", g->path + strspn(g->path, "/"), t->name);
+    if (n < 0 || (size_t)n >= len) return loom_fail("%s: tensor path too long: %s", r->path, t->name);
+    if (t->ndim < 0 || t->ndim > CKPT_MAX_DIMS) return loom_fail("%s: %s: ndim %d out of range", r->path, dpath, t->ndim);
+    if (ckpt_h5_exists(r->fid, dpath) != 1) return loom_fail("%s: missing tensor %s", r->path, dpath);
+    hid_t dset = H5Dopen2(r->fid, dpath, H5P_DEFAULT);
+    if (dset < 0) return loom_fail("%s: %s is not a readable dataset", r->path, dpath);
+    if (check_dataset(dset, r->path, dpath, t) == 0) return dset;
+    H5Dclose(dset);
+    return -1;
+}
+
+int ckpt_check_shapes(ckpt_reader *r, const ckpt_group *g)
+{
+    ckpt_h5_quiet();
+    char dpath[CKPT_PATH_MAX];
+    for (int k = 0; k < g->ntensors; k++) {
+        hid_t dset = open_checked(r, g, k, dpath, sizeof dpath);
+        if (dset < 0) return -1;
+        H5Dclose(dset);
+    }
+    return 0;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001B3ull;
+    return h;
+}
+
+int ckpt_group_digest(ckpt_reader *r, const ckpt_group *g, uint64_t *digest)
+{
+    ckpt_h5_quiet();
+    uint64_t h = 0xCBF29CE484222325ull;
+    char dpath[CKPT_PATH_MAX];
     for (int k = 0; k < g->ntensors; k++) {
         const ckpt_tensor *t = &g->tensors[k];
-        char dpath[CKPT_PATH_MAX];
-        int n = snprintf(dpath, sizeof dpath, "/%s/%s", gp, t->name);
-        if (n < 0 || (size_t)n >= sizeof dpath) return loom_fail("%s: tensor path too long: %s", r->path, t->name);
-        if (read_tensor(r, dpath, t, g->data + t->offset)) return -1;
+        hid_t dset = open_checked(r, g, k, dpath, sizeof dpath);
+        if (dset < 0) return -1;
+        uint32_t crc = 0;
+        int rc = ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &crc);
+        H5Dclose(dset);
+        if (rc != 0) return loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
+        unsigned char le[8 * CKPT_MAX_DIMS + 4];
+        size_t n = 0;
+        for (int d = 0; d < t->ndim; d++)
+            for (int b = 0; b < 8; b++) le[n++] = (unsigned char)((uint64_t)t->shape[d] >> (8 * b));
+        for (int b = 0; b < 4; b++) le[n++] = (unsigned char)(crc >> (8 * b));
+        h = fnv1a(fnv1a(h, t->name, strlen(t->name) + 1), le, n);
     }
+    *digest = h ? h : 1;
     return 0;
 }
 

@@ -39,7 +39,8 @@ static int validate_tensor(const char *gpath, const ckpt_tensor *t)
 static int validate(const char *dir, const ckpt_state *st, const ckpt_group *groups, int ngroups, int keep)
 {
     if (!dir || !dir[0]) return loom_fail("ckpt_save: no directory given");
-    if (!st || st->step < 0) return loom_fail("%s: ckpt_save: missing state or negative step", dir);
+    if (!st) return loom_fail("%s: ckpt_save: missing state", dir);
+    if (ckpt_state_check(st, dir)) return -1; /* never write a file the reader refuses */
     if (ngroups < 0 || (ngroups > 0 && !groups) || keep < 0)
         return loom_fail("%s: ckpt_save: bad group list or keep count", dir);
     for (int i = 0; i < ngroups; i++) {
@@ -56,7 +57,26 @@ static int validate(const char *dir, const ckpt_state *st, const ckpt_group *gro
 
 /* Root attributes: the exact training state, then informational fields. `complete` comes last,
  * written by write_file once every tensor is in. */
-static int write_state(hid_t fid, const ckpt_state *s, const char *what)
+/* The `tensors` manifest: "group/name\n" for every tensor the save writes, so `ckpt info` and
+ * `ckpt seal` can tell a tensor that is missing or unreadable from one never written. */
+static char *manifest(const ckpt_group *groups, int ngroups)
+{
+    size_t len = 1;
+    for (int i = 0; i < ngroups; i++)
+        for (int k = 0; k < groups[i].ntensors; k++)
+            len += strlen(groups[i].path) + strlen(groups[i].tensors[k].name) + 2;
+    char *m = malloc(len), *p = m;
+    if (!m) return NULL;
+    for (int i = 0; i < ngroups; i++) {
+        const char *gp = groups[i].path + strspn(groups[i].path, "/");
+        for (int k = 0; k < groups[i].ntensors; k++)
+            p += sprintf(p, "%s/%s\n", gp, groups[i].tensors[k].name);
+    }
+    *p = '\0';
+    return m;
+}
+
+static int write_state(hid_t fid, const ckpt_state *s, const ckpt_group *groups, int ngroups, const char *what)
 {
     const int32_t version = CKPT_FORMAT_VERSION, world = s->world_size, zero = s->zero_stage;
     const struct { const char *name; hid_t ftype, mtype; const void *val; } a[] = {
@@ -67,6 +87,8 @@ static int write_state(hid_t fid, const ckpt_state *s, const char *what)
         {"epoch", H5T_STD_I64LE, H5T_NATIVE_INT64, &s->epoch},
         {"seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &s->seed},
         {"rng_counter", H5T_STD_U64LE, H5T_NATIVE_UINT64, &s->rng_counter},
+        {"adam_step", H5T_STD_I64LE, H5T_NATIVE_INT64, &s->adam_step},
+        {"base_digest", H5T_STD_U64LE, H5T_NATIVE_UINT64, &s->base_digest},
         {"lr", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &s->lr},
         {"world_size", H5T_STD_I32LE, H5T_NATIVE_INT32, &world},
         {"zero_stage", H5T_STD_I32LE, H5T_NATIVE_INT32, &zero},
@@ -82,7 +104,11 @@ static int write_state(hid_t fid, const ckpt_state *s, const char *what)
     };
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         if (ckpt_attr_write_str(fid, str[i].name, str[i].val, what)) return -1;
-    return 0;
+    char *list = manifest(groups, ngroups);
+    if (!list) return loom_fail("%s: out of memory for the tensor manifest", what);
+    int rc = ckpt_attr_write_str(fid, "tensors", list, what);
+    free(list);
+    return rc;
 }
 
 /* Open the group at `path` ("optimizer/m"), creating each missing level with creation-order
@@ -187,15 +213,19 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
         if (fcpl >= 0) H5Pclose(fcpl);
         return loom_fail("%s: cannot set up HDF5 file properties", tmp);
     }
+    errno = 0;
     hid_t fid = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, fapl);
+    /* The reason first: every HDF5 call (H5Pclose too) clears the error stack. */
+    char why[320] = "";
+    int err = errno;
+    if (fid < 0) ckpt_h5_reason(why, sizeof why);
     H5Pclose(fcpl);
     H5Pclose(fapl);
     if (fid < 0) {
-        char why[320];
-        ckpt_h5_reason(why, sizeof why);
+        if (!why[0]) snprintf(why, sizeof why, "%s", err ? strerror(err) : "HDF5 gave no reason");
         return loom_fail("%s: cannot create checkpoint file (%s)", tmp, why);
     }
-    int rc = write_state(fid, st, tmp);
+    int rc = write_state(fid, st, groups, ngroups, tmp);
     if (!rc) rc = write_groups(fid, groups, ngroups, tmp);
     if (!rc) ckpt_fault_point("after_data");
     const int32_t one = 1;
@@ -206,11 +236,31 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
         rc = loom_fail("%s: cannot flush checkpoint file (%s)", tmp, why);
     }
     if (rc) ckpt_release_space(fid);
-    if (H5Fclose(fid) < 0 && !rc) rc = loom_fail("%s: cannot close checkpoint file", tmp);
+    if (H5Fclose(fid) < 0 && !rc) {
+        char why[320];
+        ckpt_h5_reason(why, sizeof why);
+        rc = loom_fail("%s: cannot close checkpoint file (%s)", tmp, why);
+    }
     /* The seal (a whole-file CRC32C after HDF5's last byte) costs one read of the file, from the
      * page cache; its fsync makes data, metadata and seal durable together. */
     if (!rc) rc = ckpt_seal_write(tmp, 0);
     return rc;
+}
+
+/* After a failed `latest` update: delete the new, unreferenced file `fin` (unless `latest` names it
+ * already: the same step saved again, the pointer unchanged). Keeps the save's error; returns -1. */
+static int remove_orphan(const char *dir, const char *fin, const char *name)
+{
+    char why[1024], cur[256];
+    snprintf(why, sizeof why, "%s", loom_error());
+    if (ckpt_latest_read(dir, cur, sizeof cur) != 0 || strcmp(cur, name) != 0) {
+        if (unlink(fin) == 0) {
+            ckpt_fs_fsync_dir(dir); /* best effort: the save has failed already */
+            return loom_fail("%s; the new %s was removed, `latest` still names the previous checkpoint", why, name);
+        }
+        return loom_fail("%s; could not remove the unreferenced %s either (%s)", why, fin, strerror(errno));
+    }
+    return loom_fail("%s", why);
 }
 
 int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep)
@@ -234,10 +284,11 @@ int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups
         unlink(tmp);
         return loom_fail("%s: cannot rename %s into place (%s)", fin, tmp, strerror(err));
     }
-    /* From here the new file is complete; a failure leaves it, with `latest` still on the old. */
-    if (ckpt_fs_fsync_dir(dir)) return -1;
+    /* From here the new file is complete. If `latest` cannot move to it, nothing refers to it:
+     * remove it, or it keeps the space (a full disk stays full and every later save fails). */
+    if (ckpt_fs_fsync_dir(dir)) return remove_orphan(dir, fin, name);
     ckpt_fault_point("before_latest");
-    if (ckpt_latest_write(dir, name)) return -1;
+    if (ckpt_latest_write(dir, name)) return remove_orphan(dir, fin, name);
     ckpt_fault_point("before_rotate");
     int left = ckpt_rotate(dir, keep, name);
     if (left) log_warn("%s: could not delete %d old checkpoint file(s)", dir, left);

@@ -76,6 +76,7 @@ typedef struct finetune_config {
     float lora_alpha;
     char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj */
     int epochs;
+    int allow_other_base;    /* resume/merge LoRA adapters on a base they were not trained on */
 } finetune_config;
 
 typedef struct job_config {

@@ -128,7 +128,10 @@
     X("finetune.lora_targets", CFG_STRING, finetune.lora_targets, "\"q,k,v,o\"", ANY, \
       "Projections that get adapters: a comma list of q, k, v, o, fc, proj (gelu) or " \
       "gate, up, down (swiglu).") \
-    X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples.")
+    X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples.") \
+    X("finetune.allow_other_base", CFG_BOOL, finetune.allow_other_base, "false", ANY, \
+      "Resume LoRA adapters on a finetune.base other than the one they were trained on (its digest " \
+      "differs); `loom ckpt merge --allow-other-base` is the same for a merge.")
 
 #define FIELD_ROW(p, t, m, d, r, doc) \
     {p, t, offsetof(job_config, m), sizeof(((job_config *)0)->m), d, doc},

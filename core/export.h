@@ -6,6 +6,8 @@
 /* `loom ckpt merge BASE ADAPTER OUT`: BASE a model checkpoint (file or dir), ADAPTER a LoRA
  * fine-tune checkpoint made from it, OUT a directory that receives the merged checkpoint.
  * -1 + loom_fail naming the file on a mismatch (model config, missing /lora group). */
-int export_merge_lora(const char *base, const char *adapter, const char *out_dir);
+/* The adapters must have been trained on BASE (their recorded base digest matches BASE's
+ * tensors), unless allow_other_base. */
+int export_merge_lora(const char *base, const char *adapter, const char *out_dir, int allow_other_base);
 
 #endif

@@ -58,6 +58,7 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     int train = mode != SESSION_INFER;
     session *s = calloc(1, sizeof *s);
     if (!s) { loom_fail("out of host memory"); return NULL; }
+    s->ckpt_lock_fd = -1;
     s->cfg = cfg;
     s->comm = c;
     s->mode = mode;
@@ -107,7 +108,7 @@ fail:
     return NULL;
 }
 
-int session_init_or_resume(session *s, const char *resume)
+static int session_start(session *s, const char *resume)
 {
     if (resume && resume[0]) return session_resume(s, resume);
     if (s->finetune && session_load_base(s)) return -1;
@@ -127,9 +128,17 @@ int session_init_or_resume(session *s, const char *resume)
     return rc;
 }
 
+int session_init_or_resume(session *s, const char *resume)
+{
+    /* The folder lock once the start state is in: a refused resume leaves no folder behind. */
+    if (session_start(s, resume)) return -1;
+    return s->mode == SESSION_TRAIN ? session_lock_ckpt_dir(s) : 0;
+}
+
 void session_close(session *s)
 {
     if (!s) return;
+    session_unlock_ckpt_dir(s);
     optim_destroy(s->opt);
     dp_destroy(s->dp);
     model_destroy(s->model);

@@ -32,6 +32,9 @@ typedef struct session {
     int seq_len;          /* tokens per sequence the model was sized for */
     int64_t step;         /* optimizer steps completed */
     int64_t sample_cursor;/* global sample index of the next batch */
+    uint64_t base_digest; /* LoRA: identity of the base loaded (ckpt_group_digest), saved with the
+                           * adapters and checked on resume; 0 = none loaded */
+    int ckpt_lock_fd;     /* rank 0 of a training job: the checkpoint folder's lock (ckpt_lock), -1 */
     char out_dir[512];
 } session;
 
@@ -56,7 +59,14 @@ struct ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n);
 /* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
 int session_load_base(session *s);
 
-/* Save a checkpoint when checkpoint.every divides the step, or when `final`. */
+/* A training job's one-writer lock on its checkpoint folder (rank 0 takes it, every rank learns
+ * the outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail naming the other
+ * job's pid and host. */
+int session_lock_ckpt_dir(session *s);
+void session_unlock_ckpt_dir(session *s);
+
+/* Save a checkpoint when checkpoint.every divides the step, or when `final`. A failed final save
+ * is an error even with checkpoint.on_error = continue: the run's end state is not on disk. */
 int session_maybe_checkpoint(session *s, int final);
 
 void session_close(session *s);

@@ -1,7 +1,7 @@
 /* session_ckpt.c: checkpoint save and resume for a session. Shards are gathered into full logical
  * host tensors (dp), rank 0 writes them through ckpt.h, and every rank agrees on the outcome;
- * on resume every rank reads the file and keeps the slices it owns, whatever the world size or
- * ZeRO stage was at save. */
+ * on resume every rank reads the file, checks its state against itself and the job, and keeps
+ * the slices it owns, whatever the world size or ZeRO stage was at save. */
 #include "session.h"
 
 #include <stdio.h>
@@ -97,7 +97,9 @@ static void session_save_state(const session *s, ckpt_state *st)
     st->tokens_seen = s->step * (int64_t)tc->batch_size * tc->seq_len;
     st->sample_cursor = s->step * (int64_t)tc->batch_size;
     st->seed = tc->seed;
-    st->rng_counter = (uint64_t)s->opt->t;
+    st->rng_counter = (uint64_t)st->sample_cursor; /* the data order is keyed by the sample index */
+    st->adam_step = s->opt->t;
+    st->base_digest = s->model->lora.rank ? s->base_digest : 0;
     st->lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
     st->world_size = s->comm->size;
     st->zero_stage = s->cfg->parallel.zero_stage;
@@ -155,12 +157,35 @@ static int session_save(session *s)
     return failed > 0 ? -1 : 0;
 }
 
+int session_lock_ckpt_dir(session *s)
+{
+    if (s->cfg->checkpoint.every < 0) return 0; /* never saves: nothing to guard */
+    char dir[600];
+    session_ckpt_dir(s, dir, sizeof dir);
+    int rc = s->comm->rank == 0 ? ckpt_lock(dir, &s->ckpt_lock_fd) : 0;
+    if (s->comm->size == 1) return rc;
+    if (rc != 0) log_warn("checkpoint: %s", loom_error()); /* rank 0 says why before the job ends */
+    double failed = rc != 0;
+    if (comm_allreduce_host(s->comm, &failed, 1)) return -1;
+    if (failed > 0 && rc == 0) return loom_fail("checkpoint: rank 0 could not lock the checkpoint folder %s", dir);
+    return failed > 0 ? -1 : 0;
+}
+
+void session_unlock_ckpt_dir(session *s)
+{
+    ckpt_unlock(s->ckpt_lock_fd);
+    s->ckpt_lock_fd = -1;
+}
+
 int session_maybe_checkpoint(session *s, int final)
 {
     int every = s->cfg->checkpoint.every;
     int due = final ? (every >= 0) : (every > 0 && s->step % every == 0 && s->step < s->cfg->train.steps);
     if (!due || !s->opt) return 0;
     if (session_save(s) == 0) return 0;
+    if (final) /* on_error=continue or not: the job cannot end well without its last state saved */
+        return loom_fail("checkpoint: the last save (step %lld) failed, the end state is not saved: %s",
+                         (long long)s->step, loom_error());
     if (strcmp(s->cfg->checkpoint.on_error, "continue") == 0) {
         log_warn("checkpoint failed, training continues (checkpoint.on_error): %s", loom_error());
         return 0;
@@ -228,13 +253,81 @@ static int session_read_tensors(session *s, ckpt_reader *r)
     return rc;
 }
 
+/* The training state against the rest of the file (ckpt_read_state checked the ranges): loom's
+ * save writes sample_cursor = step x train.batch_size, tokens_seen = sample_cursor x
+ * train.seq_len, rng_counter = sample_cursor (version 2), seed = train.seed, from the job config
+ * it stores, whose model section is model_config. A file that disagrees with itself was edited or
+ * damaged: resuming would log one step and train from another, or use another data order. */
+static int session_check_state(const char *file, const ckpt_state *st)
+{
+    job_config saved;
+    model_config mc;
+    if (config_load_string(&saved, st->job_config_json, file, NULL, 0))
+        return loom_fail("%s: attribute job_config is unreadable: %s", file, loom_error());
+    if (config_model_from_json(&mc, st->model_config_json))
+        return loom_fail("%s: attribute model_config is unreadable: %s", file, loom_error());
+    const char *field = config_model_diff(&mc, &saved.model);
+    if (field) return loom_fail("%s: attribute model_config disagrees with job_config in field '%s'", file, field);
+    const int64_t b = saved.train.batch_size, t = saved.train.seq_len;
+    if (st->step > INT64_MAX / (b * t)) return loom_fail("%s: attribute step = %lld is out of range", file, (long long)st->step);
+    if (st->sample_cursor != st->step * b)
+        return loom_fail("%s: attribute sample_cursor = %lld, but step %lld x train.batch_size %lld (job_config) = %lld",
+                         file, (long long)st->sample_cursor, (long long)st->step, (long long)b, (long long)(st->step * b));
+    if (st->tokens_seen != st->sample_cursor * t)
+        return loom_fail("%s: attribute tokens_seen = %lld, but sample_cursor %lld x train.seq_len %lld (job_config) = %lld",
+                         file, (long long)st->tokens_seen, (long long)st->sample_cursor, (long long)t,
+                         (long long)(st->sample_cursor * t));
+    if (st->format_version >= 2 && st->rng_counter != (uint64_t)st->sample_cursor)
+        return loom_fail("%s: attribute rng_counter = %llu, but the data order's position is sample_cursor = %lld", file,
+                         (unsigned long long)st->rng_counter, (long long)st->sample_cursor);
+    if (st->seed != saved.train.seed)
+        return loom_fail("%s: attribute seed = %llu, but job_config has train.seed = %llu", file,
+                         (unsigned long long)st->seed, (unsigned long long)saved.train.seed);
+    return 0;
+}
+
+/* LoRA adapters belong to the base they were trained on: another base (even of the same shape)
+ * gives another model. finetune.allow_other_base = true accepts it knowingly. */
+static int session_check_base(const session *s, const char *file, const ckpt_state *st)
+{
+    if (!s->model->lora.rank || st->base_digest == s->base_digest) return 0;
+    if (!st->base_digest) {
+        log_warn("%s: a version %d checkpoint does not record its base: cannot check that %s is the base its "
+                 "adapters were trained on", file, st->format_version, s->cfg->finetune.base);
+        return 0;
+    }
+    if (s->cfg->finetune.allow_other_base) {
+        log_warn("%s: the adapters were trained on another base than %s (finetune.allow_other_base)", file,
+                 s->cfg->finetune.base);
+        return 0;
+    }
+    return loom_fail("%s: the adapters were trained on another base (digest %016llx), not finetune.base %s (%016llx); "
+                     "set finetune.allow_other_base=true to resume on it anyway", file,
+                     (unsigned long long)st->base_digest, s->cfg->finetune.base, (unsigned long long)s->base_digest);
+}
+
+/* The model config in the file describes the tensors stored with it (shapes, before any data is
+ * read): else the mismatch is the attribute's, not the tensor's. */
+static int session_check_shapes(session *s, const char *file, ckpt_reader *r)
+{
+    ckpt_tensor *table = session_ckpt_table(s->model);
+    if (!table) return loom_fail("out of host memory");
+    ckpt_group g = {session_param_group(s), table, s->model->ntensors, NULL, NULL, NULL};
+    int rc = ckpt_check_shapes(r, &g);
+    free(table);
+    return rc ? loom_fail("%s: attribute model_config does not describe the stored tensors: %s", file, loom_error()) : 0;
+}
+
 static int session_read(session *s, const char *file, ckpt_reader *r)
 {
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
     int rc = session_check_model(s, file, st.model_config_json);
+    if (rc == 0) rc = session_check_state(file, &st);
+    if (rc == 0) rc = session_check_base(s, file, &st);
+    if (rc == 0) rc = session_check_shapes(s, file, r);
     if (rc == 0) rc = session_read_tensors(s, r);
-    if (rc == 0 && s->opt) s->opt->t = (int)st.rng_counter;
+    if (rc == 0 && s->opt) s->opt->t = (int)st.adam_step;
     if (rc == 0) {
         s->step = st.step;
         s->sample_cursor = st.sample_cursor;
@@ -263,6 +356,10 @@ int session_load_base(session *s)
     int rc = ckpt_read_state(r, &st);
     if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
     if (rc == 0) rc = session_read_group(s, r, "model", bt, nb, SINK_BASE);
+    ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(bt, nb) : NULL;
+    ckpt_group g = {"model", table, nb, NULL, NULL, NULL};
+    if (rc == 0) rc = table ? ckpt_group_digest(r, &g, &s->base_digest) : loom_fail("out of host memory");
+    free(table);
     ckpt_state_free(&st);
     ckpt_close(r);
     if (rc == 0) log_info("base model loaded from %s", base);

@@ -1,5 +1,5 @@
 /* cmd_ckpt.c: `loom ckpt info FILE_OR_DIR`, `loom ckpt seal FILE_OR_DIR` and `loom ckpt merge BASE
- * ADAPTER OUT_DIR`. Parsing and printing only: the work is in checkpoints/ and core/export.c. */
+ * ADAPTER OUT_DIR [--allow-other-base]`. Parsing and printing only: the work is in checkpoints/ and core/export.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,8 +9,9 @@
 
 int cmd_ckpt(int argc, char **argv)
 {
-    if (argc == 6 && strcmp(argv[2], "merge") == 0)
-        return export_merge_lora(argv[3], argv[4], argv[5]) ? cli_fail() : 0;
+    int other = argc == 7 && strcmp(argv[6], "--allow-other-base") == 0;
+    if ((argc == 6 || other) && strcmp(argv[2], "merge") == 0)
+        return export_merge_lora(argv[3], argv[4], argv[5], other) ? cli_fail() : 0;
     if (argc == 4 && strcmp(argv[2], "seal") == 0) {
         int rc = ckpt_seal(argv[3]);
         if (rc < 0) return cli_fail();
@@ -19,7 +20,7 @@ int cmd_ckpt(int argc, char **argv)
     }
     if (argc != 4 || strcmp(argv[2], "info") != 0) {
         fprintf(stderr, "usage: loom ckpt info FILE_OR_DIR | loom ckpt seal FILE_OR_DIR | "
-                        "loom ckpt merge BASE ADAPTER OUT_DIR\n");
+                        "loom ckpt merge BASE ADAPTER OUT_DIR [--allow-other-base]\n");
         return 2;
     }
     char file[1024];

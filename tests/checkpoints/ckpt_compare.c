@@ -8,6 +8,10 @@
  *                                        (the file's seal then no longer matches)
  *   ckpt_compare --seal FILE             write a fresh seal over FILE as it is, checking nothing
  *                                        (unlike `loom ckpt seal`, which checks every tensor)
+ *   ckpt_compare --get-attr FILE NAME    print root attribute NAME (an integer, float or string)
+ *   ckpt_compare --set-attr FILE NAME V  rewrite root attribute NAME as V, in its own type (created
+ *                                        as int64 if absent); the seal is then stale
+ *   ckpt_compare --del-attr FILE NAME    delete root attribute NAME; the seal is then stale
  *
  * Tensor names and shapes come from A (plain HDF5 enumeration, in creation order); both files are
  * then read through ckpt.h (ckpt_open, ckpt_read_state, ckpt_read_group: format, completeness and
@@ -164,6 +168,8 @@ static int state_compare(const char *a, const char *b)
     SAME(epoch, "%lld", long long)
     SAME(seed, "%llu", unsigned long long)
     SAME(rng_counter, "%llu", unsigned long long)
+    SAME(adam_step, "%lld", long long)
+    SAME(base_digest, "%llx", unsigned long long)
     SAME(lr, "%.17g", double)
 #undef SAME
     if (rc == 0 && strcmp(sa.model_config_json, sb.model_config_json) != 0) {
@@ -214,12 +220,64 @@ static int force_seal(const char *file)
     return 0;
 }
 
+/* Root attribute edits, through plain HDF5 (as a user with h5py would). */
+static int attr_edit(const char *op, const char *file, const char *name, const char *val)
+{
+    int get = strcmp(op, "--get-attr") == 0, del = strcmp(op, "--del-attr") == 0;
+    hid_t f = H5Fopen(file, get ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) return printf("FAIL: cannot open %s with HDF5\n", file), -1;
+    int rc = 0;
+    htri_t have = H5Aexists(f, name);
+    if (del) {
+        rc = have > 0 && H5Adelete(f, name) >= 0 ? 0 : -1;
+    } else if (get || have > 0) {
+        hid_t a = H5Aopen(f, name, H5P_DEFAULT), ft = a >= 0 ? H5Aget_type(a) : -1;
+        H5T_class_t cls = ft >= 0 ? H5Tget_class(ft) : H5T_NO_CLASS;
+        int is_signed = cls == H5T_INTEGER && H5Tget_sign(ft) == H5T_SGN_2;
+        if (cls == H5T_STRING) {
+            char *s = NULL;
+            rc = ckpt_attr_read_str(f, name, &s);
+            if (rc == 0 && get) printf("%s\n", s);
+            free(s);
+            if (rc == 0 && !get) rc = H5Adelete(f, name) >= 0 ? ckpt_attr_write_str(f, name, val, file) : -1;
+        } else if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+            long long i = 0;
+            unsigned long long u = 0;
+            double d = 0;
+            hid_t mt = cls == H5T_FLOAT ? H5T_NATIVE_DOUBLE : is_signed ? H5T_NATIVE_LLONG : H5T_NATIVE_ULLONG;
+            void *p = cls == H5T_FLOAT ? (void *)&d : is_signed ? (void *)&i : (void *)&u;
+            if (get) {
+                rc = H5Aread(a, mt, p) >= 0 ? 0 : -1;
+                if (rc == 0 && cls == H5T_FLOAT) printf("%.17g\n", d);
+                else if (rc == 0) is_signed ? printf("%lld\n", i) : printf("%llu\n", u);
+            } else {
+                d = strtod(val, NULL), i = strtoll(val, NULL, 10), u = strtoull(val, NULL, 10);
+                rc = H5Awrite(a, mt, p) >= 0 ? 0 : -1;
+            }
+        } else {
+            rc = -1;
+        }
+        if (ft >= 0) H5Tclose(ft);
+        if (a >= 0) H5Aclose(a);
+    } else {
+        long long i = strtoll(val, NULL, 10);
+        rc = ckpt_attr_write(f, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &i, file);
+    }
+    if (H5Fclose(f) < 0) rc = -1;
+    if (rc) printf("FAIL: %s %s %s\n", op, file, name);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && (strcmp(argv[1], "--get-attr") == 0 || strcmp(argv[1], "--del-attr") == 0))
+        return attr_edit(argv[1], argv[2], argv[3], NULL) ? 1 : 0;
+    if (argc == 5 && strcmp(argv[1], "--set-attr") == 0) return attr_edit(argv[1], argv[2], argv[3], argv[4]) ? 1 : 0;
     if (argc == 5 && strcmp(argv[1], "--flip") == 0) return flip_byte(argv[2], argv[3], atol(argv[4])) ? 1 : 0;
     if (argc == 3 && strcmp(argv[1], "--seal") == 0) return force_seal(argv[2]) ? 1 : 0;
     if (argc < 3) {
-        fprintf(stderr, "usage: ckpt_compare A.h5 B.h5 [GROUP...] | --flip FILE DSET AT | --seal FILE\n");
+        fprintf(stderr, "usage: ckpt_compare A.h5 B.h5 [GROUP...] | --flip FILE DSET AT | --seal FILE | "
+                        "--get-attr FILE NAME | --set-attr FILE NAME VALUE | --del-attr FILE NAME\n");
         return 2;
     }
     const char *defaults[] = {"model", "optimizer/m", "optimizer/v"};

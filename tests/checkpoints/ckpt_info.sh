@@ -55,3 +55,15 @@ out=$(info nowhere)
 rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 124 ] || fail "ckpt info on a missing path: exit $rc"
 echo "ok: truncated and missing: exit $rc"
+
+# issue 18.5: a FIFO as the checkpoint, named by `latest`, or as `latest` itself is refused at once
+# (open() on a FIFO blocked forever: `refused` fails a hang at its timeout)
+mkfifo fifo.h5 && mkdir -p fifodir fifolatest && mkfifo fifodir/step_00000003.h5 && mkfifo fifolatest/latest || fail "mkfifo"
+echo step_00000003.h5 >fifodir/latest
+RES=(train "$TINY" "${BASE[@]}" --set train.steps=4)
+refused 1 "fifo\.h5: not a regular file, not a checkpoint" ckpt info fifo.h5
+refused 1 "fifo\.h5: not a regular file" ckpt seal fifo.h5
+refused 1 "fifo\.h5: not a regular file, not a checkpoint" "${RES[@]}" --out f1 --resume fifo.h5
+refused 1 "fifodir/latest points to step_00000003\.h5, which is not a regular file" "${RES[@]}" --out f2 --resume fifodir
+refused 1 "fifolatest/latest: \`latest\` is not a regular file" "${RES[@]}" --out f3 --resume fifolatest
+echo "ok: FIFOs refused without blocking"

@@ -96,7 +96,9 @@ void tc_make(test_ckpt *c, unsigned seed, long long step)
     s->sample_cursor = step * 8 + 3;
     s->epoch = step / 3;
     s->seed = 0xDEADBEEFCAFEF00Dull + seed;
-    s->rng_counter = (uint64_t)step * 12345u;
+    s->rng_counter = (uint64_t)s->sample_cursor; /* loom's data-order RNG position */
+    s->adam_step = step - step / 5;               /* some steps skipped (non-finite) */
+    s->base_digest = 0x0123456789ABCDEFull ^ (uint64_t)seed;
     s->lr = 3e-4 / (double)(step + 1);
     s->model_config_json = dup_str("{\"vocab\": 257, \"d_model\": 64, \"n_layer\": 2, \"name\": \"t\\u00e9st\"}");
     /* > 64 KB: an attribute that size needs HDF5's dense attribute storage. */
@@ -128,6 +130,8 @@ static int compare(const test_ckpt *got, const test_ckpt *want)
     const ckpt_state *a = &got->state, *b = &want->state;
     int bad = a->step != b->step || a->tokens_seen != b->tokens_seen || a->sample_cursor != b->sample_cursor ||
               a->epoch != b->epoch || a->seed != b->seed || a->rng_counter != b->rng_counter || a->lr != b->lr ||
+              a->adam_step != b->adam_step || a->base_digest != b->base_digest ||
+              a->format_version != CKPT_FORMAT_VERSION ||
               a->world_size != b->world_size || a->zero_stage != b->zero_stage ||
               strcmp(a->model_config_json, b->model_config_json) || strcmp(a->job_config_json, b->job_config_json) ||
               strcmp(a->backend, b->backend);

@@ -44,4 +44,11 @@ add_test(NAME ckpt_damaged_links COMMAND ${LOOM_RESUME_DIR}/damaged_links.sh ${L
 # 5. the whole-file seal: a byte flipped mid-file refused by `ckpt info` and a resume (file left
 # as it was), `loom ckpt seal` after an edit through HDF5 (and h5py when installed)
 add_test(NAME ckpt_seal_cli COMMAND ${LOOM_RESUME_DIR}/seal.sh ${LOOM_RESUME_ARGS})
-set_tests_properties(resume_refused ckpt_info_cli ckpt_damaged_links ckpt_seal_cli PROPERTIES TIMEOUT 120)
+# 6. issue 18.3: every state attribute range-checked and checked against the rest of the file
+# (edited copies, accepted by `loom ckpt seal`), each refused by name; a version 1 file resumes
+add_test(NAME ckpt_state_attrs COMMAND ${LOOM_RESUME_DIR}/state_attrs.sh ${LOOM_RESUME_ARGS})
+# 7. issue 18.6: LoRA adapters bound to their base (digest): resume / eval / merge on another base
+# refused unless allowed explicitly; a copy of the base is the same base
+add_test(NAME ckpt_lora_base COMMAND ${LOOM_RESUME_DIR}/lora_base.sh ${LOOM_RESUME_ARGS})
+set_tests_properties(resume_refused ckpt_info_cli ckpt_damaged_links ckpt_seal_cli ckpt_state_attrs ckpt_lora_base
+                     PROPERTIES TIMEOUT 120)

@@ -1,7 +1,8 @@
 /* test_ckpt_badfiles.c: damaged or wrong checkpoints (truncated at many sizes, a flipped data
- * byte, a damaged or missing seal, a missing dataset, another format version, no `complete`, not
- * HDF5, bad `latest`) each fail with their own message and never crash; `ckpt_seal` accepts an
- * edited file only when its tensors are sound, and never changes a file it refuses. Files edited
+ * byte, a damaged or missing seal, a missing dataset, damaged dataset headers, another format
+ * version, no `complete`, not HDF5, bad `latest`, FIFOs, state attributes out of range) each
+ * fail with their own message and never crash; `ckpt_seal` accepts an edited file only when its
+ * tensors are sound (every one of its manifest present), and never changes a file it refuses. Files edited
  * through HDF5 lose their seal; to test the checks behind it they are re-sealed with the raw
  * ckpt_seal_write (checkpoints/ckpt_internal.h). Must never modify the good original. */
 #include <hdf5.h>
@@ -227,7 +228,10 @@ static void edited(const char *dir)
     CHECK(H5Ldelete(fid, "/optimizer/m/h.0.attn.q.weight", H5P_DEFAULT) >= 0, "delete dataset");
     H5Fclose(fid);
     CHECK_FAILS(ckpt_open(path) == NULL, "missing.h5: no seal (not written by loom, or edited after the save");
-    CHECK(ckpt_seal(path) == 0, "ckpt_seal of a file whose tensors are sound: %s", loom_error());
+    /* issue 18.4: the `tensors` manifest names what the save wrote: a lost one is no sound file */
+    CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 1 tensor(s) of the manifest missing, first /optimizer/m/h.0.attn.q.weight");
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
+    CHECK_FAILS(ckpt_print_info(path) == -1, "1 tensor(s) of the manifest missing, first /optimizer/m/h.0.attn.q.weight");
     test_ckpt c;
     tc_make_empty(&c);
     ckpt_reader *r = ckpt_open(path);
@@ -242,9 +246,9 @@ static void edited(const char *dir)
     H5Awrite(a, H5T_NATIVE_INT, &v);
     H5Aclose(a);
     H5Fclose(fid);
-    CHECK_FAILS(ckpt_seal(path) == -1, "format version 7, this loom reads 1");
+    CHECK_FAILS(ckpt_seal(path) == -1, "format version 7, this loom reads 1 to 2");
     CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
-    CHECK_FAILS(ckpt_open(path) == NULL, "format version 7, this loom reads 1");
+    CHECK_FAILS(ckpt_open(path) == NULL, "format version 7, this loom reads 1 to 2");
 
     fid = edit_copy(dir, "incomplete.h5", path, sizeof path);
     H5Adelete(fid, "complete");
@@ -264,6 +268,125 @@ static void edited(const char *dir)
     fclose(f);
     CHECK_FAILS(ckpt_open(path) == NULL, "not an HDF5 file");
     CHECK_FAILS(ckpt_seal(path) == -1, "not an HDF5 file");
+}
+
+/* Zero the signature of dataset dset's object header (its "OHDR"), so HDF5 cannot open it while
+ * its link (the name) stays intact. */
+static void damage_header(const char *path, const char *dset)
+{
+    hid_t fid = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    H5O_info_t oi;
+    int ok = fid >= 0 && H5Oget_info_by_name(fid, dset, &oi, H5P_DEFAULT) >= 0;
+    if (fid >= 0) H5Fclose(fid);
+    CHECK(ok, "find the object header of %s", dset);
+    if (!ok) return;
+    FILE *f = fopen(path, "r+b");
+    char sig[4] = {0};
+    CHECK(f && fseek(f, (long)oi.addr, SEEK_SET) == 0 && fread(sig, 1, 4, f) == 4 && memcmp(sig, "OHDR", 4) == 0,
+          "%s: no OHDR at %llu", dset, (unsigned long long)oi.addr);
+    if (f && fseek(f, (long)oi.addr, SEEK_SET) == 0) fwrite("\0\0\0\0", 1, 4, f);
+    if (f) fclose(f);
+}
+
+/* issue 18.4: `ckpt info` and `ckpt seal` listed 106 of 108 tensors as "ok" when two dataset
+ * headers were damaged (the walk skipped what it could not open). Both must fail naming one. */
+static void damaged_headers(const char *dir)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/headers.h5", dir);
+    CHECK(tc_copy(good, path) == 0, "copy");
+    damage_header(path, "/model/h.0.attn.q.weight");
+    damage_header(path, "/optimizer/v/wte.weight");
+    CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 2 tensor(s) failed their checksum, first /model/h.0.attn.q.weight (unreadable)");
+    CHECK(ckpt_seal_write(path, 1) == 0, "raw seal: %s", loom_error());
+    CHECK_FAILS(ckpt_print_info(path) == -1, "2 tensor(s) failed their checksum, first /model/h.0.attn.q.weight (unreadable)");
+}
+
+/* issue 18.5: a FIFO as the checkpoint, or as `latest`, or named by `latest`, is refused at once
+ * (open() on a FIFO without a writer blocks forever; an alarm turns a hang into a failure). */
+static void fifos(const char *dir)
+{
+    char sub[4200], path[4400], out[4400];
+    snprintf(path, sizeof path, "%s/fifo.h5", dir);
+    CHECK(mkfifo(path, 0666) == 0, "mkfifo %s", path);
+    alarm(20);
+    CHECK_FAILS(ckpt_open(path) == NULL, "fifo.h5: not a regular file, not a checkpoint");
+    CHECK_FAILS(ckpt_resolve(path, out, sizeof out) == -1, "fifo.h5: not a regular file, not a checkpoint");
+    CHECK_FAILS(ckpt_seal(path) == -1, "fifo.h5: not a regular file");
+    CHECK_FAILS(ckpt_print_info(path) == -1, "fifo.h5: not a regular file");
+    snprintf(sub, sizeof sub, "%s/fifo_named", dir);
+    mkdir(sub, 0777);
+    snprintf(path, sizeof path, "%s/step_00000001.h5", sub);
+    CHECK(mkfifo(path, 0666) == 0, "mkfifo %s", path);
+    snprintf(path, sizeof path, "%s/latest", sub);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("step_00000001.h5\n", f), fclose(f);
+    CHECK_FAILS(ckpt_resolve(sub, out, sizeof out) == -1, "points to step_00000001.h5, which is not a regular file");
+    snprintf(sub, sizeof sub, "%s/fifo_latest", dir);
+    mkdir(sub, 0777);
+    snprintf(path, sizeof path, "%s/latest", sub);
+    CHECK(mkfifo(path, 0666) == 0, "mkfifo %s", path);
+    CHECK_FAILS(ckpt_resolve(sub, out, sizeof out) == -1, "latest: `latest` is not a regular file");
+    alarm(0);
+}
+
+/* issue 18.3: each state attribute out of range is refused on load, naming the attribute (the
+ * file edited through HDF5, then sealed as it is). */
+static void set_i64(const char *path, const char *name, hid_t type, const void *v)
+{
+    CHECK(tc_copy(good, path) == 0, "copy");
+    hid_t fid = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t a = fid >= 0 ? H5Aopen(fid, name, H5P_DEFAULT) : -1;
+    CHECK(a >= 0 && H5Awrite(a, type, v) >= 0, "set %s", name);
+    if (a >= 0) H5Aclose(a);
+    if (fid >= 0) H5Fclose(fid);
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
+}
+
+static void state_ranges(const char *dir)
+{
+    const struct { const char *attr; int64_t v; const char *want; } cases[] = {
+        {"step", 1LL << 40, "attribute step = 1099511627776 is out of range [0, 2147483647]"},
+        {"step", -5, "attribute step = -5 is out of range [0, 2147483647]"},
+        {"step", (1LL << 31) + 20, "attribute step = 2147483668 is out of range"},
+        {"adam_step", 1LL << 31, "attribute adam_step = 2147483648 is out of range [0, step 10]"},
+        {"adam_step", -1, "attribute adam_step = -1 is out of range [0, step 10]"},
+        {"tokens_seen", -7, "attribute tokens_seen = -7 is out of range"},
+        {"sample_cursor", -1, "attribute sample_cursor = -1 is out of range"},
+        {"epoch", -2, "attribute epoch = -2 is out of range"},
+    };
+    char path[4400];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "%s/attr_%zu.h5", dir, i);
+        set_i64(path, cases[i].attr, H5T_NATIVE_INT64, &cases[i].v);
+        ckpt_reader *r = ckpt_open(path);
+        ckpt_state st;
+        CHECK(r != NULL, "open %s: %s", path, loom_error());
+        if (r) CHECK_FAILS(ckpt_read_state(r, &st) == -1, cases[i].want);
+        ckpt_close(r);
+    }
+    const int32_t z = 9, w = 0;
+    const double lr = -3e-4;
+    snprintf(path, sizeof path, "%s/attr_zero.h5", dir);
+    set_i64(path, "zero_stage", H5T_NATIVE_INT32, &z);
+    ckpt_reader *r = ckpt_open(path);
+    ckpt_state st;
+    if (r) CHECK_FAILS(ckpt_read_state(r, &st) == -1, "attribute zero_stage = 9 is out of range [0, 3]");
+    ckpt_close(r);
+    set_i64(path, "world_size", H5T_NATIVE_INT32, &w);
+    r = ckpt_open(path);
+    if (r) CHECK_FAILS(ckpt_read_state(r, &st) == -1, "attribute world_size = 0 is out of range");
+    ckpt_close(r);
+    set_i64(path, "lr", H5T_NATIVE_DOUBLE, &lr);
+    r = ckpt_open(path);
+    if (r) CHECK_FAILS(ckpt_read_state(r, &st) == -1, "attribute lr = -0.0003 is not a finite non-negative");
+    ckpt_close(r);
+    /* and the writer never writes what the reader refuses */
+    test_ckpt c;
+    tc_make(&c, 5, 10);
+    c.state.adam_step = 11;
+    CHECK_FAILS(ckpt_save(dir, &c.state, c.groups, TC_NGROUPS, 0) == -1, "attribute adam_step = 11 is out of range [0, step 10]");
+    tc_free(&c);
 }
 
 static void bad_pointers(const char *dir)
@@ -301,6 +424,9 @@ int main(void)
     damaged_seal(dir);
     seal_write_fails(dir);
     edited(dir);
+    damaged_headers(dir);
+    fifos(dir);
+    state_ranges(dir);
     bad_pointers(dir);
     CHECK(tc_load_check(good, &c) == 0, "the original is untouched");
     tc_free(&c);

@@ -6,7 +6,9 @@
 #   tmpfs  2 ranks; the checkpoint dir is a 2 MiB tmpfs that holds one checkpoint (1.5 MB of blocks) but not two
 #          (ENOSPC); needs mount rights, else SKIP (77).
 # on_error "stop": exit non-zero with an error line (on 1 rank it must name the cause; on 2 ranks
-# rank 1's "the save failed on rank 0" may be the only line that gets out before the abort); "continue": the job finishes. Either way the
+# rank 1's "the save failed on rank 0" may be the only line that gets out before the abort);
+# "continue": training goes on to the end, and the job exits non-zero as its last save failed
+# too. Either way the
 # step-2 checkpoint stays `latest`, loadable and finite, and no temp file is left behind.
 source "$(dirname "$0")/common.sh"
 mode=${DISK_FULL:-fsize}
@@ -53,9 +55,16 @@ grep -qE "$cause" "$LOG" || { [ $NP -gt 1 ] && grep -qE "loom: error: .*save fai
     fail "on_error=stop: no error line naming the checkpoint and the cause"
 check_previous "on_error=stop"
 
+# continue: the step-4 save fails with a warning and training goes on; the last save (step 6)
+# fails too, so the job ends non-zero (issue 18.7: it exited 0 with nothing of its end state saved)
 LOG=continue.log
-loom_np $NP --out out "${RUN[@]}" --set checkpoint.dir=$CK --resume $CK --set checkpoint.on_error=continue ||
-    { show; fail "on_error=continue: the job did not finish"; }
+loom_np $NP --out out "${RUN[@]}" --set checkpoint.dir=$CK --resume $CK --set checkpoint.on_error=continue
+rc=$?
+[ $rc -ne 0 ] || { show; fail "on_error=continue: exit 0 although the last save failed"; }
+[ $rc -lt 128 ] || { show; fail "on_error=continue: killed by signal $((rc - 128))"; }
 grep -q "checkpoint failed, training continues" "$LOG" || { show; fail "on_error=continue: no warning"; }
+grep -q '"step": *6' out/metrics.jsonl || { show; fail "on_error=continue: training did not reach step 6"; }
+grep -qE "loom: error: .*last save \(step 6\) failed|save failed on rank 0" "$LOG" ||
+    { show; fail "on_error=continue: no error line for the failed last save"; }
 check_previous "on_error=continue"
 echo "ok ($mode): failed saves stop or continue as asked; step 2 stays latest and intact"
