@@ -11,6 +11,7 @@
 #include "checkpoints/ckpt.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/resume_check.h"
 
 ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {
@@ -233,6 +234,7 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
     int rc = session_check_model(s, file, st.model_config_json);
+    if (rc == 0) rc = resume_check_job(s->cfg, file, st.job_config_json);
     if (rc == 0) rc = session_read_tensors(s, r);
     if (rc == 0 && s->opt) s->opt->t = (int)st.rng_counter;
     if (rc == 0) {

@@ -5,3 +5,4 @@ set_tests_properties(test_train PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJEC
 add_test(NAME finetune_e2e COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_e2e.sh $<TARGET_FILE:loom> ${LOOM_MPIRUN})
 set_tests_properties(finetune_e2e PROPERTIES TIMEOUT 300)
 loom_add_test(test_optim_lr ${CMAKE_CURRENT_SOURCE_DIR}/test_optim_lr.c loom_core)
+loom_add_test(test_resume_check ${CMAKE_CURRENT_SOURCE_DIR}/test_resume_check.c loom_core)
