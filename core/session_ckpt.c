@@ -234,7 +234,8 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
     int rc = session_check_model(s, file, st.model_config_json);
-    if (rc == 0) rc = resume_check_job(s->cfg, file, st.job_config_json);
+    if (rc == 0 && s->mode != SESSION_INFER) /* eval and sample read weights, not the schedule */
+        rc = resume_check_job(s->cfg, file, st.job_config_json);
     if (rc == 0) rc = session_read_tensors(s, r);
     if (rc == 0 && s->opt) s->opt->t = (int)st.rng_counter;
     if (rc == 0) {

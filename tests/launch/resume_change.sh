@@ -2,7 +2,7 @@
 # resume_change.sh LOOM JOB: resuming with a different train section (batch size, seq_len, seed,
 # ...) changes the data order: it is refused in one line naming the field, unless
 # train.allow_change=true (then a warning naming it); the unchanged job and an exempt field
-# (train.micro_batch, train.log_every) resume (issue 18.10).
+# (train.micro_batch, train.log_every) resume, and sampling from it ignores train (issue 18.10).
 set -u
 loom=$1 job=$2
 here=$(dirname "$0")
@@ -24,4 +24,7 @@ timeout 300 "$loom" "${run[@]}" --out "$w/allow" --resume "$mid" --set train.bat
     > /dev/null 2> "$w/err" || { cat "$w/err"; fail "train.allow_change=true did not allow the change"; }
 grep -q "train.batch_size changed since the checkpoint (8 -> 16); resuming anyway" "$w/err" ||
     { cat "$w/err"; fail "allow_change: no warning naming the field"; }
+# sample and eval only read the weights: a different train section is no reason to refuse them
+timeout 120 "$loom" sample "$job" --ckpt "$mid" --set train.batch_size=16 --prompt hi --max-new 2 --quiet \
+    > /dev/null 2> "$w/err" || { cat "$w/err"; fail "sample refused a checkpoint over the train section"; }
 echo "ok: changed train fields refused, exempt fields and allow_change resume"
