@@ -89,9 +89,9 @@
     X("train.max_bad_steps", CFG_INT, train.max_bad_steps, "5", POS, \
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
     X("train.allow_change", CFG_BOOL, train.allow_change, "false", ANY, \
-      "Resume even when a `train` field other than micro_batch, recompute, log_every and " \
-      "max_bad_steps (or `data.val_split`, `data.max_len`) differs from the checkpoint's; " \
-      "the data order and schedule then differ from the original run.") \
+      "Resume even when a `train` field other than steps, micro_batch, recompute, log_every " \
+      "and max_bad_steps (or `data.val_split`, `data.max_len`) differs from the checkpoint's; " \
+      "the data order or schedule then differ from the original run. Without it, refused.") \
     X("data.train", CFG_STRING, data.train, "\"\"", ANY, \
       "Training data: a file named `*.txt` is text (byte-tokenized, at most 256 MiB); any " \
       "other name must be a token file (`loom tokenize`), memory-mapped; finetune reads JSONL " \

@@ -1,7 +1,6 @@
-/* resume_check.c: the resume comparison of the saved job config with the new one (see
- * resume_check.h). Walks the config table, so a new train field is compared unless exempted
- * here on purpose. Refuses rather than adapting: changing the batch size would move every
- * later sample (sample g of step s is s * batch_size + ...), and no adaptation is exact. */
+/* resume_check.c: the saved job config against the new one (see resume_check.h). Walks the config
+ * table, so a new train field is compared unless exempted here. Refuses rather than adapts: a new
+ * batch size moves every later sample (step s starts at sample s * batch_size). */
 #include "resume_check.h"
 
 #include <stdio.h>
@@ -10,9 +9,11 @@
 #include "base/error.h"
 #include "base/log.h"
 
-/* Fields that change how a step runs or is reported, not what it computes or which data it reads. */
-static const char *const resume_free[] = {"train.micro_batch", "train.recompute", "train.log_every",
-                                          "train.max_bad_steps", "train.allow_change", NULL};
+/* Fields that change how a step runs or is reported, not what it computes or which data it reads;
+ * and steps: extending (or cutting) a run keeps the data order, the schedule spans the new total. */
+static const char *const resume_free[] = {"train.steps", "train.micro_batch", "train.recompute",
+                                          "train.log_every", "train.max_bad_steps", "train.allow_change",
+                                          NULL};
 static const char *const resume_data[] = {"data.val_split", "data.max_len", NULL};
 
 static int resume_listed(const char *path, const char *const *list)

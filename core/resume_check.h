@@ -7,8 +7,9 @@
 #include "core/config.h"
 
 /* The first field that may not change on a resume and differs between saved and now, or NULL.
- * Compared: every train.* field but micro_batch (any split gives the same rows), recompute,
- * log_every, max_bad_steps and allow_change; and data.val_split, data.max_len. *what gets
+ * Compared: every train.* field but steps (a run may be extended), micro_batch (any split gives
+ * the same rows), recompute, log_every, max_bad_steps and allow_change; and data.val_split,
+ * data.max_len. *what gets
  * "A -> B" (the saved and the new value) when a field differs. */
 const char *resume_changed_field(const job_config *saved, const job_config *now, char *what, size_t len);
 

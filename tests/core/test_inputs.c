@@ -1,7 +1,6 @@
-/* test_inputs.c: inputs loom must refuse in one line (issue 18.9): JSONL lines with invalid,
- * overlong or surrogate UTF-8, a raw or escaped NUL (file:line); a data.max_len that leaves no
- * answer token; token files whose header does not parse (never read as text); FIFOs, devices and
- * oversized files (never read whole); an unset data.train; parallel.threads past its bound. */
+/* test_inputs.c: inputs refused in one line (issue 18.9): bad/overlong/surrogate UTF-8 and NULs in
+ * JSONL (file:line), a data.max_len with no answer token, unparsable token files (never text), FIFOs,
+ * devices, oversized files (never read whole), an unset data.train, parallel.threads past 256. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
