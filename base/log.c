@@ -50,6 +50,15 @@ void log_info(const char *fmt, ...)
     if (log_rank != 0 || log_quiet) return;
     va_list ap;
     va_start(ap, fmt);
+    log_line(stderr, "", fmt, ap);
+    va_end(ap);
+}
+
+void log_result(const char *fmt, ...)
+{
+    if (log_rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
     log_line(stdout, "", fmt, ap);
     va_end(ap);
 }

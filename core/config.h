@@ -44,10 +44,11 @@ typedef struct train_config {
     int recompute;       /* recompute activations per layer in backward */
     int log_every;
     int max_bad_steps;   /* consecutive non-finite steps before stopping */
+    int allow_change;    /* resume even if the schedule / data order fields differ (resume_check) */
 } train_config;
 
 typedef struct data_config {
-    char train[CONFIG_STR];  /* token file (.bin) or text file (byte-tokenized), or JSONL (finetune) */
+    char train[CONFIG_STR];  /* token file (any name), text (*.txt, byte-tokenized), or JSONL (finetune) */
     char val[CONFIG_STR];    /* optional separate validation file */
     float val_split;         /* held-out fraction when val is empty (finetune) */
     int max_len;             /* finetune: cap on padded example length */

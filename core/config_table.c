@@ -88,9 +88,14 @@
     X("train.log_every", CFG_INT, train.log_every, "1", POS, "Print a progress line every N steps.") \
     X("train.max_bad_steps", CFG_INT, train.max_bad_steps, "5", POS, \
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
+    X("train.allow_change", CFG_BOOL, train.allow_change, "false", ANY, \
+      "Resume even when a `train` field other than steps, micro_batch, recompute, log_every " \
+      "and max_bad_steps (or `data.val_split`, `data.max_len`) differs from the checkpoint's; " \
+      "the data order or schedule then differ from the original run. Without it, refused.") \
     X("data.train", CFG_STRING, data.train, "\"\"", ANY, \
-      "Training data: a token file (`.bin`), a text file (byte-tokenized) or JSONL examples " \
-      "(finetune).") \
+      "Training data: a file named `*.txt` is text (byte-tokenized, at most 256 MiB); any " \
+      "other name must be a token file (`loom tokenize`), memory-mapped; finetune reads JSONL " \
+      "(at most 1 GiB, strict UTF-8).") \
     X("data.val", CFG_STRING, data.val, "\"\"", ANY, \
       "Validation file; `\"\"` = hold out `val_split` of the training examples (finetune).") \
     X("data.val_split", CFG_FLOAT, data.val_split, "0.1", UNIT, \
@@ -107,8 +112,9 @@
       "Gradient bucket size in MB; a full bucket is reduced while backward goes on.") \
     X("parallel.timeout_s", CFG_FLOAT, parallel.timeout_s, "300", POS, \
       "A collective waiting longer than this ends the job, naming the rank it waited for.") \
-    X("parallel.threads", CFG_INT, parallel.threads, "0", NONNEG, \
-      "CPU threads per rank; 0 = cores / ranks on the node.") \
+    X("parallel.threads", CFG_INT, parallel.threads, "0", RANGE(0, 256), \
+      "CPU threads per rank; 0 = cores / ranks on the node. At most 256: each thread reserves " \
+      "its own stack and BLAS buffer.") \
     X("checkpoint.dir", CFG_STRING, checkpoint.dir, "\"\"", ANY, \
       "Checkpoint folder; `\"\"` = `<out>/ckpt`.") \
     X("checkpoint.every", CFG_INT, checkpoint.every, "0", RANGE(-1, HUGE_VAL), \

@@ -1,7 +1,7 @@
-/* data.h: pretraining data: token files (format in docs/token-format.md) or plain text files
- * (byte-tokenized on load), held in host memory, and deterministic batch sampling: the sample
- * with global index g is a function of (seed, g) only, so any world size sees the same global
- * batch at every step. */
+/* data.h: pretraining data: token files (format in docs/token-format.md), memory-mapped, or
+ * text files named *.txt (byte-tokenized on load, at most TOKDATA_TEXT_MAX bytes), and
+ * deterministic batch sampling: the sample with global index g is a function of (seed, g) only,
+ * so any world size sees the same global batch at every step. */
 #ifndef LOOM_DATA_H
 #define LOOM_DATA_H
 
@@ -11,15 +11,33 @@
 #define TOKFILE_MAGIC "LOOMTOK1"   /* 8 bytes */
 #define TOKFILE_VERSION 1
 #define TOKFILE_HEADER_BYTES 24    /* magic[8], u32 version, u32 token_bytes, u64 count (LE) */
+#define TOKDATA_TEXT_MAX (256ull << 20) /* a text file is held whole (4 bytes a token): cap it */
 
+/* A token file is mapped read-only (payload points into the map, `width` bytes per id, little
+ * endian); a text file is tokenized into `tokens` (owned). Read ids with token_data_at. */
 typedef struct token_data {
-    int32_t *tokens; /* host, n entries */
-    size_t n;
+    int32_t *tokens;              /* text: host, n entries; NULL for a token file */
+    const unsigned char *payload; /* token file: the ids, inside the map */
+    void *map;                    /* token file: the whole file, map_len bytes */
+    size_t map_len, n;
+    int width;                    /* bytes per id in payload: 2 or 4 */
 } token_data;
 
-/* Load `path`: a token file (by its magic) or else a text file. Every id must be < vocab.
+static inline int32_t token_data_at(const token_data *d, size_t i)
+{
+    if (d->tokens) return d->tokens[i];
+    const unsigned char *p = d->payload + i * (size_t)d->width;
+    return d->width == 2 ? (int32_t)(p[0] | p[1] << 8)
+                         : (int32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* Load `path` as the job says by its name: a *.txt file is text, anything else must be a token
+ * file (its magic, version, width and count must parse). Every id must be < vocab. A path that
+ * is empty is "data.train: not set"; a non-regular file (a FIFO, /dev/zero) is refused.
  * -1 + loom_fail naming the file and the problem (truncated, bad header, id out of range). */
 int token_data_load(token_data *d, const char *path, int vocab);
+/* Load `path` as text whatever its name (`loom tokenize`). */
+int token_data_load_text(token_data *d, const char *path, int vocab);
 void token_data_free(token_data *d);
 
 /* Write a token file with 2- or 4-byte tokens (width 2 requires every id < 65536). */

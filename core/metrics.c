@@ -16,7 +16,7 @@
 struct metrics {
     int active;          /* rank 0 */
     int quiet;
-    int tty;             /* stdout is a terminal: draw a bar */
+    int tty;             /* stderr (where progress goes) is a terminal: draw a bar */
     int total;
     FILE *jsonl;
     char svg_path[600];
@@ -45,7 +45,7 @@ metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, i
     if (rank != 0) return mt;
     mt->active = 1;
     mt->quiet = quiet;
-    mt->tty = isatty(STDOUT_FILENO);
+    mt->tty = isatty(STDERR_FILENO);
     char dir[512], path[600];
     if (cfg->out[0]) snprintf(dir, sizeof dir, "%s", cfg->out);
     else snprintf(dir, sizeof dir, "runs/%s", cfg->name);
@@ -97,13 +97,13 @@ void metrics_step(metrics *mt, const session *s, int step, double loss, float lr
     metrics_format_time(eta, sizeof eta, mt->elapsed / step * (mt->total - step));
     if (mt->tty) {
         int width = 20, fill = (int)((double)width * step / mt->total);
-        printf("\r[%.*s%*s] ", fill, "####################", width - fill, "");
+        fprintf(stderr, "\r[%.*s%*s] ", fill, "####################", width - fill, "");
     }
-    printf("step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s%s",
+    fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s%s",
            (int)(log10((double)mt->total) + 1), step, mt->total, loss, lr, grad_norm, tps,
            100.0 * mfu, el, eta, mt->tty ? "   " : "\n");
-    if (mt->tty && step == mt->total) printf("\n");
-    fflush(stdout);
+    if (mt->tty && step == mt->total) fputc('\n', stderr);
+    fflush(stderr);
 }
 
 void metrics_val(metrics *mt, int step, double val_loss)
@@ -113,7 +113,7 @@ void metrics_val(metrics *mt, int step, double val_loss)
     fprintf(mt->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
     fflush(mt->jsonl);
     plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
-    if (mt->tty) printf("\n");
+    if (mt->tty) fputc('\n', stderr);
     log_info("step %d | val loss %.4f", step, val_loss);
 }
 

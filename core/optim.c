@@ -33,18 +33,31 @@ void optim_destroy(optim *o)
     free(o);
 }
 
+/* The number of warmup steps: `warmup` itself when >= 1, else ceil(warmup * steps), so a fraction
+ * covers whole steps (0.05 of 50 steps = 3 steps). The 1e-6 keeps a product that float rounding
+ * puts a hair above a whole number (0.05f * 20 = 1.0000000149) on that number. */
+static int optim_warmup_steps(const train_config *tc)
+{
+    double w = tc->warmup >= 1.0f ? (double)tc->warmup : (double)tc->warmup * tc->steps;
+    return w > 0.0 ? (int)ceil(w * (1.0 - 1e-6)) : 0;
+}
+
+/* With W warmup steps, step s (0-based) of L + 1 runs at
+ *   lr * (s + 1) / W                                      for s < W (linear from 0, lr at s = W - 1)
+ *   min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2        after, p = (s - P) / (L - P), P = max(W - 1, 0)
+ * a cosine from lr at the peak step P to min_lr at the last step L. A whole number of warmup
+ * steps is what keeps the rate at or below lr: a fractional W ended warmup mid-step, and
+ * (s + 1) / W went past 1 on that step (5x the peak at step 0 for W = 0.2). A warmup that spans
+ * every step leaves no room for decay: the run ends at the peak. */
 float optim_lr(const train_config *tc, int step)
 {
-    int total = tc->steps;
-    float warm = tc->warmup >= 1.0f ? tc->warmup : tc->warmup * (float)total;
-    if (warm > 0.0f && (float)step < warm) return tc->lr * ((float)step + 1.0f) / warm;
-    float span = (float)total - warm;
-    if (span <= 1.0f) return tc->lr;
-    /* cosine from lr at the end of warmup to min_lr at the last step */
-    float progress = ((float)step - warm) / (span - 1.0f);
-    if (progress > 1.0f) progress = 1.0f;
-    float cosine = 0.5f * (1.0f + cosf(3.14159265358979f * progress));
-    return tc->min_lr + (tc->lr - tc->min_lr) * cosine;
+    int warm = optim_warmup_steps(tc), last = tc->steps - 1, peak = warm > 1 ? warm - 1 : 0;
+    if (step < warm) return (float)((double)tc->lr * (step + 1.0) / warm);
+    if (peak >= last) return tc->lr;
+    double p = (double)(step - peak) / (double)(last - peak);
+    if (p > 1.0) p = 1.0;
+    double cosine = p >= 1.0 ? 0.0 : 0.5 * (1.0 + cos(3.14159265358979323846 * p));
+    return (float)((double)tc->min_lr + ((double)tc->lr - (double)tc->min_lr) * cosine);
 }
 
 float optim_clip_scale(const train_config *tc, double grad_norm)

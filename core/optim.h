@@ -30,7 +30,8 @@ optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, in
                     size_t state_elems);
 void optim_destroy(optim *o);
 
-/* The learning rate of optimizer step `step` (0-based) of `total`. */
+/* The learning rate of optimizer step `step` (0-based) of tc->steps: linear warmup from 0 and a
+ * cosine to min_lr at the last step; never above tc->lr, for any warmup (see optim.c). */
 float optim_lr(const train_config *tc, int step);
 
 /* One AdamW step over every piece: params_at[i] / grads_at[i] point at element lo of piece i.

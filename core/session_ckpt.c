@@ -11,6 +11,7 @@
 #include "checkpoints/ckpt.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/resume_check.h"
 
 ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {
@@ -326,6 +327,8 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     if (rc == 0) rc = session_check_state(file, &st);
     if (rc == 0) rc = session_check_base(s, file, &st);
     if (rc == 0) rc = session_check_shapes(s, file, r);
+    if (rc == 0 && s->mode != SESSION_INFER) /* eval and sample read weights, not the schedule */
+        rc = resume_check_job(s->cfg, file, st.job_config_json);
     if (rc == 0) rc = session_read_tensors(s, r);
     if (rc == 0 && s->opt) s->opt->t = (int)st.adam_step;
     if (rc == 0) {

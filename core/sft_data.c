@@ -4,9 +4,12 @@
 #include "sft_data.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/rng.h"
@@ -49,29 +52,85 @@ static void sft_list_free(sft_list *l)
     memset(l, 0, sizeof *l);
 }
 
+/* Read a JSONL file whole: a regular file only (a FIFO would block, /dev/zero never end) and at
+ * most SFT_FILE_MAX bytes, so what is held stays bounded whatever the path names. */
 static char *sft_read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) { loom_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        if (n + 1 >= cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *b = realloc(buf, cap);
-            if (!b) { free(buf); fclose(f); loom_fail("%s: out of memory reading it", path); return NULL; }
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+    if (!path[0]) { loom_fail("data.train: not set"); return NULL; }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { loom_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    struct stat st;
+    int bad = fstat(fd, &st) != 0 ? loom_fail("%s: cannot stat: %s", path, strerror(errno))
+            : !S_ISREG(st.st_mode) ? loom_fail("%s: not a regular file (data must be a file, not a "
+                                               "device, FIFO or folder)", path)
+            : (unsigned long long)st.st_size > SFT_FILE_MAX
+                ? loom_fail("%s: %lld MiB, over the %llu MiB of JSONL loom holds in memory (split it)",
+                            path, (long long)st.st_size >> 20, SFT_FILE_MAX >> 20)
+                : 0;
+    if (bad) { close(fd); return NULL; }
+    size_t cap = (size_t)st.st_size, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) { close(fd); loom_fail("%s: out of memory for %zu bytes", path, cap); return NULL; }
+    while (n < cap) { /* a file that grows meanwhile is read up to the size seen */
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { loom_fail("%s: read error: %s", path, strerror(errno)); free(buf); close(fd); return NULL; }
         if (got == 0) break;
+        n += (size_t)got;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); loom_fail("%s: read error", path); return NULL; }
+    close(fd);
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+/* Strict UTF-8 (RFC 3629) over n bytes: NULL if valid, else why, with the byte offset in *at.
+ * Refuses a raw NUL, overlong forms (C0, C1, E0 80..9F, F0 80..8F), UTF-16 surrogates (ED A0..BF),
+ * code points above U+10FFFF (F4 90.., F5..FF), stray continuation bytes and cut sequences. */
+static const char *sft_utf8_problem(const unsigned char *s, size_t n, size_t *at)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        *at = i;
+        if (c == 0) return "a raw NUL byte";
+        if (c < 0x80) { i++; continue; }
+        int more = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+        if (c == 0xC0 || c == 0xC1) return "overlong UTF-8";
+        if (!more) return "invalid UTF-8";
+        /* the second byte's range carries the overlong / surrogate / range limits */
+        unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        if (i + (size_t)more >= n) return "a cut UTF-8 sequence";
+        unsigned c1 = s[i + 1];
+        if (c1 < 0x80 || c1 > 0xBF) return "invalid UTF-8";
+        if (c1 < lo) return "overlong UTF-8";
+        if (c1 > hi) return c == 0xED ? "a UTF-16 surrogate in UTF-8" : "a code point above U+10FFFF";
+        for (int k = 2; k <= more; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xBF) return "invalid UTF-8";
+        i += (size_t)more + 1;
+    }
+    return NULL;
+}
+
+/* JSON's \u0000 decodes to a NUL that would cut the C string it lands in: refuse it as the raw
+ * byte is refused. Outside strings a backslash is invalid JSON anyway, so no string tracking. */
+static int sft_escaped_nul(const char *s, size_t n, size_t *at)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !strncmp(s + i + 2, "0000", 4)) { *at = i; return 1; }
+        i++; /* skip the escaped character (so \\u0000 is a backslash then text) */
+    }
+    return 0;
+}
+
+/* One line's bytes before JSON sees them: -1 + loom_fail (no location) if they are refused. */
+static int sft_check_line(const char *p, size_t n)
+{
+    size_t at = 0;
+    const char *why = sft_utf8_problem((const unsigned char *)p, n, &at);
+    if (why) return loom_fail("%s at byte %zu", why, at + 1);
+    if (sft_escaped_nul(p, n, &at)) return loom_fail("an escaped NUL (\\u0000) at byte %zu", at + 1);
+    return 0;
 }
 
 static int sft_blank(const char *s, size_t n)
@@ -107,7 +166,7 @@ static int sft_parse_file(const char *path, int skip, sft_list *out, sft_bad_lin
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
         if (!sft_blank(p, n)) {
             sft_example ex;
-            if (chat_example_parse(p, n, &ex, 0) == 0) {
+            if (sft_check_line(p, n) == 0 && chat_example_parse(p, n, &ex, 0) == 0) {
                 ex.line = line;
                 if ((rc = sft_list_push(out, &ex)) != 0) chat_example_free(&ex);
             } else {
@@ -190,14 +249,30 @@ static int sft_longest(const sft_list *l)
     return m;
 }
 
+/* -1 + loom_fail when no row of set s keeps a target: every prompt (through <|assistant|>) fills
+ * the T tokens, so the split would train on nothing (loss 0) or validate to 0/0 (NaN). */
+static int sft_check_targets(const sft_set *s, int T, const char *path, const char *what)
+{
+    int shortest = -1;
+    for (int i = 0; i < s->n; i++)
+        if (shortest < 0 || s->prompt_len[i] < s->prompt_len[shortest]) shortest = i;
+    if (shortest < 0 || s->prompt_len[shortest] < T) return 0;
+    return loom_fail("data.max_len (%d) is not above the shortest rendered prompt (%d tokens, %s:%d): no %s "
+                     "example keeps an answer token; raise data.max_len (model.max_seq also caps it)",
+                     T, s->prompt_len[shortest], path, s->ex[shortest].line, what);
+}
+
 /* Both lists parsed and split: bucket, render, and set up the order cache. */
-static int sft_finish(sft_data *d, sft_list *train, sft_list *val)
+static int sft_finish(sft_data *d, sft_list *train, sft_list *val, const data_config *cfg)
 {
     int lt = sft_longest(train), lv = sft_longest(val);
     d->longest = lt > lv ? lt : lv;
     d->T = sft_bucket(d->longest, d->T);
     if (sft_render_set(train, &d->train, d->T, &d->n_truncated) ||
         sft_render_set(val, &d->val, d->T, &d->n_truncated))
+        return -1;
+    if (sft_check_targets(&d->train, d->T, cfg->train, "training") ||
+        sft_check_targets(&d->val, d->T, cfg->val[0] ? cfg->val : cfg->train, "validation"))
         return -1;
     d->perm = calloc(1, sizeof *d->perm);
     if (d->perm) d->perm->perm = malloc((size_t)d->train.n * sizeof(int));
@@ -220,7 +295,7 @@ int sft_data_load(sft_data *d, const data_config *cfg, uint64_t seed)
                            "data.val_split or set data.val", cfg->train, val.n, cfg->val_split);
     }
     d->T = cfg->max_len; /* sft_finish turns the cap into the bucket */
-    if (rc == 0) rc = sft_finish(d, &train, &val);
+    if (rc == 0) rc = sft_finish(d, &train, &val, cfg);
     sft_list_free(&all);
     sft_list_free(&train);
     sft_list_free(&val);

@@ -11,6 +11,7 @@
 #include "core/config.h"
 
 #define SFT_MIN_LEN 128        /* the padded length is a power of two >= this ... */
+#define SFT_FILE_MAX (1ull << 30) /* a JSONL file is read whole: at most this many bytes */
 #define SFT_BAD_LINES_KEPT 8   /* line numbers of the first bad lines kept for the report */
 
 /* Bad lines of one file skipped under data.skip_bad_lines. */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/log.h"
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {
@@ -54,6 +55,7 @@ static void cli_resolve_path(char *path, size_t len, const char *job_path)
 
 int cli_load_config(const cli_job *a, job_config *cfg)
 {
+    log_set_quiet(a->quiet); /* before anything logs: --quiet leaves results and warnings only */
     if (config_load(cfg, a->job_path, a->sets, a->nsets)) return -1;
     cli_resolve_path(cfg->data.train, sizeof cfg->data.train, a->job_path);
     cli_resolve_path(cfg->data.val, sizeof cfg->data.val, a->job_path);

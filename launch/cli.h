@@ -19,7 +19,8 @@ typedef struct cli_job {
 /* Parse argv[first..argc) into *a. -1 + loom_fail on an unknown flag or a missing value. */
 int cli_parse_job(int argc, char **argv, int first, cli_job *a);
 
-/* Load the job config the arguments name, with --set, --out and --backend applied. */
+/* Load the job config the arguments name, with --set, --out and --backend applied; --quiet
+ * silences info lines from here on (logs go to stderr, results to stdout: base/log.h). */
 int cli_load_config(const cli_job *a, job_config *cfg);
 
 /* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */

@@ -24,10 +24,10 @@ int cmd_eval(int argc, char **argv)
     int rc = s ? session_init_or_resume(s, a.ckpt) : -1;
     if (rc == 0) rc = evaluate_loss(s, &d, &loss);
     if (rc == 0) rc = evaluate_accuracy(s, &d, &acc, &names);
-    if (rc == 0)
-        log_info("eval %s: %d held-out examples | val loss %.4f | tool-call exact match %.1f%% | "
-                 "right tool names %.1f%%", a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss,
-                 100.0 * acc, 100.0 * names);
+    if (rc == 0) /* the result: stdout, also under --quiet */
+        log_result("eval %s: %d held-out examples | val loss %.4f | tool-call exact match %.1f%% | "
+                   "right tool names %.1f%%", a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss,
+                   100.0 * acc, 100.0 * names);
     session_close(s);
     sft_data_free(&d);
     if (rc) return cli_job_failed(c);

@@ -1,5 +1,9 @@
 /* cmd_sample.c: `loom sample JOB.json --ckpt PATH (--prompt TEXT | --query TEXT --tools JSON)
- * [--temperature T] [--top-k K] [--seed S] [--max-new N]`: generate with the KV cache. */
+ * [--temperature T] [--top-k K] [--seed S] [--max-new N]`: generate with the KV cache. The
+ * continuation is the only thing on stdout (logs go to stderr); every flag value is checked. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,27 +23,65 @@ typedef struct sample_args {
     unsigned long long seed;
 } sample_args;
 
+/* Strict numbers: the whole value must parse ("abc", "5x", "" and out-of-range are errors). */
+static int sample_float(const char *flag, const char *v, float *out)
+{
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (end == v || *end || errno == ERANGE || !isfinite(x) || x < 0.0f)
+        return loom_fail("%s '%s': want a finite number >= 0 (0 = greedy)", flag, v);
+    *out = x;
+    return 0;
+}
+
+static int sample_int(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi)
+        return loom_fail("%s '%s': want a whole number in %ld..%ld", flag, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+/* One sampling flag and its value v; 1 if f is not a sampling flag, -1 + loom_fail if v is bad. */
+static int sample_flag(const char *f, const char *v, sample_args *sa)
+{
+    long x = 0;
+    int rc = 0;
+    if (strcmp(f, "--prompt") == 0) sa->prompt = v;
+    else if (strcmp(f, "--query") == 0) sa->query = v;
+    else if (strcmp(f, "--tools") == 0) sa->tools = v;
+    else if (strcmp(f, "--temperature") == 0) rc = sample_float(f, v, &sa->temperature);
+    else if (strcmp(f, "--top-k") == 0) { rc = sample_int(f, v, 0, INT_MAX, &x); sa->top_k = (int)x; }
+    else if (strcmp(f, "--max-new") == 0) { rc = sample_int(f, v, 1, INT_MAX, &x); sa->max_new = (int)x; }
+    else if (strcmp(f, "--seed") == 0) {
+        char *end;
+        errno = 0;
+        sa->seed = strtoull(v, &end, 10);
+        if (end == v || *end || errno == ERANGE || v[0] == '-')
+            rc = loom_fail("--seed '%s': want a whole number in 0..2^64-1", v);
+    } else return 1;
+    return rc;
+}
+
 /* Take the sampling flags out of argv (the rest is a normal job command line). */
 static int sample_parse(int *argc, char **argv, sample_args *sa)
 {
     int w = 0;
     for (int i = 0; i < *argc; i++) {
-        const char *f = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
-        int used = 1;
-        if (strcmp(f, "--prompt") == 0) sa->prompt = v;
-        else if (strcmp(f, "--query") == 0) sa->query = v;
-        else if (strcmp(f, "--tools") == 0) sa->tools = v;
-        else if (strcmp(f, "--temperature") == 0 && v) sa->temperature = strtof(v, NULL);
-        else if (strcmp(f, "--top-k") == 0 && v) sa->top_k = atoi(v);
-        else if (strcmp(f, "--seed") == 0 && v) sa->seed = strtoull(v, NULL, 10);
-        else if (strcmp(f, "--max-new") == 0 && v) sa->max_new = atoi(v);
-        else used = 0;
-        if (used && !v) return loom_fail("flag %s needs a value", f);
-        if (used) i++;
-        else argv[w++] = argv[i];
+        const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        int rc = sample_flag(argv[i], v ? v : "", sa);
+        if (rc == 1) { argv[w++] = argv[i]; continue; }
+        if (!v) return loom_fail("flag %s needs a value", argv[i]);
+        if (rc) return -1;
+        i++;
     }
     *argc = w;
     if (!sa->prompt && !sa->query) return loom_fail("sample needs --prompt TEXT or --query TEXT --tools JSON");
+    if (sa->prompt && !sa->prompt[0]) return loom_fail("--prompt is empty: give the text to continue");
     return 0;
 }
 
@@ -81,9 +123,13 @@ int cmd_sample(int argc, char **argv)
     int n = s ? sample_prompt(&sa, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;
     int made = rc == 0 ? evaluate_generate(s, tokens, n, sa.max_new, sa.temperature, sa.top_k, sa.seed, out) : -1;
-    if (made >= 0 && c->rank == 0) {
-        tokenizer_decode(out, (size_t)made, text, (size_t)T * 16 + 1, 0);
-        printf("%s\n", text);
+    if (made >= 0 && c->rank == 0) { /* the continuation alone on stdout, every byte (a generated
+                                       * 0x00 included: fwrite, not "%s"); logs went to stderr */
+        size_t len = tokenizer_decode(out, (size_t)made, text, (size_t)T * 16 + 1, 0);
+        if (fwrite(text, 1, len, stdout) != len || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
+            loom_fail("cannot write the sample to stdout: %s", strerror(errno));
+            made = -1;
+        }
     }
     free(tokens);
     free(out);

@@ -17,8 +17,8 @@ int cmd_tokenize(int argc, char **argv)
     int width = 2;
     if (argc >= 6 && strcmp(argv[4], "--width") == 0) width = atoi(argv[5]);
     token_data d;
-    /* a text file loads as bytes; a token file would load as its tokens (re-encoding it) */
-    if (token_data_load(&d, argv[2], TOKENIZER_VOCAB)) return cli_fail();
+    /* the command says its input is text, whatever the file is called */
+    if (token_data_load_text(&d, argv[2], TOKENIZER_VOCAB)) return cli_fail();
     int rc = tokfile_write(argv[3], d.tokens, d.n, width);
     if (rc == 0) printf("%s: %zu tokens (%d bytes each)\n", argv[3], d.n, width);
     token_data_free(&d);

@@ -41,18 +41,19 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
     train_report rep;
     int rc = finetune ? finetune_run(&cfg, c, &opt, &rep) : train_run(&cfg, c, &opt, &rep);
     if (rc) return cli_job_failed(c);
-    log_info("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
-             rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
-    log_info("memory: %zu bytes (params + grads + optimizer %zu, activations %zu)",
-             rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
+    /* the job's answer: stdout, kept under --quiet (progress and info lines went to stderr) */
+    log_result("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
+               rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
+    log_result("memory: %zu bytes (params + grads + optimizer %zu, activations %zu)",
+               rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
     if (finetune && !isnan(rep.accuracy)) {
         if (!isnan(rep.base_accuracy))
-            log_info("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned); "
-                     "right tool names %.1f%% -> %.1f%%", 100.0 * rep.base_accuracy, 100.0 * rep.accuracy,
-                     100.0 * rep.base_names, 100.0 * rep.names);
+            log_result("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned); "
+                       "right tool names %.1f%% -> %.1f%%", 100.0 * rep.base_accuracy, 100.0 * rep.accuracy,
+                       100.0 * rep.base_names, 100.0 * rep.names);
         else
-            log_info("tool-call accuracy (exact match, held-out): %.1f%%; right tool names %.1f%%",
-                     100.0 * rep.accuracy, 100.0 * rep.names);
+            log_result("tool-call accuracy (exact match, held-out): %.1f%%; right tool names %.1f%%",
+                       100.0 * rep.accuracy, 100.0 * rep.names);
     }
     comm_destroy(c);
     return 0;

@@ -14,9 +14,9 @@ static void usage(FILE *f)
             "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
             "                      pretrain or continue training (a token or text file)\n"
             "  finetune JOB.json [same flags]   fine-tune finetune.base on JSONL tool-calling data\n"
-            "  eval JOB.json [--ckpt CKPT]      validation loss + tool-call accuracy\n"
+            "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"
             "  sample JOB.json [--ckpt CKPT] (--prompt TEXT | --query TEXT --tools JSON)\n"
-            "         [--temperature T] [--top-k K] [--seed S] [--max-new N]\n"
+            "         [--temperature T>=0] [--top-k K>=0] [--seed S] [--max-new N>=1] [--quiet]\n"
             "  info                build features, devices, the backend that would be picked\n"
             "  tokenize IN.txt OUT.bin [--width 2|4]\n"
             "                      byte-level tokenize a text file into a token file\n"
@@ -25,6 +25,8 @@ static void usage(FILE *f)
             "  ckpt info FILE_OR_DIR                       what a checkpoint holds\n"
             "  ckpt merge BASE ADAPTER OUT_DIR             fold LoRA adapters into the base model\n"
             "  ckpt seal FILE_OR_DIR                       accept a checkpoint edited outside loom\n"
+            "Results (generated text, summaries, JSON) go to stdout, logs to stderr; --quiet keeps\n"
+            "only results, warnings and errors.\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");
 }
 

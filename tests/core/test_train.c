@@ -48,7 +48,7 @@ static void check_token_files(void)
     int32_t toks[5] = {1, 2, 300, 4, 5};
     token_data d;
     CHECK(tokfile_write("test_train_out/t.bin", toks, 5, 2) == 0, "write: %s", loom_error());
-    CHECK(token_data_load(&d, "test_train_out/t.bin", 512) == 0 && d.n == 5 && d.tokens[2] == 300,
+    CHECK(token_data_load(&d, "test_train_out/t.bin", 512) == 0 && d.n == 5 && token_data_at(&d, 2) == 300,
           "round trip: %s", loom_error());
     token_data_free(&d);
     CHECK(token_data_load(&d, "test_train_out/t.bin", 256) != 0 && strstr(loom_error(), "vocab") &&

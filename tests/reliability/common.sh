@@ -8,8 +8,9 @@ shift 2
 MPIRUN=("$@")
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CFG=$SRC/configs/tiny-train.json
-# common settings: one BLAS thread per rank on a 2-core machine, a short collective timeout
-SETS=(--set parallel.threads=1 --set parallel.timeout_s=10 --quiet)
+# common settings: one BLAS thread per rank on a 2-core machine, a short collective timeout; no
+# --quiet: the checks read info lines ("resumed from ...") from the log, and --quiet silences them
+SETS=(--set parallel.threads=1 --set parallel.timeout_s=10)
 WRAP=()   # a command each rank runs loom through (e.g. a shell that sets a ulimit first)
 
 fail() { echo "FAIL: $*"; exit 1; }

@@ -1,7 +1,8 @@
 /* log_lines.c: log lines stay whole when several processes share one stderr (as mpirun's ranks
  * do): 4 forked "ranks" each write 2000 warnings into one pipe at once, and every line read back
  * must be exactly one rank's prefix and message. Also: a line longer than the log buffer is cut
- * safely and still ends in a newline; stdout text printed before log_info stays before it.
+ * safely and still ends in a newline; stdout text printed before log_result stays before it;
+ * info lines go to stderr (never stdout), are silenced by quiet, and results are not.
  * Must never leave a child running (each child exits on its own; the parent reaps them). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,8 +96,17 @@ static void order_child(int i)
     (void)i;
     log_set_rank(0, 1);
     printf("first, ");
-    log_info("then the log line");
+    log_result("then the result line");
+    log_info("an info line (stderr)");
     printf("last\n");
+}
+
+static void streams_child(int i)
+{
+    log_set_rank(0, 1);
+    log_set_quiet(i);
+    log_info("info %d", i);
+    log_result("result %d", i);
 }
 
 int main(void)
@@ -119,7 +129,15 @@ int main(void)
     free(out);
 
     out = capture(1, 1, order_child);
-    CHECK(out && strcmp(out, "first, then the log line\nlast\n") == 0, "stdout order kept: '%s'", out ? out : "");
+    CHECK(out && strcmp(out, "first, then the result line\nlast\n") == 0, "stdout order kept: '%s'", out ? out : "");
+    free(out);
+
+    out = capture(2, 2, streams_child); /* child 0 logs, child 1 is quiet */
+    CHECK(out && strcmp(out, "info 0\n") == 0, "stderr: want child 0's info line alone, got '%s'", out ? out : "");
+    free(out);
+    out = capture(1, 2, streams_child); /* both results, quiet or not; no info line */
+    CHECK(out && strlen(out) == 18 && strstr(out, "result 0\n") && strstr(out, "result 1\n"),
+          "stdout: want both result lines alone, got '%s'", out ? out : "");
     free(out);
 
     printf("%s: %s\n", "test_log_lines", failures ? "FAIL" : "PASS");

@@ -1,0 +1,78 @@
+/* resume_check.c: the saved job config against the new one (see resume_check.h). Walks the config
+ * table, so a new train field is compared unless exempted here. Refuses rather than adapts: a new
+ * batch size moves every later sample (step s starts at sample s * batch_size). */
+#include "resume_check.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+
+/* Fields that change how a step runs or is reported, not what it computes or which data it reads;
+ * and steps: extending (or cutting) a run keeps the data order, the schedule spans the new total. */
+static const char *const resume_free[] = {"train.steps", "train.micro_batch", "train.recompute",
+                                          "train.log_every", "train.max_bad_steps", "train.allow_change",
+                                          NULL};
+static const char *const resume_data[] = {"data.val_split", "data.max_len", NULL};
+
+static int resume_listed(const char *path, const char *const *list)
+{
+    for (int i = 0; list[i]; i++)
+        if (strcmp(path, list[i]) == 0) return 1;
+    return 0;
+}
+
+static void resume_value(const config_field *f, const job_config *c, char *buf, size_t len)
+{
+    const char *p = (const char *)c + f->offset;
+    switch (f->type) {
+    case CFG_FLOAT: snprintf(buf, len, "%g", *(const float *)p); break;
+    case CFG_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case CFG_BOOL: snprintf(buf, len, "%s", *(const int *)p ? "true" : "false"); break;
+    case CFG_STRING: snprintf(buf, len, "\"%.*s\"", (int)f->size, p); break;
+    default: snprintf(buf, len, "%d", *(const int *)p); break;
+    }
+}
+
+const char *resume_changed_field(const job_config *saved, const job_config *now, char *what, size_t len)
+{
+    int n;
+    const config_field *f = config_fields(&n);
+    for (int i = 0; i < n; i++) {
+        int train = strncmp(f[i].path, "train.", 6) == 0 && !resume_listed(f[i].path, resume_free);
+        if (!train && !resume_listed(f[i].path, resume_data)) continue;
+        const char *pa = (const char *)saved + f[i].offset, *pb = (const char *)now + f[i].offset;
+        size_t size = f[i].type == CFG_STRING ? f[i].size : f[i].type == CFG_FLOAT ? sizeof(float)
+                    : f[i].type == CFG_U64 ? sizeof(uint64_t) : sizeof(int);
+        if (f[i].type == CFG_STRING ? strncmp(pa, pb, size) == 0 : memcmp(pa, pb, size) == 0) continue;
+        char a[96], b[96];
+        resume_value(&f[i], saved, a, sizeof a);
+        resume_value(&f[i], now, b, sizeof b);
+        if (what) snprintf(what, len, "%s -> %s", a, b);
+        return f[i].path;
+    }
+    return NULL;
+}
+
+int resume_check_job(const job_config *now, const char *file, const char *saved_json)
+{
+    if (!saved_json || !saved_json[0]) return 0; /* no saved job config to compare with */
+    job_config saved;
+    if (config_load_string(&saved, saved_json, file, NULL, 0)) {
+        log_warn("%s: the saved job config does not load (%s); the train section is not compared",
+                 file, loom_error());
+        return 0;
+    }
+    char what[200];
+    const char *field = resume_changed_field(&saved, now, what, sizeof what);
+    if (!field) return 0;
+    if (now->train.allow_change) {
+        log_warn("%s: %s changed since the checkpoint (%s); resuming anyway (train.allow_change): "
+                 "the data order and schedule differ from the original run", file, field, what);
+        return 0;
+    }
+    return loom_fail("%s: %s changed since the checkpoint (%s): a resume would change the data order "
+                     "or the schedule; keep the saved value, or --set train.allow_change=true", file,
+                     field, what);
+}

@@ -1,0 +1,64 @@
+/* test_resume_check.c: what a resume may change (issue 18.10): a differing train field (data order,
+ * schedule) or data.val_split / max_len is named in one line unless train.allow_change; micro_batch,
+ * recompute, log_every, max_bad_steps and steps (extending a run) are free. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "core/resume_check.h"
+#include "tests/check.h"
+
+static void check_one(const char *set, const char *want_field)
+{
+    job_config saved, now;
+    config_defaults(&saved);
+    now = saved;
+    CHECK(config_set(&now, set) == 0, "set %s: %s", set, loom_error());
+    char what[200] = "";
+    const char *field = resume_changed_field(&saved, &now, what, sizeof what);
+    if (!want_field) {
+        CHECK(!field, "%s: reported %s changed (%s); it may change on a resume", set, field, what);
+        return;
+    }
+    CHECK(field && !strcmp(field, want_field), "%s: want %s named, got %s", set, want_field, field ? field : "none");
+}
+
+int main(void)
+{
+    log_set_quiet(1);
+    const char *changed[][2] = {
+        {"train.batch_size=16", "train.batch_size"},
+        {"train.seq_len=32", "train.seq_len"}, {"train.lr=1e-3", "train.lr"},
+        {"train.min_lr=0", "train.min_lr"},  {"train.warmup=3", "train.warmup"},
+        {"train.weight_decay=0", "train.weight_decay"}, {"train.beta1=0.8", "train.beta1"},
+        {"train.beta2=0.9", "train.beta2"},  {"train.eps=1e-6", "train.eps"},
+        {"train.grad_clip=0", "train.grad_clip"}, {"train.seed=7", "train.seed"},
+        {"data.val_split=0.2", "data.val_split"}, {"data.max_len=512", "data.max_len"},
+    };
+    for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) check_one(changed[i][0], changed[i][1]);
+    const char *free_fields[] = {"train.steps=40", "train.micro_batch=4", "train.recompute=true", "train.log_every=5",
+                                 "train.max_bad_steps=9", "train.allow_change=true", "parallel.zero_stage=2",
+                                 "checkpoint.every=3", "data.skip_bad_lines=true"};
+    for (size_t i = 0; i < sizeof free_fields / sizeof free_fields[0]; i++) check_one(free_fields[i], NULL);
+
+    /* through the saved JSON, as a checkpoint holds it */
+    job_config saved, now;
+    config_defaults(&saved);
+    char *json = config_to_json(&saved);
+    now = saved;
+    CHECK(resume_check_job(&now, "ck.h5", json) == 0, "unchanged job refused: %s", loom_error());
+    now.train.batch_size = 16;
+    CHECK(resume_check_job(&now, "ck.h5", json) != 0 &&
+              strstr(loom_error(), "ck.h5: train.batch_size changed since the checkpoint (8 -> 16)") &&
+              strstr(loom_error(), "train.allow_change=true") && !strchr(loom_error(), '\n'),
+          "changed batch size: %s", loom_error());
+    now.train.allow_change = 1;
+    CHECK(resume_check_job(&now, "ck.h5", json) == 0, "allow_change refused: %s", loom_error());
+    now.train.allow_change = 0;
+    CHECK(resume_check_job(&now, "ck.h5", NULL) == 0 && resume_check_job(&now, "ck.h5", "") == 0,
+          "a checkpoint without a job config must still load");
+    free(json);
+    if (failures == 0) printf("test_resume_check: ok\n");
+    return failures != 0;
+}
