@@ -2,8 +2,8 @@
 # multinode.sh LOOM CKPT_COMPARE PHASE: loom-run across two "hosts" made of Linux network namespaces
 # (a veth pair between them, mpirun starting its daemon on the other one through an rsh agent that
 # runs `ip netns exec`), over TCP on addresses that exist only inside the two namespaces.
-#   link:   the 2-host job trains to the losses of 1 rank and to the checkpoint of 2 ranks on 1 host;
-#           then the link is taken down mid-run: the whole job ends (non-zero), naming rank 1 and its host
+#   equal:  the 2-host job trains to the losses of 1 rank and to the checkpoint of 2 ranks on 1 host
+#   link:   the link is taken down mid-run: the whole job ends (non-zero), naming rank 1 and its host
 #   stop:   the same, the remote daemon and rank SIGSTOPped instead
 #   resume: 2 hosts, SIGKILL of the writer during a save; the job resumes on 1 rank with the same losses
 # Skips (77) where network namespaces cannot be made. Removes every namespace, link, process and temp
@@ -123,7 +123,7 @@ lose_host()
 }
 
 case $PHASE in
-link)
+equal)
     # the same 6 steps on 1 rank, on 2 ranks on host A, on 2 hosts
     "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 --quiet --out one \
         --set train.steps=6 >one.log 2>&1 || { show one.log; fail "1-rank run failed"; }
@@ -138,10 +138,9 @@ link)
         { cat cmp.log; fail "2 hosts' checkpoint differs from 2 ranks on one host"; }
     echo "ok: 2 hosts over TCP: losses identical to 1 rank ($(echo $a | cut -d' ' -f1-4) ...)," \
          "checkpoint bitwise equal to 2 ranks on one host"
-    lose_host link
     ;;
-stop)
-    lose_host stop
+link|stop)
+    lose_host "$PHASE"
     ;;
 resume)
     "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 --quiet --out ref \
@@ -171,5 +170,5 @@ resume)
     [ "$(losses b/metrics.jsonl 3 4)" = "$(losses ref/metrics.jsonl 3 4)" ] || fail "the killed 2-host run's steps 3-4 differ"
     echo "ok: killed in the step-4 save on 2 hosts, resumed on 1 rank from step 2: losses identical ($(echo $got | cut -d' ' -f1-6) ...)"
     ;;
-*) fail "unknown phase '$PHASE' (link, stop or resume)" ;;
+*) fail "unknown phase '$PHASE' (equal, link, stop or resume)" ;;
 esac
