@@ -37,6 +37,9 @@ cleanup()
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
+for tool in ip unshare; do
+    command -v $tool >/dev/null || { echo "SKIP: '$tool' not installed (iproute2, util-linux)"; exit 77; }
+done
 if ! ip netns add "$A" 2>/dev/null; then
     echo "SKIP: cannot create a network namespace (ip netns add: needs root or CAP_SYS_ADMIN)"; exit 77
 fi
