@@ -68,7 +68,7 @@ static void test_defaults(void)
     CHECK(c.data.val_split == 0.1f && c.data.max_len == 1024 && !c.data.skip_bad_lines &&
           !c.data.train[0] && !c.data.val[0], "data");
     CHECK(strcmp(c.parallel.comm, "auto") == 0 && c.parallel.zero_stage == 0 &&
-          c.parallel.bucket_mb == 25 && c.parallel.timeout_s == 300 && c.parallel.threads == 0,
+          c.parallel.bucket_mb == 25 && c.parallel.timeout_s == 150 && c.parallel.threads == 0,
           "parallel");
     CHECK(!c.checkpoint.dir[0] && c.checkpoint.every == 0 && c.checkpoint.keep == 3 &&
           strcmp(c.checkpoint.on_error, "stop") == 0, "checkpoint");
