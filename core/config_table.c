@@ -110,8 +110,9 @@
       "ZeRO: 1 shards optimizer state, 2 also gradients, 3 also parameters.") \
     X("parallel.bucket_mb", CFG_FLOAT, parallel.bucket_mb, "25", POS, \
       "Gradient bucket size in MB; a full bucket is reduced while backward goes on.") \
-    X("parallel.timeout_s", CFG_FLOAT, parallel.timeout_s, "300", POS, \
-      "A collective waiting longer than this ends the job, naming the rank it waited for.") \
+    X("parallel.timeout_s", CFG_FLOAT, parallel.timeout_s, "150", POS, \
+      "A collective waiting longer than this ends the job, naming the rank it waited for " \
+      "(4x until step 1 is done and during a checkpoint save).") \
     X("parallel.threads", CFG_INT, parallel.threads, "0", RANGE(0, 256), \
       "CPU threads per rank; 0 = cores / ranks on the node. At most 256: each thread reserves " \
       "its own stack and BLAS buffer.") \

@@ -42,7 +42,27 @@ typedef struct trainer {
     int accum;                 /* micro-batches per step on each rank */
     long steps_per_epoch;
     metrics *log;
+    double timeout_s;          /* the comm's collective timeout as the caller set it */
 } trainer;
+
+/* Two waits are long in a healthy job: ranks reaching the first collectives at different times
+ * (data loading, init, resume reads, the sgemm reference: 70 s measured for gpt2-124m on a loaded
+ * 2-core machine) and every rank waiting while rank 0 writes a checkpoint. Until the first step
+ * of this run is done, and during each save, collectives wait this many times the timeout. */
+#define TRAIN_SLOW_WAITS 4.0
+
+static void trainer_slow_waits(trainer *t, comm *c, int slow)
+{
+    c->timeout_s = t->timeout_s * (slow ? TRAIN_SLOW_WAITS : 1.0);
+}
+
+static int trainer_checkpoint(trainer *t, int final)
+{
+    trainer_slow_waits(t, t->s->comm, 1);
+    int rc = session_maybe_checkpoint(t->s, final);
+    trainer_slow_waits(t, t->s->comm, 0);
+    return rc;
+}
 
 /* The global sample index of the first sequence of micro-step k of `step` on this rank. */
 static uint64_t trainer_first_sample(const trainer *t, int step, int k)
@@ -133,6 +153,8 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->finetune = finetune;
+    t->timeout_s = c->timeout_s;
+    trainer_slow_waits(t, c, 1); /* until step 1 is done */
     if (trainer_load_data(t)) return -1;
     t->s = session_open(&t->cfg, c, SESSION_TRAIN, finetune, t->T);
     if (!t->s) return -1;
@@ -192,14 +214,15 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
             bad_in_row = 0;
         }
         t->s->step = step + 1;
+        trainer_slow_waits(t, t->s->comm, 0);
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
         metrics_step(t->log, t->s, step + 1, loss, lr, norm, tokens, dt);
         rep->last_loss = loss;
         rep->steps_done = step + 1;
         if (trainer_maybe_validate(t, step + 1, rep)) return -1;
-        if (session_maybe_checkpoint(t->s, 0)) return -1;
+        if (trainer_checkpoint(t, 0)) return -1;
     }
-    return session_maybe_checkpoint(t->s, 1);
+    return trainer_checkpoint(t, 1);
 }
 
 static int train_job(const job_config *cfg, comm *c, const train_options *opt, train_report *report,
@@ -219,6 +242,7 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
         rep.activation_bytes = t.s->model->activation_bytes;
     }
     if (report) *report = rep;
+    c->timeout_s = t.timeout_s; /* as the caller set it, on every path */
     trainer_close(&t);
     return rc;
 }
