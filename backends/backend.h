@@ -170,6 +170,10 @@ const backend_entry *backend_registry(int *count);
  * The reason for the choice is written to why_out (may be NULL). */
 backend *backend_select(const char *name, const backend_config *cfg, char *why_out, size_t why_len);
 
+/* The registry name backend_select(name, ...) creates, without creating it (the comm transport
+ * is chosen before the backend exists). NULL + loom_fail when none would be; why as above. */
+const char *backend_choose(const char *name, char *why, size_t why_len);
+
 /* The FLOP/s MFU is measured against: peak_flops, measured by ops->measure_peak on first use
  * where the backend can; 0 = unknown. */
 static inline double backend_peak_flops(backend *be)
