@@ -15,7 +15,7 @@ typedef struct backend_event backend_event;
 typedef struct backend_config {
     int threads;      /* CPU threads for host-side kernels; 0 = the backend decides */
     int device_index; /* which device of this kind (from the rank's local rank); ignored by cpu */
-    int precision;    /* BACKEND_FP32 or BACKEND_BF16 (bf16 compute, fp32 storage) */
+    int precision;    /* BACKEND_FP32 or BACKEND_BF16 (bf16 matmul inputs, fp32 storage) */
     int allow_tf32;   /* CUDA: TF32 tensor-core matmuls for fp32 (default on) */
 } backend_config;
 
@@ -135,6 +135,13 @@ typedef struct backend_ops {
     void (*adamw)(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
+
+    /* Optional, bf16 mode (NULL on backends without one; a no-op in fp32 mode): keep a bf16 copy
+     * of the weights w[0..n), cast now on the compute stream, that later matmuls read for a B
+     * operand lying inside w instead of casting it on every call. n = 0 drops the copy of w
+     * (matmuls cast per call again). Never refreshed behind the caller's back: whoever changes w
+     * (optimizer step, load, ZeRO-3 gather) registers it again or drops it. */
+    void (*weights_bf16)(backend *be, const float *w, size_t n);
 
     /* Optional: measure the FLOP/s MFU is quoted against (a timed sgemm on the CPU). Called once,
      * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */

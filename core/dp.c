@@ -280,6 +280,8 @@ static int dp_region_begin(void *ctx, int r, int backward)
             float *buf = d->pgather[dp_slot(d, r)];
             if (dp_allgather_region(d, r, d->shard_params + d->pieces[r].state_offset, buf)) return -1;
             model_bind_region(d->m, r, buf, NULL);
+            /* bf16: the region's copy is cast once per gather (the buffer changes only here) */
+            if (d->be->ops->weights_bf16) d->be->ops->weights_bf16(d->be, buf, d->reg_len[r]);
         }
     }
     if (backward && d->stage >= 2 && d->W > 1 && r != 0 && r != d->R - 1) return dp_stage_grads(d, r);

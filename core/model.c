@@ -479,6 +479,14 @@ double model_take_loss(model *m)
     return sum;
 }
 
+void model_weights_bf16(model *m, int keep)
+{
+    backend *be = m->be;
+    if (!be->ops->weights_bf16) return;
+    if (m->params) be->ops->weights_bf16(be, m->params, keep ? m->nparams : 0);
+    if (m->base) be->ops->weights_bf16(be, m->base, keep ? m->nbase_params : 0);
+}
+
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
 {
     size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);

@@ -147,6 +147,11 @@ int model_forward(model *m, float grad_scale, double *loss_out);
  * device, in double over the positions) and starts the next sum at 0. */
 double model_take_loss(model *m);
 
+/* bf16 backends: keep (1) a bf16 copy of the full weights, cast now, for the matmuls of the
+ * passes that follow, or drop it (0). The trainer keeps it from the start of a step's first
+ * micro-batch to its last backward: one cast per optimizer step. No-op elsewhere. */
+void model_weights_bf16(model *m, int keep);
+
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
 int model_backward(model *m);
 

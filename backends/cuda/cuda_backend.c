@@ -219,6 +219,7 @@ static void cuda_destroy(backend *be)
         if (im->blas) cublasDestroy(im->blas);
         if (im->blas_ws) cudaFree(im->blas_ws);
         if (im->scratch) cudaFree(im->scratch);
+        cuda_weights_free(be);
         if (im->comm) cudaStreamDestroy(im->comm);
         if (im->compute) cudaStreamDestroy(im->compute);
         cudaGetLastError(); /* teardown errors of a broken context must not leak to the next user */
@@ -382,6 +383,7 @@ static const backend_ops cuda_ops = {
     .attention_decode = cuda_attention_decode,
     .softmax_xent = cuda_softmax_xent,
     .adamw = cuda_adamw,
+    .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };
 
