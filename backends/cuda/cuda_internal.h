@@ -31,6 +31,11 @@ typedef struct cuda_weights {
     size_t cap;
 } cuda_weights;
 
+/* Pinned staging for small host-to-device copies (a micro-batch's tokens and targets): a ring
+ * of slots, each reused once the device has run the copy that last read it. */
+#define CUDA_STAGE_SLOTS 8
+#define CUDA_STAGE_BYTES ((size_t)1 << 20)
+
 typedef struct cuda_impl {
     int device;
     cudaStream_t compute, comm; /* ops run on compute; the comm layer enqueues on comm */
@@ -42,6 +47,9 @@ typedef struct cuda_impl {
     int sm_count;
     size_t smem_optin;          /* max dynamic shared memory one block may opt in to */
     cuda_weights weights[CUDA_WEIGHT_SLOTS]; /* bf16 mode: registered weight copies */
+    void *stage;                /* pinned host, CUDA_STAGE_SLOTS x CUDA_STAGE_BYTES */
+    cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; /* recorded after the copy out of each slot */
+    int stage_next;
     cudaError_t error;          /* first CUDA/cuBLAS failure (sticky), cudaSuccess while healthy */
     char why[256];              /* its one-line description, for backend_failure */
 } cuda_impl;

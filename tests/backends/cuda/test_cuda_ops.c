@@ -164,6 +164,36 @@ static int check_bf16_weights(backend *be)
     return bad;
 }
 
+/* Uploads through the pinned staging ring: more copies than slots from one host buffer that is
+ * overwritten right after each call, small and large (direct) ones; each lands intact. */
+static int check_uploads(backend *be)
+{
+    enum { COPIES = 21, SMALL = 3000 };
+    const size_t big = ((size_t)1 << 20) / 4 + 7; /* floats: just over one staging slot */
+    float *h = malloc(big * 4), *back = malloc(big * 4), *d[COPIES];
+    int bad = 0;
+    for (int c = 0; c < COPIES; c++) {
+        size_t n = c % 5 == 4 ? big : SMALL;
+        d[c] = be->ops->alloc(be, n * 4);
+        for (size_t i = 0; i < n; i++) h[i] = (float)(c * 100000 + (int)(i % 99991));
+        be->ops->copy_h2d(be, d[c], h, n * 4);
+        memset(h, 0xff, n * 4); /* the caller may reuse its buffer at once */
+    }
+    for (int c = 0; c < COPIES; c++) {
+        size_t n = c % 5 == 4 ? big : SMALL;
+        be->ops->copy_d2h(be, back, d[c], n * 4);
+        for (size_t i = 0; i < n; i++)
+            if (back[i] != (float)(c * 100000 + (int)(i % 99991))) {
+                fprintf(stderr, "FAIL: upload %d (%zu floats): element %zu = %g\n", c, n, i, back[i]);
+                bad++;
+                break;
+            }
+        be->ops->free(be, d[c]);
+    }
+    free(h), free(back);
+    return bad;
+}
+
 /* usage: test_cuda_ops [fp32|tf32|bf16]... (default: all three modes) */
 int main(int argc, char **argv)
 {
@@ -196,6 +226,7 @@ int main(int argc, char **argv)
         int bad = op_suite_run(gpu, cpu, modes[i].tol_scale, 1);
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
+        bad += check_uploads(gpu);
         if (modes[i].precision == BACKEND_BF16) bad += check_bf16_weights(gpu);
         if (bad) {
             fprintf(stderr, "FAIL: %s: %d check(s) failed\n", modes[i].name, bad);

@@ -383,6 +383,20 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     g_allocs[(uintptr_t)*p] = n ? n : 256;
     return cudaSuccess;
 }
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xff, bytes ? bytes : 1); /* not zeroed either */
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;
