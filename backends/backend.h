@@ -39,6 +39,8 @@ typedef struct backend_ops {
     void (*destroy)(backend *be);
     void *(*alloc)(backend *be, size_t bytes);           /* zero-filled; NULL + loom_fail on OOM */
     void (*free)(backend *be, void *ptr);
+    /* Queued in order; host_src may be reused when it returns, and the host does not wait for
+     * queued work (cuda stages small copies through pinned memory). */
     void (*copy_h2d)(backend *be, void *dst, const void *host_src, size_t bytes);
     void (*copy_d2h)(backend *be, void *host_dst, const void *src, size_t bytes); /* synchronous */
     void (*copy_d2d)(backend *be, void *dst, const void *src, size_t bytes);
@@ -48,7 +50,10 @@ typedef struct backend_ops {
     /* --- events: "this later work waits for that earlier work", without naming streams --- */
     backend_event *(*event_create)(backend *be);
     void (*event_destroy)(backend *be, backend_event *ev);
-    void (*event_record)(backend *be, backend_event *ev); /* marks the compute stream's position */
+    /* Marks the compute stream's position, and the communication stream (native_stream 1) waits
+     * for it: a collective enqueued there afterwards reads what the earlier kernels wrote (dp
+     * records one before each bucket's all-reduce), with no host wait. */
+    void (*event_record)(backend *be, backend_event *ev);
     void (*event_sync)(backend *be, backend_event *ev);   /* host waits until it is reached */
     /* The native stream handle the communication layer may enqueue on (cudaStream_t for cuda),
      * NULL where work is synchronous (cpu). which: 0 = compute, 1 = communication. */

@@ -1,6 +1,7 @@
-/* cuda_backend.c: the CUDA backend's registry entry, device setup, memory, copies, events, streams
- * and vtable. Ops run in issue order on one compute stream; the communication layer gets a second
- * stream. It must never use managed memory, print when no driver/device exists, or exit(). */
+/* cuda_backend.c: the CUDA backend's registry entry, device setup, memory, copies (small uploads
+ * through pinned staging), events, streams and vtable. Ops run in issue order on one compute
+ * stream; the communication layer gets a second stream. It must never use managed memory, print
+ * when no driver/device exists, or exit(). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
