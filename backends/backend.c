@@ -41,8 +41,7 @@ static const backend_entry *backend_find(const char *name)
     return NULL;
 }
 
-static backend *backend_create_named(const char *name, const char *source,
-                                     const backend_config *cfg, char *why, size_t why_len)
+static const char *backend_check_named(const char *name, const char *source, char *why, size_t why_len)
 {
     const backend_entry *e = backend_find(name);
     if (!e) {
@@ -62,14 +61,14 @@ static backend *backend_create_named(const char *name, const char *source,
         return NULL;
     }
     if (why) snprintf(why, why_len, "forced by %s", source);
-    return e->create(cfg);
+    return e->name;
 }
 
-backend *backend_select(const char *name, const backend_config *cfg, char *why, size_t why_len)
+const char *backend_choose(const char *name, char *why, size_t why_len)
 {
-    if (name && name[0]) return backend_create_named(name, "--backend", cfg, why, why_len);
+    if (name && name[0]) return backend_check_named(name, "--backend", why, why_len);
     const char *env = getenv("LOOM_BACKEND");
-    if (env && env[0]) return backend_create_named(env, "LOOM_BACKEND", cfg, why, why_len);
+    if (env && env[0]) return backend_check_named(env, "LOOM_BACKEND", why, why_len);
 
     int n;
     const backend_entry *e = backend_registry(&n);
@@ -78,13 +77,19 @@ backend *backend_select(const char *name, const backend_config *cfg, char *why, 
         const char *reason = "";
         if (e[i].available(&reason)) {
             if (why) snprintf(why, why_len, "auto-detected%s%s", skipped[0] ? "; " : "", skipped);
-            return e[i].create(cfg);
+            return e[i].name;
         }
         size_t used = strlen(skipped);
         snprintf(skipped + used, sizeof skipped - used, "%s%s: %s", used ? "; " : "", e[i].name, reason);
     }
     loom_fail("no usable backend (%s)", skipped);
     return NULL;
+}
+
+backend *backend_select(const char *name, const backend_config *cfg, char *why, size_t why_len)
+{
+    const char *pick = backend_choose(name, why, why_len);
+    return pick ? backend_find(pick)->create(cfg) : NULL;
 }
 
 void backend_destroy(backend *be)

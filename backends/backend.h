@@ -15,7 +15,7 @@ typedef struct backend_event backend_event;
 typedef struct backend_config {
     int threads;      /* CPU threads for host-side kernels; 0 = the backend decides */
     int device_index; /* which device of this kind (from the rank's local rank); ignored by cpu */
-    int precision;    /* BACKEND_FP32 or BACKEND_BF16 (bf16 compute, fp32 storage) */
+    int precision;    /* BACKEND_FP32 or BACKEND_BF16 (bf16 matmul inputs, fp32 storage) */
     int allow_tf32;   /* CUDA: TF32 tensor-core matmuls for fp32 (default on) */
 } backend_config;
 
@@ -39,6 +39,8 @@ typedef struct backend_ops {
     void (*destroy)(backend *be);
     void *(*alloc)(backend *be, size_t bytes);           /* zero-filled; NULL + loom_fail on OOM */
     void (*free)(backend *be, void *ptr);
+    /* Queued in order; host_src may be reused when it returns, and the host does not wait for
+     * queued work (cuda stages small copies through pinned memory). */
     void (*copy_h2d)(backend *be, void *dst, const void *host_src, size_t bytes);
     void (*copy_d2h)(backend *be, void *host_dst, const void *src, size_t bytes); /* synchronous */
     void (*copy_d2d)(backend *be, void *dst, const void *src, size_t bytes);
@@ -48,7 +50,10 @@ typedef struct backend_ops {
     /* --- events: "this later work waits for that earlier work", without naming streams --- */
     backend_event *(*event_create)(backend *be);
     void (*event_destroy)(backend *be, backend_event *ev);
-    void (*event_record)(backend *be, backend_event *ev); /* marks the compute stream's position */
+    /* Marks the compute stream's position, and the communication stream (native_stream 1) waits
+     * for it: a collective enqueued there afterwards reads what the earlier kernels wrote (dp
+     * records one before each bucket's all-reduce), with no host wait. */
+    void (*event_record)(backend *be, backend_event *ev);
     void (*event_sync)(backend *be, backend_event *ev);   /* host waits until it is reached */
     /* The native stream handle the communication layer may enqueue on (cudaStream_t for cuda),
      * NULL where work is synchronous (cpu). which: 0 = compute, 1 = communication. */
@@ -137,6 +142,13 @@ typedef struct backend_ops {
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
 
+    /* Optional, bf16 mode (NULL on backends without one; a no-op in fp32 mode): keep a bf16 copy
+     * of the weights w[0..n), cast now on the compute stream, that later matmuls read for a B
+     * operand lying inside w instead of casting it on every call. n = 0 drops the copy of w
+     * (matmuls cast per call again). Never refreshed behind the caller's back: whoever changes w
+     * (optimizer step, load, ZeRO-3 gather) registers it again or drops it. */
+    void (*weights_bf16)(backend *be, const float *w, size_t n);
+
     /* Optional: measure the FLOP/s MFU is quoted against (a timed sgemm on the CPU). Called once,
      * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */
     double (*measure_peak)(backend *be);
@@ -170,6 +182,10 @@ const backend_entry *backend_registry(int *count);
  * first available in priority order. Unknown or unavailable name -> NULL + loom_fail naming it.
  * The reason for the choice is written to why_out (may be NULL). */
 backend *backend_select(const char *name, const backend_config *cfg, char *why_out, size_t why_len);
+
+/* The registry name backend_select(name, ...) creates, without creating it (the comm transport
+ * is chosen before the backend exists). NULL + loom_fail when none would be; why as above. */
+const char *backend_choose(const char *name, char *why, size_t why_len);
 
 /* The FLOP/s MFU is measured against: peak_flops, measured by ops->measure_peak on first use
  * where the backend can; 0 = unknown. */

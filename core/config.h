@@ -84,7 +84,7 @@ typedef struct job_config {
     char name[64];
     char out[CONFIG_STR];    /* output folder; "" = runs/<name> */
     char backend[16];        /* "" = auto */
-    char precision[16];      /* "fp32" | "bf16" */
+    char precision[16];      /* "fp32" | "tf32" | "bf16" */
     model_config model;
     train_config train;
     data_config data;

@@ -28,12 +28,24 @@ struct dp {
     int nbuckets, *bucket_of, *bucket_pending, *bucket_first, *bucket_last;
     comm_request **breq;
     int last_micro;
+    backend_event *ready; /* recorded after the kernels that fill a buffer, before its collective */
 };
 
 static float *dp_alloc(dp *d, size_t floats)
 {
     d->bytes += floats * sizeof(float);
     return d->be->ops->alloc(d->be, (floats ? floats : 1) * sizeof(float));
+}
+
+/* A collective on device data starts only after the kernels queued so far that produced it: an
+ * event on the compute stream that the comm stream waits for (no host wait). */
+static void dp_order(dp *d) { d->be->ops->event_record(d->be, d->ready); }
+
+/* The self transport's out-of-place collectives copy through the backend. */
+static void dp_device_copy(void *ctx, void *dst, const void *src, size_t bytes)
+{
+    backend *be = ctx;
+    be->ops->copy_d2d(be, dst, src, bytes);
 }
 
 static int dp_slot(const dp *d, int r) { return r == 0 ? 0 : r == d->R - 1 ? 1 : 2 + r % 2; }
@@ -170,6 +182,8 @@ dp *dp_create(comm *c, backend *be, model *m, int zero_stage, size_t bucket_byte
     }
     if (dp_plan(d) || dp_plan_buckets(d, bucket_bytes ? bucket_bytes : 1) || dp_alloc_buffers(d))
         goto fail;
+    comm_device dev = {be->ops->native_stream(be, 1), dp_device_copy, be};
+    if (!(d->ready = be->ops->event_create(be)) || comm_attach_device(c, &dev)) goto fail;
     d->bytes += (m->params ? m->nparams : 0) * sizeof(float) + (m->grads ? m->nparams : 0) * sizeof(float);
     m->hooks.ctx = d;
     m->hooks.region_begin = dp_region_begin;
@@ -192,6 +206,7 @@ void dp_destroy(dp *d)
         if (d->grecv[s]) be->ops->free(be, d->grecv[s]);
         if (d->pgather[s]) be->ops->free(be, d->pgather[s]);
     }
+    if (d->ready) be->ops->event_destroy(be, d->ready);
     if (d->m && d->m->hooks.ctx == d) memset(&d->m->hooks, 0, sizeof d->m->hooks);
     free(d->reg_lo); free(d->reg_len); free(d->slice); free(d->pieces);
     free(d->param_at); free(d->grad_at);
@@ -219,6 +234,7 @@ static int dp_allgather_region(dp *d, int r, const float *own, float *buf)
     float *mine = buf + (size_t)d->rank * s;
     if (valid) be->ops->copy_d2d(be, mine, own, valid * sizeof(float));
     if (valid < s) be->ops->fill(be, mine + valid, 0.0f, s - valid);
+    dp_order(d);
     return comm_allgather(d->c, buf, mine, s, NULL);
 }
 
@@ -264,6 +280,8 @@ static int dp_region_begin(void *ctx, int r, int backward)
             float *buf = d->pgather[dp_slot(d, r)];
             if (dp_allgather_region(d, r, d->shard_params + d->pieces[r].state_offset, buf)) return -1;
             model_bind_region(d->m, r, buf, NULL);
+            /* bf16: the region's copy is cast once per gather (the buffer changes only here) */
+            if (d->be->ops->weights_bf16) d->be->ops->weights_bf16(d->be, buf, d->reg_len[r]);
         }
     }
     if (backward && d->stage >= 2 && d->W > 1 && r != 0 && r != d->R - 1) return dp_stage_grads(d, r);
@@ -277,6 +295,7 @@ static int dp_region_end(void *ctx, int r, int backward)
     if (d->stage >= 2) { /* every micro-batch: reduce-scatter the region into the own slices */
         int s = dp_slot(d, r);
         d->greg[s] = r;
+        dp_order(d);
         return comm_reduce_scatter(d->c, d->grecv[s], d->gstage[s], d->slice[r], COMM_SUM, &d->greq[s]);
     }
     if (!d->last_micro) return 0;
@@ -284,6 +303,7 @@ static int dp_region_end(void *ctx, int r, int backward)
     if (--d->bucket_pending[b] > 0) return 0;
     size_t lo = d->reg_lo[d->bucket_first[b]];
     size_t hi = d->reg_lo[d->bucket_last[b]] + d->reg_len[d->bucket_last[b]];
+    dp_order(d); /* the bucket's last region of backward is queued: reduce from here */
     return comm_allreduce(d->c, d->m->grads + lo, hi - lo, COMM_SUM, &d->breq[b]);
 }
 

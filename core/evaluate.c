@@ -28,7 +28,14 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss)
     for (int i = 0; i < rounds; i++) {
         stats[1] += (double)sft_val_batch(d, (i * W + r) * mb, mb, T, tokens, targets);
         model_set_batch(s->model, tokens, targets);
-        stats[0] += model_forward(s->model, 0.0f);
+        double loss = 0.0;
+        int rc = model_forward(s->model, 0.0f, &loss);
+        stats[0] += loss;
+        if (rc) {
+            free(tokens);
+            free(targets);
+            return -1;
+        }
     }
     free(tokens);
     free(targets);

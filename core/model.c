@@ -339,6 +339,7 @@ static void model_carve_acts(model *m, arena *a)
     m->lnf_rstd = arena_take(a, N);
     m->logits = arena_take(a, N * V);
     m->losses = arena_take(a, N);
+    m->loss_acc = arena_take(a, N);
     m->dres = arena_take(a, N * C);
     m->dln = arena_take(a, N * C);
     m->dq = arena_take(a, N * C);
@@ -462,13 +463,28 @@ int model_init_values(const model *m, uint64_t seed, float *host)
     return model_init_range(m, seed, host, 0, m->nparams);
 }
 
-double model_sum_losses(model *m)
+double model_sum_losses(model *m, const float *losses)
 {
     size_t N = (size_t)m->B * m->T;
-    m->be->ops->copy_d2h(m->be, m->host_losses, m->losses, N * sizeof(float));
+    m->be->ops->copy_d2h(m->be, m->host_losses, losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < N; i++) sum += m->host_losses[i];
     return sum;
+}
+
+double model_take_loss(model *m)
+{
+    double sum = model_sum_losses(m, m->loss_acc);
+    m->be->ops->fill(m->be, m->loss_acc, 0.0f, (size_t)m->B * m->T);
+    return sum;
+}
+
+void model_weights_bf16(model *m, int keep)
+{
+    backend *be = m->be;
+    if (!be->ops->weights_bf16) return;
+    if (m->params) be->ops->weights_bf16(be, m->params, keep ? m->nparams : 0);
+    if (m->base) be->ops->weights_bf16(be, m->base, keep ? m->nbase_params : 0);
 }
 
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)

@@ -83,9 +83,10 @@ typedef struct model {
 
     layer_acts *acts;          /* n_layer entries; with recompute they share one scratch set */
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *loss_acc;           /* device, B*T: per-position loss sums since model_take_loss */
     float *dres, *dln, *dq, *dk, *dv, *datt, *dh, *du, *dact; /* backward scratch */
     int32_t *tokens, *targets; /* device, B*T */
-    float *host_losses;        /* host, B*T: the per-token losses read back each step */
+    float *host_losses;        /* host, B*T: the per-position losses read back once per step */
     size_t activation_bytes;   /* what the activations and scratch took */
     model_hooks hooks;
 
@@ -134,9 +135,22 @@ void model_bind_region(model *m, int region, float *params, float *grads);
 /* Upload a micro-batch: tokens and targets (host, B*T int32; target < 0 = no loss). */
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
 
-/* Forward + loss: returns the SUM of token losses over the micro-batch (host); when grad_scale
- * is non-zero, m->logits then holds dlogits * grad_scale ready for model_backward. */
-double model_forward(model *m, float grad_scale);
+/* Forward + loss. When grad_scale is non-zero, m->logits then holds dlogits * grad_scale ready
+ * for model_backward. loss_out non-NULL receives the SUM of this micro-batch's token losses (a
+ * read of the device: the host waits for the pass). loss_out NULL: the per-token losses are added
+ * up on the device and model_take_loss reads them once per step (the host queues the next
+ * micro-batch without waiting). 0, or -1 + loom_fail when a region hook failed (the pass stopped,
+ * no loss was added). */
+int model_forward(model *m, float grad_scale, double *loss_out);
+
+/* The loss sum of every model_forward(m, ..., NULL) since the last call (host; one read of the
+ * device, in double over the positions) and starts the next sum at 0. */
+double model_take_loss(model *m);
+
+/* bf16 backends: keep (1) a bf16 copy of the full weights, cast now, for the matmuls of the
+ * passes that follow, or drop it (0). The trainer keeps it from the start of a step's first
+ * micro-batch to its last backward: one cast per optimizer step. No-op elsewhere. */
+void model_weights_bf16(model *m, int keep);
 
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
 int model_backward(model *m);

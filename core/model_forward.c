@@ -118,14 +118,17 @@ int model_trunk_forward(model *m)
     return 0;
 }
 
-double model_forward(model *m, float grad_scale)
+int model_forward(model *m, float grad_scale, double *loss_out)
 {
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int N = m->B * m->T;
-    if (model_trunk_forward(m)) return -1.0;
+    if (model_trunk_forward(m)) return -1;
     model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, N, c->d_model, c->vocab);
     be->ops->softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
-    /* the loss sum: sumsq would square it, so read the N losses back (N floats, cheap) */
-    return model_sum_losses(m);
+    /* the loss sum: sumsq would square it, so per-position losses are summed in fp32 over the
+     * micro-batches on the device and over the positions in double on the host */
+    if (loss_out) *loss_out = model_sum_losses(m, m->losses);
+    else be->ops->axpy(be, m->loss_acc, 1.0f, m->losses, (size_t)N);
+    return 0;
 }

@@ -18,7 +18,7 @@ void model_layer_forward(model *m, int l, float *x_out);
 void model_adapt(model *m, int l, int t, float *y, const float *x, int N);
 int model_begin(model *m, int region, int backward); /* the hooks, when installed */
 int model_end(model *m, int region, int backward);
-double model_sum_losses(model *m);
+double model_sum_losses(model *m, const float *losses);
 int model_trunk_forward(model *m); /* embeddings, layers, final norm (into m->lnf) */
 
 #endif

@@ -44,12 +44,13 @@ static backend *session_backend(const job_config *cfg, const comm *c)
     bc.threads = session_threads(cfg, c);
     bc.device_index = c->local_rank;
     bc.precision = strcmp(cfg->precision, "bf16") == 0 ? BACKEND_BF16 : BACKEND_FP32;
-    bc.allow_tf32 = 1;
+    bc.allow_tf32 = strcmp(cfg->precision, "tf32") == 0;
     char why[256] = "";
     backend *be = backend_select(cfg->backend, &bc, why, sizeof why);
     if (!be) return NULL;
     log_info("backend %s  %s  (%s)", be->description,
-             bc.precision == BACKEND_BF16 ? "bfloat16" : "float32", why);
+             bc.precision == BACKEND_BF16 ? "bf16 matmuls, fp32 master weights"
+             : bc.allow_tf32 ? "tf32 matmuls, fp32 storage" : "float32", why);
     return be;
 }
 

@@ -105,13 +105,16 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     double stats[2] = {0.0, 0.0}; /* loss sum, real tokens */
     if (dp_begin_step(s->dp)) return -1;
     fault_poison_step(s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
+    model_weights_bf16(s->model, 1); /* the weights changed last step: cast them once */
     for (int k = 0; k < t->accum; k++) {
         stats[1] += (double)trainer_fill_batch(t, step, k);
         model_set_batch(s->model, t->tokens, t->targets);
         if (dp_begin_micro(s->dp, k == t->accum - 1)) return -1;
-        stats[0] += model_forward(s->model, targets > 0 ? (float)(1.0 / targets) : 0.0f);
+        if (model_forward(s->model, targets > 0 ? (float)(1.0 / targets) : 0.0f, NULL)) return -1;
         if (model_backward(s->model)) return -1;
     }
+    model_weights_bf16(s->model, 0); /* the optimizer changes them next */
+    stats[0] += model_take_loss(s->model); /* the one read of the device in the step */
     if (dp_finish_grads(s->dp)) return -1;
     if (comm_allreduce_host(s->comm, stats, 2)) return -1;
     *loss = targets > 0 ? stats[0] / targets : 0.0;

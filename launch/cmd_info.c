@@ -63,6 +63,12 @@ int cmd_info(int argc, char **argv)
         for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", e[i].name);
     printf(")\n");
     printf("launched_by_mpi: %s\n", comm_launched_by_mpi() ? "yes" : "no");
+    /* parallel.comm = auto with that backend: here, and as one rank of an mpirun/srun job */
+    char why[256];
+    const char *k = comm_choose("auto", pick, comm_launched_by_mpi(), comm_compiled(), why, sizeof why);
+    printf("comm: %s (%s)\n", k ? k : "none", why);
+    k = comm_choose("auto", pick, 1, comm_compiled(), why, sizeof why);
+    printf("comm.launched: %s (%s)\n", k ? k : "none", why);
     printf("cpus: %ld\n", sysconf(_SC_NPROCESSORS_ONLN));
     return 0;
 }

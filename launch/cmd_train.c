@@ -4,16 +4,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "core/train.h"
 #include "launch/cli.h"
 #include "parallel/comm.h"
 
-/* Start the ranks the config asks for; logs which transport. NULL + loom_fail. */
+/* Start the ranks the config asks for, the transport chosen for the backend that will run;
+ * logs which transport and why. NULL + loom_fail. */
 comm *cli_comm(const job_config *cfg, int *argc, char ***argv)
 {
-    comm *c = comm_init(cfg->parallel.comm, argc, argv, NULL);
+    const char *backend = backend_choose(cfg->backend, NULL, 0);
+    if (!backend) return NULL;
+    comm *c = comm_init(cfg->parallel.comm, argc, argv, backend);
     if (!c) return NULL;
     c->timeout_s = cfg->parallel.timeout_s;
     log_set_rank(c->rank, c->size);

@@ -3,6 +3,7 @@
  * (self only). It must never exit(): every failure is a NULL/-1 plus loom_fail(). */
 #include "parallel/comm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,9 +14,9 @@
 #endif
 
 /* Constructors of the transports (each in its own file). */
-comm *comm_self_init(void *native_stream);
+comm *comm_self_init(void);
 #ifdef LOOM_HAVE_NCCL
-comm *comm_nccl_init(int *argc, char ***argv, void *native_stream);
+comm *comm_nccl_init(int *argc, char ***argv);
 #endif
 
 /* Until the caller copies parallel.timeout_s in: long enough for any healthy collective of
@@ -38,20 +39,50 @@ int comm_launched_by_mpi(void)
     return 0;
 }
 
-static int comm_mpi_compiled(void)
+comm_features comm_compiled(void)
 {
+    comm_features f = {0, 0};
 #ifdef LOOM_HAVE_MPI
-    return 1;
-#else
-    return 0;
+    f.mpi = 1;
 #endif
+#ifdef LOOM_HAVE_NCCL
+    f.nccl = 1;
+#endif
+    return f;
 }
 
-static comm *comm_open(const char *kind, int *argc, char ***argv, void *native_stream)
+static const char *comm_reason(char *why, size_t len, const char *kind, const char *text)
+{
+    if (why && len) snprintf(why, len, "%s", text);
+    return kind;
+}
+
+const char *comm_choose(const char *kind, const char *backend, int launched, comm_features f,
+                        char *why, size_t why_len)
+{
+    if (kind && kind[0] && strcmp(kind, "auto") != 0)
+        return comm_reason(why, why_len, kind, "parallel.comm names it");
+    int cuda = backend && strcmp(backend, "cuda") == 0;
+    if (!launched)
+        return comm_reason(why, why_len, "self", "auto: one process (not started by mpirun/srun)");
+    if (!f.mpi)
+        return comm_reason(why, why_len, NULL, "auto: started as one rank of a launched job, but "
+                           "this loom was built without MPI (reconfigure with -DLOOM_MPI=ON)");
+    if (cuda && f.nccl)
+        return comm_reason(why, why_len, "nccl", "auto: backend cuda and NCCL compiled in; "
+                           "MPI bootstraps it and carries the host-side values");
+    if (cuda)
+        return comm_reason(why, why_len, NULL, "auto: backend cuda with several ranks needs NCCL "
+                           "(MPI must never get device pointers), and this loom was built "
+                           "without it (needs CUDA, NCCL and MPI at configure time)");
+    return comm_reason(why, why_len, "mpi", "auto: launched by mpirun/srun, host backend");
+}
+
+static comm *comm_open(const char *kind, int *argc, char ***argv)
 {
     (void)argc, (void)argv; /* used only by the transports compiled in */
     if (strcmp(kind, "self") == 0)
-        return comm_self_init(native_stream);
+        return comm_self_init();
     if (strcmp(kind, "mpi") == 0) {
 #ifdef LOOM_HAVE_MPI
         return comm_mpi_init(argc, argv);
@@ -63,7 +94,7 @@ static comm *comm_open(const char *kind, int *argc, char ***argv, void *native_s
     }
     if (strcmp(kind, "nccl") == 0) {
 #ifdef LOOM_HAVE_NCCL
-        return comm_nccl_init(argc, argv, native_stream);
+        return comm_nccl_init(argc, argv);
 #else
         loom_fail("comm: kind \"nccl\" asked for, but this loom was built without NCCL "
                   "(needs CUDA, NCCL and MPI at configure time)");
@@ -74,19 +105,28 @@ static comm *comm_open(const char *kind, int *argc, char ***argv, void *native_s
     return NULL;
 }
 
-comm *comm_init(const char *kind, int *argc, char ***argv, void *native_stream)
+comm *comm_init(const char *kind, int *argc, char ***argv, const char *backend)
 {
-    if (!kind || strcmp(kind, "auto") == 0 || kind[0] == '\0')
-        kind = comm_launched_by_mpi() && comm_mpi_compiled() ? "mpi" : "self";
-    comm *c = comm_open(kind, argc, argv, native_stream);
+    char why[256];
+    const char *pick = comm_choose(kind, backend, comm_launched_by_mpi(), comm_compiled(), why, sizeof why);
+    if (!pick) {
+        loom_fail("comm: parallel.comm = auto cannot work: %s", why);
+        return NULL;
+    }
+    comm *c = comm_open(pick, argc, argv);
     if (!c)
         return NULL;
     if (c->timeout_s <= 0)
         c->timeout_s = COMM_DEFAULT_TIMEOUT_S;
     log_set_rank(c->rank, c->size);
-    log_info("comm: %s, %d rank%s (%d on this node)", c->ops->name, c->size,
-             c->size == 1 ? "" : "s", c->local_size);
+    log_info("comm: %s, %d rank%s (%d on this node); %s", c->ops->name, c->size,
+             c->size == 1 ? "" : "s", c->local_size, why);
     return c;
+}
+
+int comm_attach_device(comm *c, const comm_device *dev)
+{
+    return c->ops->attach ? c->ops->attach(c, dev) : 0;
 }
 
 void comm_destroy(comm *c)

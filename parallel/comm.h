@@ -1,8 +1,8 @@
 /* comm.h: the collectives interface between ranks (self, mpi, nccl behind one vtable).
  * Buffers are the device pointers of the rank's backend (host memory for cpu/metal, device
- * memory for nccl+cuda). Every operation can be started nonblocking (req != NULL) and finished
- * with comm_wait(); every wait honours comm->timeout_s and fails with a message naming the
- * operation instead of hanging. A failed collective leaves the job unusable: call comm_abort(). */
+ * memory for cuda); no transport but nccl (NCCL is CUDA) includes a device header. Every
+ * operation can be started nonblocking (req != NULL) and finished with comm_wait(); every wait
+ * honours comm->timeout_s and fails with a message naming the operation instead of hanging. A failed collective leaves the job unusable: call comm_abort(). */
 #ifndef LOOM_COMM_H
 #define LOOM_COMM_H
 
@@ -10,6 +10,7 @@
 
 typedef struct comm comm;
 typedef struct comm_request comm_request;
+typedef struct comm_device comm_device;
 
 typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_op;
 
@@ -36,6 +37,8 @@ typedef struct comm_ops {
      * finish and free it), 0 if not, -1 on error. MPI moves nonblocking collectives forward only
      * inside MPI calls, so dp calls this between layers to overlap reduction with backward. */
     int (*test)(comm *c, comm_request *req);
+    /* Optional: take the device of comm_attach_device (NULL: the transport needs none). */
+    int (*attach)(comm *c, const comm_device *dev);
 } comm_ops;
 
 struct comm {
@@ -46,10 +49,41 @@ struct comm {
     void *impl;
 };
 
-/* Start the communication layer. kind: "self", "mpi", "nccl" or NULL/"auto" (mpi when the
- * process was started by mpirun/srun and MPI is compiled in, else self). native_stream: the
- * backend's communication stream for nccl (NULL otherwise). NULL + loom_fail on error. */
-comm *comm_init(const char *kind, int *argc, char ***argv, void *native_stream);
+/* What the build holds, for comm_choose (comm_compiled() gives this binary's). */
+typedef struct comm_features {
+    int mpi, nccl;
+} comm_features;
+comm_features comm_compiled(void);
+
+/* Which transport comm_init starts: a pure function of the build (f), the backend that will run
+ * (its registry name "cpu", "cuda", "metal"; NULL = a host backend), the asked kind ("self",
+ * "mpi", "nccl", or NULL/""/"auto") and whether this process is one rank of a launched job.
+ * auto: one process -> self; launched with backend cuda and NCCL compiled in -> nccl (MPI
+ * bootstraps it and carries the host-side values); launched otherwise -> mpi. Returns the kind
+ * and writes the one-line reason to why; NULL + reason when auto cannot work (a launched cuda
+ * job without NCCL would hand device pointers to MPI, or a launched job without MPI). */
+const char *comm_choose(const char *kind, const char *backend, int launched, comm_features f,
+                        char *why, size_t why_len);
+
+/* Start the communication layer: the transport comm_choose(kind, backend, comm_launched_by_mpi(),
+ * comm_compiled()) names; logs it and why. NULL + loom_fail on error. */
+comm *comm_init(const char *kind, int *argc, char ***argv, const char *backend);
+
+/* The device the collectives' buffers live on, handed over once the backend exists (the comm
+ * starts first: its local rank picks the device). */
+struct comm_device {
+    /* The backend's communication stream (native_stream(be, 1)), NULL on host backends. With it,
+     * nccl runs its collectives there and orders each only after the work the caller made that
+     * stream wait for (backend event_record); without it, after all work issued on the device. */
+    void *stream;
+    /* dst <- src, device bytes, in order with the work queued before it (the backend's copy_d2d):
+     * what the self transport's out-of-place collectives copy with. NULL: host memmove. */
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void *ctx;
+};
+
+/* Hand the transport its device (dev is copied). 0, or -1 + loom_fail. */
+int comm_attach_device(comm *c, const comm_device *dev);
 
 /* Finalize (collective). NULL is fine. */
 void comm_destroy(comm *c);

@@ -1,8 +1,8 @@
 /* comm_nccl.c: the comm.h transport over NCCL, for device buffers of the cuda backend.
  * Bootstraps over the MPI transport (rank, size, local rank, the ncclUniqueId broadcast) and keeps
  * it for the host-side operations (allreduce_host, barrier, abort). Collectives run on the
- * backend's communication stream (or an own stream when none is given), each ordered after all
- * compute issued before it, and are finished by polling an event against a deadline. It must
+ * backend's communication stream once attached (before: an own stream, each ordered after all
+ * compute issued before it), and are finished by polling an event against a deadline. It must
  * never wait on NCCL without a deadline and never hand NCCL a host pointer. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -34,7 +34,8 @@ typedef struct nccl_impl {
     comm *mpi;           /* the bootstrap transport; does the host-side operations */
     ncclComm_t nc;       /* NULL once aborted */
     cudaStream_t stream; /* the backend's communication stream, or our own */
-    int own_stream;      /* 1: we created stream (no native stream was given) */
+    int own_stream;      /* 1: we created stream (no device attached yet) */
+    int attached;        /* 1: stream is the backend's comm stream (comm_attach_device) */
     cudaEvent_t order;   /* recorded on the legacy default stream before each collective */
     int device;
     comm_request *spare; /* recycled requests */
@@ -199,15 +200,19 @@ static int nccl_test(comm *c, comm_request *r)
     return nccl_poll(c, r);
 }
 
-/* Order the next collective after every kernel and copy issued so far on the device's blocking
- * streams: an event recorded on the legacy default stream completes only after all earlier work
- * of blocking streams (the cuda backend's compute stream is one), and our stream waits for it.
- * Later compute does not wait for the collective (our stream is non-blocking): overlap stays. */
+/* Order the next collective after the work that produced its input. Attached to the backend's
+ * comm stream, the caller has done it (backend event_record after the kernels that filled the
+ * buffer makes that stream wait for them, and no more). On our own stream: after every kernel and
+ * copy issued so far on the device's blocking streams: an event recorded on the legacy default
+ * stream completes only after all earlier work of blocking streams (the cuda backend's compute
+ * stream is one), and our stream waits for it. Either way later compute does not wait for the
+ * collective (the stream is non-blocking): overlap stays. */
 static int nccl_order(comm *c, const char *what)
 {
     nccl_impl *n = c->impl;
     if (!n->nc)
         return loom_fail("comm: nccl %s on rank %d after the communicator was aborted", what, c->rank);
+    if (n->attached) return 0;
     cudaError_t e = cudaEventRecord(n->order, cudaStreamLegacy);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(n->stream, n->order, 0);
     if (e != cudaSuccess)
@@ -335,6 +340,28 @@ static void nccl_destroy(comm *c)
     free(c);
 }
 
+/* Move onto the backend's comm stream: what was queued on our own stream finishes first. */
+static int nccl_attach(comm *c, const comm_device *dev)
+{
+    nccl_impl *n = c->impl;
+    if (!dev->stream || (n->attached && n->stream == (cudaStream_t)dev->stream)) return 0;
+    int device = -1;
+    cudaError_t e = cudaStreamGetDevice((cudaStream_t)dev->stream, &device);
+    if (e == cudaSuccess && device != n->device)
+        return loom_fail("comm: nccl rank %d runs on device %d, but the backend's stream is on "
+                         "device %d", c->rank, n->device, device);
+    if (e == cudaSuccess && n->own_stream) e = cudaStreamSynchronize(n->stream);
+    if (e != cudaSuccess)
+        return loom_fail("comm: nccl rank %d cannot move onto the backend's stream: %s", c->rank,
+                         cudaGetErrorString(e));
+    if (n->own_stream) cudaStreamDestroy(n->stream);
+    n->stream = (cudaStream_t)dev->stream;
+    n->own_stream = 0;
+    n->attached = 1;
+    log_info("comm: nccl rank %d runs on the backend's communication stream", c->rank);
+    return 0;
+}
+
 static const comm_ops nccl_ops = {
     .name = "nccl",
     .destroy = nccl_destroy,
@@ -347,6 +374,7 @@ static const comm_ops nccl_ops = {
     .wait = nccl_wait,
     .abort = nccl_abort,
     .test = nccl_test,
+    .attach = nccl_attach,
 };
 
 /* Rank 0 makes the id and broadcasts it (with whether that worked) over MPI; every rank then
@@ -378,27 +406,20 @@ static int nccl_bootstrap(comm *c)
     return nccl_settle(c, rc, "ncclCommInitRankConfig");
 }
 
-/* The device and stream: the native stream's device when one is given; otherwise device
- * local_rank (what the session hands the cuda backend as device_index) and a stream of our own. */
-static int nccl_stream_setup(comm *c, void *native_stream)
+/* Device local_rank (what the session hands the cuda backend as device_index) and a stream of
+ * our own until comm_attach_device hands over the backend's. */
+static int nccl_stream_setup(comm *c)
 {
     nccl_impl *n = c->impl;
-    cudaError_t e;
-    if (native_stream) {
-        n->stream = (cudaStream_t)native_stream;
-        e = cudaStreamGetDevice(n->stream, &n->device);
-        if (e == cudaSuccess) e = cudaSetDevice(n->device);
-    } else {
-        int ndev = 0;
-        e = cudaGetDeviceCount(&ndev);
-        if (e == cudaSuccess && c->local_rank >= ndev)
-            return loom_fail("comm: nccl rank %d is local rank %d but this node has %d CUDA device%s",
-                             c->rank, c->local_rank, ndev, ndev == 1 ? "" : "s");
-        n->device = c->local_rank;
-        if (e == cudaSuccess) e = cudaSetDevice(n->device);
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
-        n->own_stream = e == cudaSuccess;
-    }
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e == cudaSuccess && c->local_rank >= ndev)
+        return loom_fail("comm: nccl rank %d is local rank %d but this node has %d CUDA device%s",
+                         c->rank, c->local_rank, ndev, ndev == 1 ? "" : "s");
+    n->device = c->local_rank;
+    if (e == cudaSuccess) e = cudaSetDevice(n->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+    n->own_stream = e == cudaSuccess;
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&n->order, cudaEventDisableTiming);
     if (e != cudaSuccess)
         return loom_fail("comm: nccl rank %d cannot set up device %d and its stream: %s", c->rank,
@@ -408,7 +429,7 @@ static int nccl_stream_setup(comm *c, void *native_stream)
 
 /* On failure the MPI transport is left initialised on purpose: MPI_Finalize could wait forever
  * on peers still in the bootstrap, and the caller exits (which makes mpirun end the job). */
-comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
+comm *comm_nccl_init(int *argc, char ***argv)
 {
     comm *mpi = comm_mpi_init(argc, argv);
     if (!mpi) return NULL;
@@ -424,7 +445,7 @@ comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
     *c = (comm){.ops = &nccl_ops, .rank = mpi->rank, .size = mpi->size, .local_rank = mpi->local_rank,
                 .local_size = mpi->local_size, .timeout_s = NCCL_INIT_TIMEOUT_S, .impl = n};
     mpi->timeout_s = NCCL_INIT_TIMEOUT_S;
-    if (nccl_stream_setup(c, native_stream) != 0 || nccl_bootstrap(c) != 0) {
+    if (nccl_stream_setup(c) != 0 || nccl_bootstrap(c) != 0) {
         if (n->order) cudaEventDestroy(n->order);
         if (n->own_stream) cudaStreamDestroy(n->stream);
         free(n);
@@ -433,8 +454,7 @@ comm *comm_nccl_init(int *argc, char ***argv, void *native_stream)
     }
     int ver = 0;
     ncclGetVersion(&ver);
-    log_info("comm: nccl %d.%d.%d on device %d (%s stream), rank %d of %d", ver / 10000,
-             (ver / 100) % 100, ver % 100, n->device, n->own_stream ? "own" : "the backend's",
-             c->rank, c->size);
+    log_info("comm: nccl %d.%d.%d on device %d, rank %d of %d", ver / 10000, (ver / 100) % 100,
+             ver % 100, n->device, c->rank, c->size);
     return c;
 }

@@ -1,6 +1,7 @@
 /* comm_self.c: the one-rank transport: every collective over one rank is an identity or a copy.
  * Needs no MPI, so it is what a plain `loom train` and the CPU-only build run on. It must never
- * dereference a device pointer on the host (a CUDA build copies with cudaMemcpy instead). */
+ * dereference a device pointer on the host nor include a device header: device copies go through
+ * the backend's copy handed over by comm_attach_device. */
 #include "parallel/comm.h"
 
 #include <stdlib.h>
@@ -8,12 +9,8 @@
 
 #include "base/error.h"
 
-#ifdef LOOM_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 typedef struct self_impl {
-    void *stream; /* the backend's communication stream (cudaStream_t) or NULL */
+    comm_device dev; /* the backend's device copy (comm_attach_device), or none: host memory */
 } self_impl;
 
 /* Every self operation has finished when it returns: requests are this sentinel. */
@@ -27,46 +24,24 @@ static int self_finish(comm_request **req)
     return 0;
 }
 
-#ifdef LOOM_HAVE_CUDA
-/* 1 if p is CUDA device or managed memory. Fails quietly (0) on a machine without a GPU. */
-static int self_is_device(const void *p)
-{
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-#endif
-
-/* dst <- src (bytes), on the device when the buffers live there. Without a stream the copy
- * first waits for the whole device, since the producing kernels may sit on a non-blocking
- * stream that a plain cudaMemcpy would not wait for. With one, the copy is queued behind the
- * work the backend ordered on that stream and waited for here: the request this transport
- * returns is already "done", so the copy must be finished when it returns. */
+/* dst <- src (bytes). With a device attached the backend copies, queued in order behind the work
+ * that produced src and ahead of the work that will read dst, so "finished" holds for every later
+ * device op (the host reads device data only through the backend, which orders the same way). */
 static int self_copy(comm *c, void *dst, const void *src, size_t bytes)
 {
     if (dst == src || bytes == 0)
         return 0;
-#ifdef LOOM_HAVE_CUDA
-    if (self_is_device(dst) || self_is_device(src)) {
-        self_impl *s = c->impl;
-        cudaError_t e = s->stream
-            ? cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)s->stream)
-            : cudaDeviceSynchronize();
-        if (e == cudaSuccess)
-            e = s->stream ? cudaStreamSynchronize((cudaStream_t)s->stream)
-                          : cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-        if (e != cudaSuccess)
-            return loom_fail("comm: self copy of %zu bytes on rank 0 failed: %s", bytes,
-                             cudaGetErrorString(e));
-        return 0;
-    }
-#else
-    (void)c;
-#endif
-    memmove(dst, src, bytes);
+    self_impl *s = c->impl;
+    if (s->dev.copy)
+        s->dev.copy(s->dev.ctx, dst, src, bytes);
+    else
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+static int self_attach(comm *c, const comm_device *dev)
+{
+    ((self_impl *)c->impl)->dev = *dev;
     return 0;
 }
 
@@ -146,9 +121,10 @@ static const comm_ops self_ops = {
     .barrier = self_barrier,
     .wait = self_wait,
     .abort = self_abort,
+    .attach = self_attach,
 };
 
-comm *comm_self_init(void *native_stream)
+comm *comm_self_init(void)
 {
     comm *c = calloc(1, sizeof *c);
     self_impl *s = calloc(1, sizeof *s);
@@ -158,7 +134,6 @@ comm *comm_self_init(void *native_stream)
         loom_fail("comm: out of memory creating the self transport");
         return NULL;
     }
-    s->stream = native_stream;
     c->ops = &self_ops;
     c->rank = 0;
     c->size = 1;

@@ -1,6 +1,7 @@
-/* cuda_backend.c: the CUDA backend's registry entry, device setup, memory, copies, events, streams
- * and vtable. Ops run in issue order on one compute stream; the communication layer gets a second
- * stream. It must never use managed memory, print when no driver/device exists, or exit(). */
+/* cuda_backend.c: the CUDA backend's registry entry, device setup, memory, copies (small uploads
+ * through pinned staging), events, streams and vtable. Ops run in issue order on one compute
+ * stream; the communication layer gets a second stream. It must never use managed memory, print
+ * when no driver/device exists, or exit(). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,13 +91,30 @@ static void cuda_free_ptr(backend *be, void *ptr)
     if (ptr) cuda_check(be, cudaFree(ptr), "cudaFree");
 }
 
-/* Host memory from malloc is pageable: cudaMemcpyAsync returns once the source has been staged,
- * so the caller may reuse host_src at once; the device write is ordered on the compute stream. */
+/* From pageable memory (malloc) CUDA first waits for the stream's queued work, so a per-micro-
+ * batch upload would stall the host behind the whole previous pass. Small copies go through a
+ * pinned slot instead: memcpy into it, an async copy out of it ordered on the compute stream, and
+ * the host waits only when the slot's previous copy has not run yet (the device is a ring of
+ * copies behind). Either way host_src may be reused as soon as this returns. The compute stream,
+ * not a copy stream: the destination (the model's one token buffer) is still read by the queued
+ * pass, and a 128 KB copy is microseconds against a step. Large copies (loads) go direct. */
 static void cuda_copy_h2d(backend *be, void *dst, const void *host_src, size_t bytes)
 {
+    cuda_impl *im = cuda_im(be);
     if (bytes == 0 || cuda_broken(be)) return;
-    cuda_check(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_im(be)->compute),
-               "copy host to device");
+    if (!im->stage || bytes > CUDA_STAGE_BYTES) {
+        cuda_check(be, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, im->compute),
+                   "copy host to device");
+        return;
+    }
+    int s = im->stage_next;
+    im->stage_next = (s + 1) % CUDA_STAGE_SLOTS;
+    char *slot = (char *)im->stage + (size_t)s * CUDA_STAGE_BYTES;
+    if (cuda_check(be, cudaEventSynchronize(im->stage_done[s]), "waiting for a staging slot") != 0) return;
+    memcpy(slot, host_src, bytes);
+    if (cuda_check(be, cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, im->compute),
+                   "copy host to device") == 0)
+        cuda_check(be, cudaEventRecord(im->stage_done[s], im->compute), "recording a staging copy");
 }
 
 static void cuda_copy_d2h(backend *be, void *host_dst, const void *src, size_t bytes)
@@ -219,6 +237,10 @@ static void cuda_destroy(backend *be)
         if (im->blas) cublasDestroy(im->blas);
         if (im->blas_ws) cudaFree(im->blas_ws);
         if (im->scratch) cudaFree(im->scratch);
+        cuda_weights_free(be);
+        for (int i = 0; i < CUDA_STAGE_SLOTS; i++)
+            if (im->stage_done[i]) cudaEventDestroy(im->stage_done[i]);
+        if (im->stage) cudaFreeHost(im->stage);
         if (im->comm) cudaStreamDestroy(im->comm);
         if (im->compute) cudaStreamDestroy(im->compute);
         cudaGetLastError(); /* teardown errors of a broken context must not leak to the next user */
@@ -242,6 +264,13 @@ static int cuda_init_streams(backend *be)
         cuda_check(be, cudaStreamCreateWithPriority(&im->comm, cudaStreamNonBlocking, greatest),
                    "creating the communication stream") != 0)
         return -1;
+    if (cuda_check(be, cudaMallocHost(&im->stage, CUDA_STAGE_SLOTS * CUDA_STAGE_BYTES),
+                   "allocating pinned staging") != 0)
+        return -1;
+    for (int i = 0; i < CUDA_STAGE_SLOTS; i++)
+        if (cuda_check(be, cudaEventCreateWithFlags(&im->stage_done[i], cudaEventDisableTiming),
+                       "creating a staging event") != 0)
+            return -1;
     im->blas_ws_bytes = CUDA_BLAS_WS_BYTES;
     if (cuda_check(be, cudaMalloc(&im->blas_ws, im->blas_ws_bytes), "allocating the cuBLAS workspace") != 0)
         return -1;
@@ -382,6 +411,7 @@ static const backend_ops cuda_ops = {
     .attention_decode = cuda_attention_decode,
     .softmax_xent = cuda_softmax_xent,
     .adamw = cuda_adamw,
+    .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };
 

@@ -22,6 +22,20 @@ extern "C" {
 /* Threads per block of the simple kernels (elementwise, row-per-warp). */
 #define CUDA_BLOCK 256
 
+/* A bf16 copy of registered fp32 weights (backend weights_bf16); base NULL = slot unused. */
+#define CUDA_WEIGHT_SLOTS 8
+typedef struct cuda_weights {
+    const float *base;
+    size_t n;
+    void *bf16;  /* __nv_bfloat16[cap], kept allocated when the slot is dropped */
+    size_t cap;
+} cuda_weights;
+
+/* Pinned staging for small host-to-device copies (a micro-batch's tokens and targets): a ring
+ * of slots, each reused once the device has run the copy that last read it. */
+#define CUDA_STAGE_SLOTS 8
+#define CUDA_STAGE_BYTES ((size_t)1 << 20)
+
 typedef struct cuda_impl {
     int device;
     cudaStream_t compute, comm; /* ops run on compute; the comm layer enqueues on comm */
@@ -32,6 +46,10 @@ typedef struct cuda_impl {
     size_t scratch_bytes;
     int sm_count;
     size_t smem_optin;          /* max dynamic shared memory one block may opt in to */
+    cuda_weights weights[CUDA_WEIGHT_SLOTS]; /* bf16 mode: registered weight copies */
+    void *stage;                /* pinned host, CUDA_STAGE_SLOTS x CUDA_STAGE_BYTES */
+    cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; /* recorded after the copy out of each slot */
+    int stage_next;
     cudaError_t error;          /* first CUDA/cuBLAS failure (sticky), cudaSuccess while healthy */
     char why[256];              /* its one-line description, for backend_failure */
 } cuda_impl;
@@ -78,6 +96,8 @@ int cuda_cast_bf16(backend *be, void *dst, const float *src, size_t n);
 /* --- cuda_matmul.c --- */
 void cuda_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
                  int transA, int transB, float alpha, float beta);
+void cuda_weights_bf16(backend *be, const float *w, size_t n);
+void cuda_weights_free(backend *be); /* at destroy */
 
 /* --- cuda_norm.cu --- */
 void cuda_layernorm_forward(backend *be, float *out, float *mean, float *rstd, const float *inp,

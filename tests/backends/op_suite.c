@@ -392,6 +392,33 @@ static void suite_attention(suite *s)
     suite_attention_one(s, 1, 77, 6, 2, 128);
 }
 
+/* Generation: one query per head over Tk cached keys (GQA); optional on a backend. */
+static void suite_attention_decode_one(suite *s, int Tk, int H, int Hkv, int D)
+{
+    size_t nq = (size_t)H * D, nk = (size_t)Tk * Hkv * D;
+    pair q = pair_rand(s, nq, 1.5), k = pair_rand(s, nk, 1.5), v = pair_rand(s, nk, 1);
+    pair out = pair_new(s, NULL, nq * 4);
+    FOR_SIDES (be)
+        be->ops->attention_decode(be, PF(out, side), PF(q, side), PF(k, side), PF(v, side), Tk, H,
+                                  Hkv, D);
+    char name[96];
+    snprintf(name, sizeof name, "attention_decode Tk%d H%d Hkv%d D%d", Tk, H, Hkv, D);
+    pair_check(s, name, &out, 1e-5);
+    pair_free(s, &q), pair_free(s, &k), pair_free(s, &v), pair_free(s, &out);
+}
+
+static void suite_attention_decode(suite *s)
+{
+    if (!s->t->ops->attention_decode || !s->r->ops->attention_decode) {
+        printf("op_suite skip attention_decode (not implemented by %s)\n",
+               s->t->ops->attention_decode ? s->r->description : s->t->description);
+        return;
+    }
+    suite_attention_decode_one(s, 1, 2, 1, 16);    /* the first generated token */
+    suite_attention_decode_one(s, 130, 4, 2, 64);  /* GQA, off any block size */
+    suite_attention_decode_one(s, 1000, 6, 2, 128);
+}
+
 static void suite_xent_one(suite *s, int N, int V, int Vr)
 {
     pair logits = pair_rand(s, (size_t)N * V, 4), losses = pair_new(s, NULL, (size_t)N * 4);
@@ -453,6 +480,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_activations(&s);
     suite_rope(&s);
     suite_attention(&s);
+    suite_attention_decode(&s);
     suite_xent(&s);
     suite_adamw(&s);
     printf("op_suite: %s vs %s: %d failing check%s\n", test->description, ref->description,

@@ -265,7 +265,7 @@ static void test_errors(void)
                 "layernorm, rmsnorm, got \"batchnorm\"", NULL);
     expect_fail(NULL, "model.mlp=relu", "'model.mlp' must be one of gelu, swiglu", NULL);
     expect_fail(NULL, "model.positions=alibi", "'model.positions'", "learned, rope");
-    expect_fail(NULL, "precision=fp16", "'precision' must be one of fp32, bf16", NULL);
+    expect_fail(NULL, "precision=fp16", "'precision' must be one of fp32, tf32, bf16", NULL);
     expect_fail(NULL, "finetune.method=qlora", "'finetune.method'", "lora, full");
     expect_fail(NULL, "checkpoint.on_error=ignore", "'checkpoint.on_error'", "stop, continue");
     expect_fail(NULL, "parallel.comm=gloo", "'parallel.comm'", "auto, self, mpi, nccl");

@@ -49,10 +49,14 @@ static void make_batch(int B, int T, int V, int32_t *tok, int32_t *tgt, uint64_t
     tgt[1] = -1; /* one masked position */
 }
 
-static double loss_of(model *m)
+/* The loss SUM of one forward (grad_scale as model_forward); NaN when the pass failed. */
+static double fwd(model *m, float grad_scale)
 {
-    return model_forward(m, 0.0f);
+    double loss = 0.0;
+    return model_forward(m, grad_scale, &loss) == 0 ? loss : NAN;
 }
+
+static double loss_of(model *m) { return fwd(m, 0.0f); }
 
 static float get1(model *m, float *p) { float v; m->be->ops->copy_d2h(m->be, &v, p, sizeof v); return v; }
 static void set1(model *m, float *p, float v) { m->be->ops->copy_h2d(m->be, p, &v, sizeof v); }
@@ -122,7 +126,7 @@ static void check_gradients(int llama)
     model_set_batch(m, tok, tgt);
 
     be->ops->fill(be, m->grads, 0.0f, m->nparams);
-    double base = model_forward(m, 1.0f); /* grad of the loss SUM */
+    double base = fwd(m, 1.0f); /* grad of the loss SUM */
     model_backward(m);
     float *grad = malloc(m->nparams * sizeof(float));
     be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
@@ -163,7 +167,7 @@ static void check_overfit(int llama)
     float *pa[1] = {m->params}, *ga[1] = {m->grads};
     for (int step = 0; step < 300; step++) {
         be->ops->fill(be, m->grads, 0.0f, m->nparams);
-        loss = model_forward(m, 1.0f / 15.0f) / 15.0; /* 15 unmasked targets */
+        loss = fwd(m, 1.0f / 15.0f) / 15.0; /* 15 unmasked targets */
         model_backward(m);
         if (step == 0) first = loss;
         optim_step(o, &tc, pa, ga, 1e-2f, 1.0f);
@@ -206,7 +210,7 @@ static void check_lora(void)
             for (size_t j = 0; j < m->tensors[i].numel; j++) ad[m->tensors[i].offset + j] = 0.2f * rng_normal(5, j + 100 * (size_t)i);
     be->ops->copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
     be->ops->fill(be, m->grads, 0.0f, m->nparams);
-    model_forward(m, 1.0f);
+    fwd(m, 1.0f);
     model_backward(m);
     float *grad = malloc(m->nparams * sizeof(float));
     be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
@@ -231,7 +235,7 @@ static void check_lora(void)
     float *pa[1] = {m->params}, *ga[1] = {m->grads};
     for (int step = 0; step < 5; step++) {
         be->ops->fill(be, m->grads, 0.0f, m->nparams);
-        model_forward(m, 1.0f / 15.0f);
+        fwd(m, 1.0f / 15.0f);
         model_backward(m);
         optim_step(o, &cfg.train, pa, ga, 1e-2f, 1.0f);
     }
@@ -306,8 +310,59 @@ static void check_init_windows(void)
     backend_destroy(be);
 }
 
+static int hook_fail_at = -1, hook_calls;
+static int failing_begin(void *ctx, int region, int backward)
+{
+    (void)ctx, (void)backward;
+    hook_calls++;
+    return region == hook_fail_at ? loom_fail("test hook: region %d refuses", region) : 0;
+}
+
+/* A failing region hook is an error code, never a number added to the loss; the loss summed on
+ * the device over micro-batches equals the per-pass sums and is read once. */
+static void check_forward_errors(void)
+{
+    backend *be = cpu();
+    model_config mc = variant(0);
+    model *m = model_create(&mc, be, 2, 8, 1, 1, 0, NULL);
+    CHECK(m != NULL, "model_create: %s", loom_error());
+    if (!m) { backend_destroy(be); return; }
+    float *host = malloc(m->nparams * sizeof(float));
+    model_init_values(m, 3, host);
+    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    int32_t tok[16], tgt[16];
+    make_batch(2, 8, mc.vocab, tok, tgt, 21);
+    model_set_batch(m, tok, tgt);
+    double one = fwd(m, 0.0f);
+    CHECK(model_take_loss(m) == 0.0, "passes with loss_out add nothing to the device sum");
+    CHECK(model_forward(m, 0.0f, NULL) == 0 && model_forward(m, 0.0f, NULL) == 0, "forward failed");
+    double two = model_take_loss(m);
+    CHECK(fabs(two - 2.0 * one) <= 1e-6 * fabs(one), "device sum of 2 passes %.9g, 2 x one %.9g", two, 2.0 * one);
+    CHECK(model_take_loss(m) == 0.0, "model_take_loss starts the next sum at 0");
+    m->hooks.region_begin = failing_begin;
+    for (int r = 0; r < m->nregions; r++) {
+        hook_fail_at = r;
+        hook_calls = 0;
+        double loss = 12345.0;
+        loom_error_clear();
+        int rc = model_forward(m, 0.0f, &loss);
+        CHECK(rc == -1 && loss == 12345.0 && strstr(loom_error(), "refuses"),
+              "hook failing at region %d: rc %d, loss %g (must stay untouched), error \"%s\"", r, rc,
+              loss, loom_error());
+        CHECK(hook_calls == r + 1, "region %d failed but the pass went on (%d hook calls)", r, hook_calls);
+        CHECK(model_forward(m, 0.0f, NULL) == -1 && model_take_loss(m) == 0.0,
+              "a failed pass must add nothing to the device loss sum (region %d)", r);
+    }
+    memset(&m->hooks, 0, sizeof m->hooks);
+    CHECK(fwd(m, 0.0f) == one, "after the hooks are gone the pass gives the same loss");
+    free(host);
+    model_destroy(m);
+    backend_destroy(be);
+}
+
 int main(void)
 {
+    check_forward_errors();
     check_init_windows();
     check_decode(0);
     check_decode(1);

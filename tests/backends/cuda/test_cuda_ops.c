@@ -125,6 +125,76 @@ static int check_unaligned(backend *be)
     return bad;
 }
 
+/* C = x W^T on the device, back on the host. */
+static void matmul_host(backend *be, float *host, float *C, const float *x, const float *W, int M, int N, int K)
+{
+    be->ops->matmul(be, C, x, W, M, N, K, 0, 1, 1.0f, 0.0f);
+    be->ops->copy_d2h(be, host, C, (size_t)M * N * 4);
+}
+
+/* bf16 mode: a matmul reading registered weights gives the same bits as one casting them per
+ * call (the same rounding), and reads the copy made at registration, not the fp32 weights as
+ * they are now (so the cast really happens once); dropping it goes back to casting per call. */
+static int check_bf16_weights(backend *be)
+{
+    enum { M = 32, N = 48, K = 64 };
+    float *x = upload_rand(be, (size_t)M * K, 11), *W = upload_rand(be, (size_t)2 * N * K, 12);
+    float *W2 = upload_rand(be, (size_t)N * K, 13), *C = be->ops->alloc(be, (size_t)M * N * 4);
+    float *want = malloc(M * N * 4), *want2 = malloc(M * N * 4), *got = malloc(M * N * 4);
+    float *second = W + (size_t)N * K; /* the second half of the registered buffer */
+    int bad = 0;
+    matmul_host(be, want, C, x, second, M, N, K);
+    matmul_host(be, want2, C, x, W2, M, N, K);
+    be->ops->weights_bf16(be, W, (size_t)2 * N * K);
+    matmul_host(be, got, C, x, second, M, N, K);
+    if (memcmp(got, want, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: registered copy differs from the per-call cast\n");
+    be->ops->copy_d2d(be, second, W2, (size_t)N * K * 4); /* changed behind the registration */
+    matmul_host(be, got, C, x, second, M, N, K);
+    if (memcmp(got, want, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: the matmul recast the weights instead of reading the copy\n");
+    be->ops->weights_bf16(be, W, (size_t)2 * N * K); /* re-registered: the new values */
+    matmul_host(be, got, C, x, second, M, N, K);
+    if (memcmp(got, want2, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: re-registering did not refresh the copy\n");
+    be->ops->copy_d2d(be, second, W2 + 1, (size_t)(N * K - 1) * 4);
+    be->ops->weights_bf16(be, W, 0); /* dropped: per-call casts of the current values again */
+    matmul_host(be, got, C, x, second, M, N, K);
+    if (!memcmp(got, want2, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: a dropped copy is still read\n");
+    free(want), free(want2), free(got);
+    float *all[] = {x, W, W2, C};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    if (!bad) printf("bf16 weights: registered copy read, refreshed only on registration, dropped\n");
+    return bad;
+}
+
+/* Uploads through the pinned staging ring: more copies than slots from one host buffer that is
+ * overwritten right after each call, small and large (direct) ones; each lands intact. */
+static int check_uploads(backend *be)
+{
+    enum { COPIES = 21, SMALL = 3000 };
+    const size_t big = ((size_t)1 << 20) / 4 + 7; /* floats: just over one staging slot */
+    float *h = malloc(big * 4), *back = malloc(big * 4), *d[COPIES];
+    int bad = 0;
+    for (int c = 0; c < COPIES; c++) {
+        size_t n = c % 5 == 4 ? big : SMALL;
+        d[c] = be->ops->alloc(be, n * 4);
+        for (size_t i = 0; i < n; i++) h[i] = (float)(c * 100000 + (int)(i % 99991));
+        be->ops->copy_h2d(be, d[c], h, n * 4);
+        memset(h, 0xff, n * 4); /* the caller may reuse its buffer at once */
+    }
+    for (int c = 0; c < COPIES; c++) {
+        size_t n = c % 5 == 4 ? big : SMALL;
+        be->ops->copy_d2h(be, back, d[c], n * 4);
+        for (size_t i = 0; i < n; i++)
+            if (back[i] != (float)(c * 100000 + (int)(i % 99991))) {
+                fprintf(stderr, "FAIL: upload %d (%zu floats): element %zu = %g\n", c, n, i, back[i]);
+                bad++;
+                break;
+            }
+        be->ops->free(be, d[c]);
+    }
+    free(h), free(back);
+    return bad;
+}
+
 /* usage: test_cuda_ops [fp32|tf32|bf16]... (default: all three modes) */
 int main(int argc, char **argv)
 {
@@ -157,6 +227,8 @@ int main(int argc, char **argv)
         int bad = op_suite_run(gpu, cpu, modes[i].u_dot, 1);
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
+        bad += check_uploads(gpu);
+        if (modes[i].precision == BACKEND_BF16) bad += check_bf16_weights(gpu);
         if (bad) {
             fprintf(stderr, "FAIL: %s: %d check(s) failed\n", modes[i].name, bad);
             failed_modes++;

@@ -1,12 +1,15 @@
 /* test_nccl.c: the nccl transport (parallel/comm_nccl.c) on cuda device buffers, run under mpirun
  * with one rank per GPU: allreduce sum/avg, reduce_scatter, allgather (also in place), broadcast,
- * host allreduce, barrier, empty and blocking calls. Argument "own": the transport gets no native
- * stream (as `loom train` starts it) and makes its own. Exits 77 without enough GPUs. */
+ * host allreduce, barrier, empty and blocking calls. Argument "own": the transport is never attached
+ * to the backend (comm_attach_device) and keeps its own stream. Argument "stall": rank 1 stops
+ * answering; rank 0 must time out with a message naming the collective and abort the job (42).
+ * Exits 77 without enough GPUs. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "base/error.h"
@@ -158,6 +161,29 @@ static void test_host_ops(comm *c)
     }
 }
 
+/* Rank 1 never joins the allreduce: rank 0's wait must end at the deadline, not hang. */
+static int test_stall(backend *be, comm *c, backend_event *ev)
+{
+    if (c->size < 2) {
+        printf("SKIP: the stall test needs 2 ranks (2 CUDA devices)\n");
+        return 77;
+    }
+    c->timeout_s = 2.0;
+    float h[64] = {0};
+    float *d = upload(be, ev, h, 64);
+    if (c->rank == 1) {
+        sleep(120); /* stops answering; rank 0's abort ends this process */
+        comm_abort(c, 1);
+    }
+    comm_request *req = NULL;
+    int rc = d ? comm_allreduce(c, d, 64, COMM_SUM, &req) : -1;
+    if (rc == 0) rc = comm_wait(c, req);
+    int ok = rc != 0 && strstr(loom_error(), "timed out") && strstr(loom_error(), "allreduce");
+    fprintf(stderr, "%s: rank 0: %s\n", ok ? "PASS" : "FAIL", loom_error());
+    comm_abort(c, ok ? 42 : 1);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -179,14 +205,17 @@ int main(int argc, char **argv)
         return 1;
     }
     int own = argc > 1 && strcmp(argv[1], "own") == 0;
-    comm *c = comm_init("nccl", &argc, &argv, own ? NULL : be->ops->native_stream(be, 1));
-    if (!c) {
+    int stall = argc > 1 && strcmp(argv[1], "stall") == 0;
+    comm *c = comm_init("nccl", &argc, &argv, "cuda");
+    comm_device dev = {be->ops->native_stream(be, 1), NULL, NULL};
+    if (!c || (!own && comm_attach_device(c, &dev) != 0)) {
         fprintf(stderr, "FAIL: comm_init(nccl): %s\n", loom_error());
         backend_destroy(be);
         return 1;
     }
     c->timeout_s = 60;
     backend_event *ev = be->ops->event_create(be);
+    if (stall) return test_stall(be, c, ev);
     test_allreduce(be, c, ev, COMM_SUM, 0);
     test_allreduce(be, c, ev, COMM_AVG, 0);
     test_allreduce(be, c, ev, COMM_SUM, 1);

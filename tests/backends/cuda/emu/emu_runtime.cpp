@@ -258,8 +258,9 @@ void emu_run(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_
 
 /* ---------------- runtime API ---------------- */
 struct emu_stream {
-    int unused;
+    int device; /* the current device when it was created, as on a GPU */
 };
+static int emu_current_device; /* cudaSetDevice's; one process drives one device at a time */
 struct emu_event {
     int unused;
 };
@@ -300,7 +301,12 @@ cudaError_t cudaGetDeviceCount(int *count)
     return *count ? cudaSuccess : cudaErrorNoDevice;
 }
 
-cudaError_t cudaSetDevice(int dev) { return dev >= 0 && dev < emu_device_count() ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int dev)
+{
+    if (dev < 0 || dev >= emu_device_count()) return cudaErrorInvalidValue;
+    emu_current_device = dev;
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 {
@@ -337,6 +343,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int pr
 {
     (void)flags, (void)prio;
     *s = new emu_stream();
+    (*s)->device = emu_current_device;
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
@@ -358,7 +365,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f)
 cudaError_t cudaStreamGetDevice(cudaStream_t s, int *dev)
 {
     if (!s) return cudaErrorInvalidValue;
-    *dev = 0;
+    *dev = s == cudaStreamLegacy ? emu_current_device : s->device;
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
@@ -376,6 +383,20 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     g_allocs[(uintptr_t)*p] = n ? n : 256;
     return cudaSuccess;
 }
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    memset(*p, 0xff, bytes ? bytes : 1); /* not zeroed either */
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
 cudaError_t cudaFree(void *p)
 {
     if (!p) return cudaSuccess;

@@ -95,6 +95,8 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocHost(void **p, size_t bytes); /* pinned host memory: plain host memory here */
+cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t s);
