@@ -403,7 +403,8 @@ static void suite_attention_decode_one(suite *s, int Tk, int H, int Hkv, int D)
                                   Hkv, D);
     char name[96];
     snprintf(name, sizeof name, "attention_decode Tk%d H%d Hkv%d D%d", Tk, H, Hkv, D);
-    pair_check(s, name, &out, 1e-5);
+    /* the forward's bound for Tk keys (a single query row: the same dots and softmax) */
+    pair_check(s, name, &out, attention_tol(s, Tk, D, 1.0));
     pair_free(s, &q), pair_free(s, &k), pair_free(s, &v), pair_free(s, &out);
 }
 
