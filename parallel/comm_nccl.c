@@ -335,7 +335,7 @@ static void nccl_destroy(comm *c)
     }
     if (n->order) cudaEventDestroy(n->order);
     if (n->own_stream) cudaStreamDestroy(n->stream);
-    comm_destroy(n->mpi);
+    if (n->mpi) n->mpi->ops->destroy(n->mpi); /* the vtable directly: comm.c calls into this file */
     free(n);
     free(c);
 }
