@@ -76,7 +76,13 @@ typedef struct finetune_config {
     float lora_alpha;
     char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj */
     int epochs;
+    int eval_base;           /* measure the base model's accuracy before training */
 } finetune_config;
+
+typedef struct eval_config {
+    int batch;               /* sequences generated together */
+    int max_examples;        /* 0 = every held-out example */
+} eval_config;
 
 typedef struct job_config {
     char name[64];
@@ -89,6 +95,7 @@ typedef struct job_config {
     parallel_config parallel;
     checkpoint_config checkpoint;
     finetune_config finetune;
+    eval_config eval;
 } job_config;
 
 /* One field of the table. */

@@ -385,13 +385,15 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         if (!m->grads) goto fail;
         model_bind_region(m, -1, NULL, m->grads);
     }
-    arena a = {0};
-    model_carve_acts(m, &a); /* dry run: size */
-    m->activation_bytes = a.used;
-    a.base = be->ops->alloc(be, a.used);
-    if (!a.base) goto fail;
-    a.used = 0;
-    model_carve_acts(m, &a);
+    if (recompute != MODEL_ACTS_NONE) { /* inference models generate through model_gen */
+        arena a = {0};
+        model_carve_acts(m, &a); /* dry run: size */
+        m->activation_bytes = a.used;
+        a.base = be->ops->alloc(be, a.used);
+        if (!a.base) goto fail;
+        a.used = 0;
+        model_carve_acts(m, &a);
+    }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
     return m;

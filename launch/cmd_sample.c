@@ -1,5 +1,6 @@
 /* cmd_sample.c: `loom sample JOB.json --ckpt PATH (--prompt TEXT | --query TEXT --tools JSON)
- * [--temperature T] [--top-k K] [--seed S] [--max-new N]`: generate with the KV cache. */
+ * [--temperature T] [--top-k K] [--seed S] [--max-new N] [--batch N]`: generate with the KV cache;
+ * --batch N decodes N continuations of the prompt together (sample r seeded with seed + r). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 typedef struct sample_args {
     const char *prompt, *query, *tools;
     float temperature;
-    int top_k, max_new;
+    int top_k, max_new, batch;
     unsigned long long seed;
 } sample_args;
 
@@ -33,12 +34,14 @@ static int sample_parse(int *argc, char **argv, sample_args *sa)
         else if (strcmp(f, "--top-k") == 0 && v) sa->top_k = atoi(v);
         else if (strcmp(f, "--seed") == 0 && v) sa->seed = strtoull(v, NULL, 10);
         else if (strcmp(f, "--max-new") == 0 && v) sa->max_new = atoi(v);
+        else if (strcmp(f, "--batch") == 0 && v) sa->batch = atoi(v);
         else used = 0;
         if (used && !v) return loom_fail("flag %s needs a value", f);
         if (used) i++;
         else argv[w++] = argv[i];
     }
     *argc = w;
+    if (sa->batch < 1) return loom_fail("--batch must be at least 1, got %d", sa->batch);
     if (!sa->prompt && !sa->query) return loom_fail("sample needs --prompt TEXT or --query TEXT --tools JSON");
     return 0;
 }
@@ -64,9 +67,33 @@ static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
     return n;
 }
 
+/* sa->batch continuations of the prompt, decoded together; printed one after another. */
+static int sample_batch(session *s, const sample_args *sa, const int32_t *tokens, int n, int T, char *text)
+{
+    int B = sa->batch, rc = -1;
+    const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
+    int *lens = malloc((size_t)B * sizeof(int)), *max_new = malloc((size_t)B * sizeof(int));
+    int *made = malloc((size_t)B * sizeof(int));
+    int32_t **out = malloc((size_t)B * sizeof *out), *outs = malloc((size_t)B * T * sizeof(int32_t));
+    if (prompts && lens && max_new && made && out && outs) {
+        for (int r = 0; r < B; r++)
+            prompts[r] = tokens, lens[r] = n, max_new[r] = sa->max_new, out[r] = outs + (size_t)r * T;
+        rc = evaluate_generate_batch(s, B, prompts, lens, max_new, sa->temperature, sa->top_k, sa->seed, out, made);
+    } else {
+        loom_fail("sample: out of host memory");
+    }
+    for (int r = 0; rc == 0 && r < B && s->comm->rank == 0; r++) {
+        tokenizer_decode(out[r], (size_t)made[r], text, (size_t)T * 16 + 1, 0);
+        if (B > 1) printf("--- sample %d ---\n", r);
+        printf("%s\n", text);
+    }
+    free(prompts), free(lens), free(max_new), free(made), free(out), free(outs);
+    return rc;
+}
+
 int cmd_sample(int argc, char **argv)
 {
-    sample_args sa = {.temperature = 0.0f, .top_k = 0, .max_new = 200, .seed = 1};
+    sample_args sa = {.temperature = 0.0f, .top_k = 0, .max_new = 200, .seed = 1, .batch = 1};
     cli_job a;
     job_config cfg;
     if (sample_parse(&argc, argv, &sa) || cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg))
@@ -74,22 +101,17 @@ int cmd_sample(int argc, char **argv)
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     int T = cfg.model.max_seq;
-    int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *out = malloc((size_t)T * sizeof(int32_t));
+    int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);
     int finetune = cfg.finetune.base[0] != 0;
-    session *s = tokens && out && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
+    session *s = tokens && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
     int n = s ? sample_prompt(&sa, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;
-    int made = rc == 0 ? evaluate_generate(s, tokens, n, sa.max_new, sa.temperature, sa.top_k, sa.seed, out) : -1;
-    if (made >= 0 && c->rank == 0) {
-        tokenizer_decode(out, (size_t)made, text, (size_t)T * 16 + 1, 0);
-        printf("%s\n", text);
-    }
+    if (rc == 0) rc = sample_batch(s, &sa, tokens, n, T, text);
     free(tokens);
-    free(out);
     free(text);
     session_close(s);
-    if (made < 0) return cli_job_failed(c);
+    if (rc) return cli_job_failed(c);
     comm_destroy(c);
     return 0;
 }
