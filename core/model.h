@@ -75,6 +75,8 @@ typedef struct model {
     size_t nparams;            /* elements in the flat buffer */
     size_t *region_offset;     /* nregions + 1: region r spans [region_offset[r], region_offset[r+1]) */
     int nregions;              /* n_layer + 2 */
+    int *region_first;         /* nregions + 1: region r holds tensors [region_first[r], region_first[r+1]) */
+    float ***view_map;         /* per side and tensor, the (up to 2) named view fields it feeds */
 
     float *params;             /* device, nparams; NULL when dp binds regions (ZeRO-3) */
     float *grads;              /* device, nparams; NULL when frozen or dp binds regions */
