@@ -35,7 +35,7 @@ bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test
 wait_all
 $CXX $EXTRA -o "$OUT/test_cuda_ops_emu" "$OUT"/obj/*.o "$OUT/test_cuda_ops.o" \
   "$LIBS/tests/backends/cpu/libloom_op_suite.a" "$LIBS/backends/cpu/libloom_cpu.a" \
-  "$LIBS/core/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm
+  "$LIBS/base/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm
 echo "built $OUT/test_cuda_ops_emu"
 
 # The nccl transport over the emulated NCCL (MPI on host memory), with test_nccl.c.
@@ -50,6 +50,6 @@ bg $CC -std=c11 -O1 -g $WARN $INC $MPIC $EXTRA -c "$EMU/emu_nccl.c" -o "$OUT/pob
 bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test_nccl.c" -o "$OUT/test_nccl.o"
 wait_all
 $CXX $EXTRA -o "$OUT/test_nccl_emu" "$OUT"/obj/*.o "$OUT"/pobj/*.o "$OUT/test_nccl.o" \
-  "$LIBS/backends/cpu/libloom_cpu.a" "$LIBS/core/libloom_util.a" $MPIL -lopenblas -lcjson \
+  "$LIBS/backends/cpu/libloom_cpu.a" "$LIBS/base/libloom_util.a" $MPIL -lopenblas -lcjson \
   -fopenmp -lpthread -lm
 echo "built $OUT/test_nccl_emu"
