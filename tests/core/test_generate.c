@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "core/config.h"
+#include "core/evaluate.h"
 #include "core/model.h"
 
 #include "tests/check.h"
@@ -196,8 +197,20 @@ static void check_family(int llama, int lora)
     backend_destroy(be);
 }
 
+/* eval.max_examples: an even, deterministic spread over the split; 0 or more than there are = all. */
+static void check_select(void)
+{
+    int idx[16], want4[] = {0, 2, 5, 7};
+    CHECK(evaluate_select(10, 4, idx) == 4 && memcmp(idx, want4, sizeof want4) == 0,
+          "select 4 of 10: %d %d %d %d", idx[0], idx[1], idx[2], idx[3]);
+    CHECK(evaluate_select(10, 0, idx) == 10 && idx[9] == 9, "select all of 10");
+    CHECK(evaluate_select(3, 5, idx) == 3 && idx[2] == 2, "select 5 of 3");
+    CHECK(evaluate_select(0, 5, idx) == 0, "select from an empty split");
+}
+
 int main(void)
 {
+    check_select();
     check_family(0, 0);
     check_family(1, 0);
     check_family(1, 1);
