@@ -26,6 +26,19 @@ static double eval_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The validation loss's progress line on stderr (rank 0, every 2 s, and when done). */
+static void eval_loss_progress(const session *s, int done, int rounds, double t0, double *last)
+{
+    double now = eval_now(), dt = now - t0;
+    if (s->comm->rank != 0 || (done < rounds && now - *last < 2.0)) return;
+    *last = now;
+    if (done < rounds)
+        fprintf(stderr, "eval val loss: %d/%d batches, ETA %.0f s\n", done, rounds,
+                done > 0 ? dt * (rounds - done) / done : 0.0);
+    else
+        fprintf(stderr, "eval val loss: %d batches, done in %.1f s\n", rounds, dt);
+}
+
 /* Where a row's turn ends: the one place that knows the stop token (chat formats will add theirs). */
 static int evaluate_is_stop(const session *s, int32_t tok)
 {
@@ -43,11 +56,13 @@ static int evaluate_loss_gen(session *s, const sft_data *d, int rounds, double *
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
     int rc = g && tokens && targets ? 0 : -1;
     if (g && rc) loom_fail("eval: out of host memory");
+    double t0 = eval_now(), last = t0;
     for (int i = 0; rc == 0 && i < rounds; i++) {
         stats[1] += (double)sft_val_batch(d, (i * W + r) * mb, mb, T, tokens, targets);
         double sum = model_gen_loss(g, tokens, targets, mb, T);
         if (sum < 0) rc = -1;
         stats[0] += sum;
+        eval_loss_progress(s, i + 1, rounds, t0, &last);
     }
     model_gen_destroy(g);
     free(tokens);

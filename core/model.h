@@ -155,9 +155,11 @@ int model_decode(model *m, int32_t token, int t, float *logits_host);
 
 /* Batched generation (model_gen.c): up to `rows` sequences of up to `cap` positions (prompt + new
  * tokens, cap <= max_seq) decoded together, each with its own KV cache row and position. The
- * context owns its device buffers (KV cache, one layer's activations for at most fwd_tokens
- * token rows, logits for the live rows) and never uses the model's activations, so it serves a
- * model created with MODEL_ACTS_NONE. Rows are "live" from prefill until dropped. */
+ * context holds the KV cache, one layer's activations for at most fwd_tokens token rows and the
+ * logits of the live rows: in its own device memory (so it serves a model created with
+ * MODEL_ACTS_NONE), or inside a training model's activation arena when that is large enough
+ * (idle between steps: no model_forward/backward may run while such a context is in use).
+ * Rows are "live" from prefill until dropped. model_gen_bytes: device bytes it allocated. */
 typedef struct model_gen model_gen;
 model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens); /* NULL + loom_fail */
 void model_gen_destroy(model_gen *g);

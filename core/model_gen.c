@@ -21,7 +21,8 @@ struct model_gen {
     int32_t *pos_h, *idx_h;                /* host, rows */
     float *host_losses;                    /* host, lc */
     int live;
-    void *arena;
+    void *arena;           /* own device memory, or NULL when borrowed */
+    int borrowed;          /* lives in the model's idle activation arena */
     size_t bytes;
 };
 
@@ -113,14 +114,21 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
         return NULL;
     }
     size_t act_bytes = gen_carve(g, NULL), kv_bytes = 2 * (size_t)m->cfg.n_layer * gen_kv_floats(g) * sizeof(float);
-    g->arena = m->be->ops->alloc(m->be, act_bytes);
-    g->kv = g->arena ? m->be->ops->alloc(m->be, kv_bytes) : NULL;
-    if (!g->kv) {
-        model_gen_destroy(g);
-        return NULL;
-    }
-    gen_carve(g, g->arena);
     g->bytes = act_bytes + kv_bytes;
+    char *base;
+    if (m->acts[0].x && g->bytes <= m->activation_bytes) {
+        /* a training model's activations are idle between steps: evaluate inside them */
+        base = (char *)m->acts[0].x;
+        g->borrowed = 1;
+    } else {
+        base = g->arena = m->be->ops->alloc(m->be, g->bytes);
+        if (!base) {
+            model_gen_destroy(g);
+            return NULL;
+        }
+    }
+    g->kv = (float *)(base + act_bytes);
+    gen_carve(g, base);
     return g;
 }
 
@@ -128,7 +136,6 @@ void model_gen_destroy(model_gen *g)
 {
     if (!g) return;
     backend *be = g->m->be;
-    if (g->kv) be->ops->free(be, g->kv);
     if (g->arena) be->ops->free(be, g->arena);
     free(g->acts);
     free(g->pos_h);
@@ -137,7 +144,7 @@ void model_gen_destroy(model_gen *g)
     free(g);
 }
 
-size_t model_gen_bytes(const model_gen *g) { return g->bytes; }
+size_t model_gen_bytes(const model_gen *g) { return g->borrowed ? 0 : g->bytes; }
 int model_gen_live(const model_gen *g) { return g->live; }
 int model_gen_pos(const model_gen *g, int i) { return g->pos_h[i]; }
 

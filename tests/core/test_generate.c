@@ -167,6 +167,16 @@ static void check_family(int llama, int lora)
     reference(m, rf);
     double one = batched(m, rf, 1), all = batched(m, rf, R), none = batched(inf, rf, R);
     double full = against_full(m, rf);
+    /* a training model with a larger arena lends it to the context (no new device memory) */
+    model *big = model_create(&mc, be, 8, T, 1, 0, MODEL_ACTS_KEEP, lp);
+    load_weights(big, plain);
+    model_gen *lent = model_gen_create(big, R, T, R * T);
+    CHECK(lent && model_gen_bytes(lent) == 0, "a context that fits the arena allocated %zu bytes",
+          lent ? model_gen_bytes(lent) : 0);
+    model_gen_destroy(lent);
+    double borrowed = batched(big, rf, R);
+    CHECK(borrowed < 1e-4, "a context in the model's arena differs by %.3g", borrowed);
+    model_destroy(big);
     printf("batched decode (%s%s): max |logit diff| vs single path: batch 1 %.2e, batch %d %.2e, "
            "no-activation model %.2e; vs full forward %.2e\n", llama ? "llama" : "gpt2", lora ? " + LoRA" : "",
            one, R, all, none, full);
