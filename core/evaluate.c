@@ -255,12 +255,12 @@ int evaluate_select(int nval, int max_examples, int *idx)
 typedef struct eval_work {
     int n, *ex, *lens, *max_new, *made;
     const int32_t **prompts;
-    int32_t **out;
+    int32_t **out, *outs; /* outs: every row's new tokens, T each */
 } eval_work;
 
 static void eval_work_free(eval_work *w)
 {
-    if (w->out) free(w->out[0]);
+    free(w->outs);
     free(w->ex), free(w->lens), free(w->max_new), free(w->made), free(w->prompts), free(w->out);
 }
 
@@ -273,12 +273,9 @@ static int eval_work_plan(session *s, const sft_data *d, const int *sel, int nse
     w->ex = malloc((size_t)cnt * sizeof(int)), w->lens = malloc((size_t)cnt * sizeof(int));
     w->max_new = malloc((size_t)cnt * sizeof(int)), w->made = malloc((size_t)cnt * sizeof(int));
     w->prompts = malloc((size_t)cnt * sizeof *w->prompts), w->out = malloc((size_t)cnt * sizeof *w->out);
-    int32_t *outs = w->out ? malloc((size_t)cnt * T * sizeof(int32_t)) : NULL;
-    if (!w->ex || !w->lens || !w->max_new || !w->made || !w->prompts || !outs) {
-        free(outs);
-        if (w->out) w->out[0] = NULL;
+    w->outs = malloc((size_t)cnt * T * sizeof(int32_t));
+    if (!w->ex || !w->lens || !w->max_new || !w->made || !w->prompts || !w->out || !w->outs)
         return loom_fail("eval: out of host memory");
-    }
     for (int k = r; k < nsel; k += W) {
         int i = sel[k], plen = d->val.prompt_len[i];
         if (plen >= T) continue;
@@ -288,10 +285,8 @@ static int eval_work_plan(session *s, const sft_data *d, const int *sel, int nse
         /* an answer longer than the longest reference answer (plus slack) is already wrong */
         w->max_new[j] = T - plen < longest + 16 ? T - plen : longest + 16;
         w->prompts[j] = d->val.tokens + (size_t)i * T;
-        w->out[j] = outs + (size_t)j * T;
+        w->out[j] = w->outs + (size_t)j * T;
     }
-    w->out[0] = outs; /* freed through out[0] even when n is 0 */
-    for (int j = 0; j < w->n; j++) w->out[j] = outs + (size_t)j * T;
     return 0;
 }
 

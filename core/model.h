@@ -147,7 +147,8 @@ double model_forward(model *m, float grad_scale);
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
 int model_backward(model *m);
 
-/* Generation with a KV cache, on batch row 0: prefill runs the prompt tokens[0..n) and returns
+/* Single-sequence generation with a KV cache in the model's own activations (the reference
+ * the batched model_gen below is tested against; evaluation and sampling use model_gen), on batch row 0: prefill runs the prompt tokens[0..n) and returns
  * the next-token logits (host, vocab floats); decode appends `token` at position t (= the
  * current length) and returns the logits after it. Needs recompute off; n, t < T. */
 int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host);
