@@ -128,6 +128,19 @@ typedef struct backend_ops {
     void (*attention_decode)(backend *be, float *out, const float *q, const float *k, const float *v,
                              int Tk, int H, int Hkv, int D);
 
+    /* --- batched generation: R sequences decoded together, each at its own position --- */
+    /* rope for rows at their own positions: x (R, H, D), row r rotated to position pos[r] (device
+     * int32, R), with exactly the angles and pairing of rope (forward direction). */
+    void (*rope_rows)(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+    /* One decode step of R sequences with per-row KV caches kc, vc (R, cap, Hkv, D): row r's new
+     * key and value (knew, vnew: (R, Hkv, D)) are stored at cache position pos[r], then its query
+     * q (R, H, D) attends over cache positions 0..pos[r]: out (R, H, D) = softmax(q k^T/sqrt(D)) v
+     * per head (GQA as above). pos: device int32 (R), 0 <= pos[r] < cap. Rows finish
+     * independently: the caller drops finished rows and passes only the live ones. */
+    void (*attention_decode_rows)(backend *be, float *out, const float *q, const float *knew,
+                                  const float *vnew, float *kc, float *vc, const int32_t *pos,
+                                  int R, int cap, int H, int Hkv, int D);
+
     /* --- fused softmax + cross-entropy, forward and backward in one pass over logits (N, V).
      * targets[n] < 0 marks a position without loss. losses[n] = -log softmax(logits[n])[target]
      * (0 where masked). logits is overwritten with dlogits = grad_scale * (softmax - onehot)

@@ -78,7 +78,13 @@ typedef struct finetune_config {
     char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj */
     int epochs;
     int allow_other_base;    /* resume/merge LoRA adapters on a base they were not trained on */
+    int eval_base;           /* measure the base model's accuracy before training */
 } finetune_config;
+
+typedef struct eval_config {
+    int batch;               /* sequences generated together */
+    int max_examples;        /* 0 = every held-out example */
+} eval_config;
 
 typedef struct job_config {
     char name[64];
@@ -91,6 +97,7 @@ typedef struct job_config {
     parallel_config parallel;
     checkpoint_config checkpoint;
     finetune_config finetune;
+    eval_config eval;
 } job_config;
 
 /* One field of the table. */

@@ -141,7 +141,15 @@
     X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples.") \
     X("finetune.allow_other_base", CFG_BOOL, finetune.allow_other_base, "false", ANY, \
       "Resume LoRA adapters on a finetune.base other than the one they were trained on (its digest " \
-      "differs); `loom ckpt merge --allow-other-base` is the same for a merge.")
+      "differs); `loom ckpt merge --allow-other-base` is the same for a merge.") \
+    X("finetune.eval_base", CFG_BOOL, finetune.eval_base, "true", ANY, \
+      "Measure the base model's tool-call accuracy before training; `false` skips it.") \
+    X("eval.batch", CFG_INT, eval.batch, "32", POS, \
+      "Sequences generated together: one prefill forward, then one step per token for every " \
+      "sequence still running.") \
+    X("eval.max_examples", CFG_INT, eval.max_examples, "0", NONNEG, \
+      "Measure tool-call accuracy on at most this many held-out examples, spread evenly over " \
+      "the split (the same ones every run); 0 = all.")
 
 #define FIELD_ROW(p, t, m, d, r, doc) \
     {p, t, offsetof(job_config, m), sizeof(((job_config *)0)->m), d, doc},
@@ -161,6 +169,7 @@ static const config_section table_sections[] = {
     {"parallel", "parallel", "Ranks, transports and ZeRO sharding."},
     {"checkpoint", "checkpoint", "When and where checkpoints are written."},
     {"finetune", "finetune", "`loom finetune`: base checkpoint, LoRA, epochs."},
+    {"eval", "eval", "Tool-call evaluation: `loom eval` and a fine-tune's before/after."},
 };
 #define NSECTIONS ((int)(sizeof table_sections / sizeof table_sections[0]))
 

@@ -10,13 +10,33 @@
 /* Mean loss per answer token over the validation set. Collective. */
 int evaluate_loss(session *s, const sft_data *d, double *val_loss);
 
-/* Fraction of validation examples whose greedy generation matches the answers exactly.
- * `names` (may be NULL) receives the fraction with the right tool names. Collective. */
-int evaluate_accuracy(session *s, const sft_data *d, double *accuracy, double *names);
+/* What a tool-call evaluation measured. */
+typedef struct eval_result {
+    double accuracy;   /* fraction of the evaluated examples whose calls match exactly */
+    double names;      /* fraction with the right tool names in the right order */
+    int examples;      /* evaluated (all ranks; eval.max_examples caps it) */
+    long tokens;       /* generated (all ranks) */
+    double seconds;    /* wall time */
+} eval_result;
 
-/* Greedy (temperature 0) or sampled continuation of prompt[0..n) until <|end|>, `max_new` tokens
- * or the model's length; writes the new tokens to out and returns their count (-1 on error).
- * Sampling: temperature > 0 with top_k (0 = all) is deterministic in (seed). Local (one rank). */
+/* Greedy generation of every evaluated validation example, eval.batch sequences at a time, graded
+ * against its answers. `what` names the model in the progress line ("base model", "fine-tuned")
+ * that rank 0 prints on stderr while it runs. Collective. */
+int evaluate_accuracy(session *s, const sft_data *d, const char *what, eval_result *res);
+
+/* The examples an evaluation covers: the first n of idx (cap d->val.n) are set; every example
+ * when max_examples is 0, else max_examples of them spread evenly (deterministic). */
+int evaluate_select(int nval, int max_examples, int *idx);
+
+/* Batched continuation of R prompts (prompts[r][0..lens[r])) together: row r stops at its
+ * end-of-turn token, after max_new[r] tokens or at the model's length; out[r] receives its new
+ * tokens and made[r] their count. Greedy at temperature 0, else seeded top-k (0 = all) sampling,
+ * row r from seed + r (so row 0 of a batch is what a batch of one gives). Local (one rank). */
+int evaluate_generate_batch(session *s, int R, const int32_t *const *prompts, const int *lens,
+                            const int *max_new, float temperature, int top_k, uint64_t seed,
+                            int32_t *const *out, int *made);
+
+/* One prompt: the batch of one above; returns the count of new tokens (-1 on error). */
 int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, float temperature,
                       int top_k, uint64_t seed, int32_t *out);
 

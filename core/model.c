@@ -4,6 +4,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,18 +165,13 @@ static void model_fill_lora_views(const model *m, const tensor_set *s, layer_lor
         }
 }
 
-/* Point the tensors of `region` (-1 = all) in `table` at base + (offset - region start). */
-static void model_point(model *m, float **table, int region, float *base)
-{
-    for (int i = 0; i < m->ntensors; i++) {
-        const model_tensor *t = &m->tensors[i];
-        if (region >= 0 && t->region != region) continue;
-        size_t start = region >= 0 ? m->region_offset[region] : 0;
-        table[i] = base ? base + (t->offset - start) : NULL;
-    }
-}
+/* ZeRO-3 binds a region per layer per pass, so binding must cost O(tensors of the region): the
+ * named view fields each tensor feeds (two for a tied embedding: wte and lm_head) are found once,
+ * at create, by filling the views from fake pointers that encode the tensor index. */
+#define MODEL_VIEW_SLOTS 2
 
-/* Re-derive the named views of one side (params or grads) of the trainable array. */
+/* Re-derive every named view of one side (params or grads) of the trainable array by name
+ * (O(L^2): used once, to build the view map). */
 static void model_refresh_views(model *m, float **ptrs, int grads)
 {
     tensor_set s = {m->tensors, m->ntensors, ptrs};
@@ -183,16 +179,89 @@ static void model_refresh_views(model *m, float **ptrs, int grads)
     else model_fill_views(m, &s, grads ? &m->g : &m->p);
 }
 
+/* The view fields of one side (params or grads), as an array of float * slots: the top-level
+ * fields, then every layer's struct (layer_params or, with LoRA, layer_lora: all pointers). */
+static int model_view_slots(model *m, int grads, float ***slots, int cap)
+{
+    int n = 0, L = m->cfg.n_layer;
+    if (!m->lora.rank) {
+        model_params *v = grads ? &m->g : &m->p;
+        float **top[] = {&v->wte, &v->wpe, &v->lnf_w, &v->lnf_b, &v->lm_head};
+        for (size_t k = 0; k < sizeof top / sizeof *top && n < cap; k++) slots[n++] = top[k];
+        for (int l = 0; l < L; l++)
+            for (size_t k = 0; k < sizeof(layer_params) / sizeof(float *) && n < cap; k++)
+                slots[n++] = (float **)&v->layer[l] + k;
+    } else {
+        layer_lora *v = grads ? m->lg : m->lp;
+        for (int l = 0; l < L; l++)
+            for (size_t k = 0; k < sizeof(layer_lora) / sizeof(float *) && n < cap; k++)
+                slots[n++] = (float **)&v[l] + k;
+    }
+    return n;
+}
+
+/* Fill views of one side from fake pointers (index + 1, never dereferenced) and record, per
+ * tensor, which slots received it. */
+static int model_map_side(model *m, int grads)
+{
+    int cap = 5 + m->cfg.n_layer * (int)(sizeof(layer_params) / sizeof(float *) + sizeof(layer_lora) / sizeof(float *));
+    float ***slots = malloc((size_t)cap * sizeof *slots);
+    float **fake = malloc((size_t)m->ntensors * sizeof *fake);
+    if (!slots || !fake) {
+        free(slots);
+        free(fake);
+        return loom_fail("model: out of host memory for the view map");
+    }
+    for (int i = 0; i < m->ntensors; i++) fake[i] = (float *)(uintptr_t)(((uintptr_t)i + 1) * sizeof(float));
+    model_refresh_views(m, fake, grads);
+    int n = model_view_slots(m, grads, slots, cap), rc = 0;
+    float ***map = m->view_map + (size_t)(grads ? m->ntensors : 0) * MODEL_VIEW_SLOTS;
+    for (int k = 0; k < n; k++) {
+        uintptr_t f = (uintptr_t)*slots[k];
+        if (!f) continue;
+        size_t i = f / sizeof(float) - 1;
+        float ***at = map + i * MODEL_VIEW_SLOTS;
+        if (at[0] && at[1]) rc = loom_fail("model: tensor %s feeds more than two views", m->tensors[i].name);
+        else at[at[0] ? 1 : 0] = slots[k];
+        *slots[k] = NULL;
+    }
+    free(slots);
+    free(fake);
+    return rc;
+}
+
+/* Tensor index ranges per region (the layout adds them region by region) and both view maps. */
+static int model_map_views(model *m)
+{
+    m->region_first = calloc((size_t)m->nregions + 1, sizeof(int));
+    m->view_map = calloc((size_t)m->ntensors * 2 * MODEL_VIEW_SLOTS + 1, sizeof(float **));
+    if (!m->region_first || !m->view_map) return loom_fail("model: out of host memory for the view map");
+    for (int r = 0, i = 0; r <= m->nregions; r++) {
+        while (i < m->ntensors && m->tensors[i].region < r) i++;
+        m->region_first[r] = i;
+    }
+    return model_map_side(m, 0) || model_map_side(m, 1) ? -1 : 0;
+}
+
+/* Point region r's tensors (-1 = all) of one side at base + (offset - region start), and the
+ * named views they feed with them. */
+static void model_point(model *m, float **table, int grads, int region, float *base)
+{
+    int lo = region >= 0 ? m->region_first[region] : 0;
+    int hi = region >= 0 ? m->region_first[region + 1] : m->ntensors;
+    size_t start = region >= 0 ? m->region_offset[region] : 0;
+    float ***map = m->view_map + (size_t)(grads ? m->ntensors : 0) * MODEL_VIEW_SLOTS;
+    for (int i = lo; i < hi; i++) {
+        table[i] = base + (m->tensors[i].offset - start);
+        for (int k = 0; k < MODEL_VIEW_SLOTS; k++)
+            if (map[(size_t)i * MODEL_VIEW_SLOTS + k]) *map[(size_t)i * MODEL_VIEW_SLOTS + k] = table[i];
+    }
+}
+
 void model_bind_region(model *m, int region, float *params, float *grads)
 {
-    if (params) {
-        model_point(m, m->ptr_params, region, params);
-        model_refresh_views(m, m->ptr_params, 0);
-    }
-    if (grads) {
-        model_point(m, m->ptr_grads, region, grads);
-        model_refresh_views(m, m->ptr_grads, 1);
-    }
+    if (params) model_point(m, m->ptr_params, 0, region, params);
+    if (grads) model_point(m, m->ptr_grads, 1, region, grads);
 }
 
 /* LoRA: the layout so far becomes the frozen base table; the trainable table is rebuilt with one
@@ -376,6 +445,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         goto fail;
     }
     if (m->lora.rank && model_alloc_base(m)) goto fail;
+    if (model_map_views(m)) goto fail;
     if (with_params) {
         m->params = be->ops->alloc(be, m->nparams * sizeof(float));
         if (!m->params) goto fail;
@@ -386,13 +456,15 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         if (!m->grads) goto fail;
         model_bind_region(m, -1, NULL, m->grads);
     }
-    arena a = {0};
-    model_carve_acts(m, &a); /* dry run: size */
-    m->activation_bytes = a.used;
-    a.base = be->ops->alloc(be, a.used);
-    if (!a.base) goto fail;
-    a.used = 0;
-    model_carve_acts(m, &a);
+    if (recompute != MODEL_ACTS_NONE) { /* inference models generate through model_gen */
+        arena a = {0};
+        model_carve_acts(m, &a); /* dry run: size */
+        m->activation_bytes = a.used;
+        a.base = be->ops->alloc(be, a.used);
+        if (!a.base) goto fail;
+        a.used = 0;
+        model_carve_acts(m, &a);
+    }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
     return m;
@@ -421,6 +493,8 @@ void model_destroy(model *m)
     free(m->acts);
     free(m->tensors);
     free(m->region_offset);
+    free(m->region_first);
+    free(m->view_map);
     free(m);
 }
 

@@ -75,6 +75,8 @@ typedef struct model {
     size_t nparams;            /* elements in the flat buffer */
     size_t *region_offset;     /* nregions + 1: region r spans [region_offset[r], region_offset[r+1]) */
     int nregions;              /* n_layer + 2 */
+    int *region_first;         /* nregions + 1: region r holds tensors [region_first[r], region_first[r+1]) */
+    float ***view_map;         /* per side and tensor, the (up to 2) named view fields it feeds */
 
     float *params;             /* device, nparams; NULL when dp binds regions (ZeRO-3) */
     float *grads;              /* device, nparams; NULL when frozen or dp binds regions */
@@ -104,6 +106,10 @@ typedef struct model {
 
 /* Lay out the tensors of cfg (no allocation). Fills m->tensors, nparams, regions. */
 int model_layout(model *m, const model_config *cfg);
+
+/* The `recompute` argument of model_create: keep every layer's activations for backward,
+ * recompute them in backward, or allocate none (inference through model_gen only). */
+enum { MODEL_ACTS_KEEP = 0, MODEL_ACTS_RECOMPUTE = 1, MODEL_ACTS_NONE = 2 };
 
 /* Create a model on `be` for micro-batch (B, T): allocates the full parameter buffer (if
  * with_params), the full gradient buffer (if with_grads) and every activation buffer, once.
@@ -155,11 +161,39 @@ void model_weights_bf16(model *m, int keep);
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
 int model_backward(model *m);
 
-/* Generation with a KV cache, on batch row 0: prefill runs the prompt tokens[0..n) and returns
+/* Single-sequence generation with a KV cache in the model's own activations (the reference
+ * the batched model_gen below is tested against; evaluation and sampling use model_gen), on batch row 0: prefill runs the prompt tokens[0..n) and returns
  * the next-token logits (host, vocab floats); decode appends `token` at position t (= the
  * current length) and returns the logits after it. Needs recompute off; n, t < T. */
 int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host);
 int model_decode(model *m, int32_t token, int t, float *logits_host);
+
+/* Batched generation (model_gen.c): up to `rows` sequences of up to `cap` positions (prompt + new
+ * tokens, cap <= max_seq) decoded together, each with its own KV cache row and position. The
+ * context holds the KV cache, one layer's activations for at most fwd_tokens token rows and the
+ * logits of the live rows: in its own device memory (so it serves a model created with
+ * MODEL_ACTS_NONE), or inside a training model's activation arena when that is large enough
+ * (idle between steps: no model_forward/backward may run while such a context is in use).
+ * Rows are "live" from prefill until dropped. model_gen_bytes: device bytes it allocated. */
+typedef struct model_gen model_gen;
+model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens); /* NULL + loom_fail */
+void model_gen_destroy(model_gen *g);
+size_t model_gen_bytes(const model_gen *g);
+/* Start R sequences (prompt r = prompts[r][0..lens[r]), 1 <= lens[r] < cap): one forward for the
+ * whole batch when R * longest prompt <= fwd_tokens (else consecutive groups); logits_host (R, vocab)
+ * receives each row's next-token logits. Row r is live row r. */
+int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *lens, int R, float *logits_host);
+/* Append tokens[i] to every live row i and return the next-token logits (live, vocab). */
+int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host);
+/* Drop live row i (its sequence is finished): the last live row moves to index i. */
+int model_gen_drop(model_gen *g, int i);
+int model_gen_live(const model_gen *g);
+int model_gen_pos(const model_gen *g, int i); /* tokens live row i holds so far */
+/* Sum of token losses of R sequences of T tokens (host tokens/targets (R, T), target < 0 = no
+ * loss) into *sum_out, forward only through the context's buffers (head in chunks). 0, or -1 +
+ * loom_fail (then *sum_out is untouched). */
+int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
+                   double *sum_out);
 
 /* Matmul FLOPs of one training token (forward + backward), for MFU. */
 double model_flops_per_token(const model *m, int T);

@@ -84,7 +84,7 @@ int model_decode(model *m, int32_t token, int t, float *logits_host)
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int C = c->d_model, L = c->n_layer;
-    if (t >= m->T || t >= c->max_seq) return -1;
+    if (t >= m->T || t >= c->max_seq || !m->acts[0].x) return -1;
     be->ops->copy_h2d(be, m->tokens + t, &token, sizeof token);
     /* learned positions: the embedding of a 1-token sequence reads wpe row 0, so shift wpe to t */
     const float *wpe = m->p.wpe ? m->p.wpe + (size_t)t * C : NULL;

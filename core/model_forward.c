@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "base/error.h"
+
 /* y(N, out) = x(N, in) W^T (+ b) for a weight W stored (out, in). */
 void model_linear(model *m, float *y, const float *x, const float *W, const float *b, int N,
                   int in, int out)
@@ -104,6 +106,7 @@ int model_trunk_forward(model *m)
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int L = c->n_layer, N = m->B * m->T;
+    if (!m->acts[0].x) return loom_fail("model: created without activations (MODEL_ACTS_NONE)");
     if (model_begin(m, 0, 0)) return -1;
     be->ops->embedding_forward(be, m->acts[0].x, m->tokens, m->p.wte, m->p.wpe, m->B, m->T, c->d_model);
     /* the embedding stays needed until backward when tied to the head */

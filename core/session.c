@@ -84,8 +84,10 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     if (s->finetune && strcmp(cfg->finetune.method, "lora") == 0 &&
         lora_spec_from_config(&cfg->finetune, &cfg->model, &lora))
         goto fail;
+    /* inference needs no training activations: it generates (and scores) through model_gen */
+    int acts = train ? (tc->recompute ? MODEL_ACTS_RECOMPUTE : MODEL_ACTS_KEEP) : MODEL_ACTS_NONE;
     s->model = model_create(&cfg->model, s->be, s->micro_batch, T, full_params,
-                            train && full_grads, tc->recompute, lora.rank ? &lora : NULL);
+                            train && full_grads, acts, lora.rank ? &lora : NULL);
     if (!s->model) goto fail;
     s->dp = dp_create(c, s->be, s->model, stage, (size_t)(cfg->parallel.bucket_mb * 1024.0f * 1024.0f));
     if (!s->dp) goto fail;
@@ -96,9 +98,11 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
         s->opt = optim_create(s->be, s->model, pieces, npieces, state_elems);
         if (!s->opt) goto fail;
     }
-    log_info("model %s: %zu parameters, %d layers, d_model %d, %.1f MFLOP/token, %d ranks, "
-             "micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
-             s->model->nparams, cfg->model.n_layer, cfg->model.d_model,
+    size_t total = s->model->nparams + (s->model->lora.rank ? s->model->nbase_params : 0);
+    size_t trainable = mode == SESSION_INFER ? 0 : s->model->nparams;
+    log_info("model %s: %zu parameters (%.1fM), %zu trainable, %d layers, d_model %d, %.1f MFLOP/token, "
+             "%d ranks, micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
+             total, (double)total / 1e6, trainable, cfg->model.n_layer, cfg->model.d_model,
              model_flops_per_token(s->model, T) / 1e6, c->size, s->micro_batch, T);
     if (s->model->lora.rank)
         log_info("LoRA rank %d alpha %g on %s: %zu trainable parameters, %zu frozen", s->model->lora.rank,

@@ -235,10 +235,18 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
     train_report rep = {0};
     rep.val_loss = rep.accuracy = rep.base_accuracy = rep.names = rep.base_names = NAN;
     int rc = trainer_open(&t, cfg, c, opt, finetune);
-    if (rc == 0 && finetune && opt && opt->eval_accuracy && !(opt->resume && opt->resume[0]))
-        rc = evaluate_accuracy(t.s, &t.sft, &rep.base_accuracy, &rep.base_names);
+    eval_result ev;
+    int eval = rc == 0 && finetune && opt && opt->eval_accuracy;
+    if (eval && cfg->finetune.eval_base && !(opt->resume && opt->resume[0])) {
+        rc = evaluate_accuracy(t.s, &t.sft, "base model", &ev);
+        rep.base_accuracy = ev.accuracy, rep.base_names = ev.names, rep.base_eval_s = ev.seconds;
+    }
     if (rc == 0) rc = trainer_loop(&t, &rep, opt);
-    if (rc == 0 && finetune && opt && opt->eval_accuracy) rc = evaluate_accuracy(t.s, &t.sft, &rep.accuracy, &rep.names);
+    if (rc == 0 && eval) {
+        rc = evaluate_accuracy(t.s, &t.sft, "fine-tuned", &ev);
+        rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds;
+        rep.eval_examples = ev.examples;
+    }
     if (t.s && t.log) {
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);

@@ -27,6 +27,8 @@ typedef struct train_report {
     double base_accuracy; /* fine-tunes with eval_accuracy: before training ... */
     double accuracy;      /* ... and after */
     double base_names, names; /* the same for "right tool names in the right order" */
+    double base_eval_s, eval_s; /* wall time of the two evaluations (0 = not run) */
+    int eval_examples;    /* held-out examples each evaluation covered */
 } train_report;
 
 /* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */

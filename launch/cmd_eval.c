@@ -20,14 +20,16 @@ int cmd_eval(int argc, char **argv)
     if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
     if (sft_data_load(&d, &dc, cfg.train.seed)) return cli_job_failed(c);
     session *s = session_open(&cfg, c, SESSION_INFER, 1, d.T);
-    double loss = 0, acc = 0, names = 0;
+    double loss = 0;
+    eval_result ev;
     int rc = s ? session_init_or_resume(s, a.ckpt) : -1;
     if (rc == 0) rc = evaluate_loss(s, &d, &loss);
-    if (rc == 0) rc = evaluate_accuracy(s, &d, &acc, &names);
+    if (rc == 0) rc = evaluate_accuracy(s, &d, a.ckpt ? "checkpoint" : "base model", &ev);
     if (rc == 0) /* the result: stdout, also under --quiet */
         log_result("eval %s: %d held-out examples | val loss %.4f | tool-call exact match %.1f%% | "
-                   "right tool names %.1f%%", a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss,
-                   100.0 * acc, 100.0 * names);
+                   "right tool names %.1f%% (%d examples, %ld tokens generated in %.1f s)",
+                   a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss, 100.0 * ev.accuracy,
+                   100.0 * ev.names, ev.examples, ev.tokens, ev.seconds);
     session_close(s);
     sft_data_free(&d);
     if (rc) return cli_job_failed(c);

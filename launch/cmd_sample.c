@@ -1,6 +1,7 @@
 /* cmd_sample.c: `loom sample JOB.json --ckpt PATH (--prompt TEXT | --query TEXT --tools JSON)
- * [--temperature T] [--top-k K] [--seed S] [--max-new N]`: generate with the KV cache. The
- * continuation is the only thing on stdout (logs go to stderr); every flag value is checked. */
+ * [--temperature T] [--top-k K] [--seed S] [--max-new N] [--batch N]`: generate with the KV cache;
+ * --batch N decodes N continuations of the prompt together (sample r seeded with seed + r). The
+ * continuations are the only thing on stdout (logs go to stderr); every flag value is checked. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -19,7 +20,7 @@
 typedef struct sample_args {
     const char *prompt, *query, *tools;
     float temperature;
-    int top_k, max_new;
+    int top_k, max_new, batch;
     unsigned long long seed;
 } sample_args;
 
@@ -57,6 +58,7 @@ static int sample_flag(const char *f, const char *v, sample_args *sa)
     else if (strcmp(f, "--temperature") == 0) rc = sample_float(f, v, &sa->temperature);
     else if (strcmp(f, "--top-k") == 0) { rc = sample_int(f, v, 0, INT_MAX, &x); sa->top_k = (int)x; }
     else if (strcmp(f, "--max-new") == 0) { rc = sample_int(f, v, 1, INT_MAX, &x); sa->max_new = (int)x; }
+    else if (strcmp(f, "--batch") == 0) { rc = sample_int(f, v, 1, 4096, &x); sa->batch = (int)x; }
     else if (strcmp(f, "--seed") == 0) {
         char *end;
         errno = 0;
@@ -106,9 +108,36 @@ static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
     return n;
 }
 
+/* sa->batch continuations of the prompt, decoded together; printed one after another. */
+static int sample_batch(session *s, const sample_args *sa, const int32_t *tokens, int n, int T, char *text)
+{
+    int B = sa->batch, rc = -1;
+    const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
+    int *lens = malloc((size_t)B * sizeof(int)), *max_new = malloc((size_t)B * sizeof(int));
+    int *made = malloc((size_t)B * sizeof(int));
+    int32_t **out = malloc((size_t)B * sizeof *out), *outs = malloc((size_t)B * T * sizeof(int32_t));
+    if (prompts && lens && max_new && made && out && outs) {
+        for (int r = 0; r < B; r++)
+            prompts[r] = tokens, lens[r] = n, max_new[r] = sa->max_new, out[r] = outs + (size_t)r * T;
+        rc = evaluate_generate_batch(s, B, prompts, lens, max_new, sa->temperature, sa->top_k, sa->seed, out, made);
+    } else {
+        loom_fail("sample: out of host memory");
+    }
+    /* the continuations alone on stdout, every byte (a generated 0x00 included: fwrite, not
+     * "%s"); logs went to stderr */
+    for (int r = 0; rc == 0 && r < B && s->comm->rank == 0; r++) {
+        size_t len = tokenizer_decode(out[r], (size_t)made[r], text, (size_t)T * 16 + 1, 0);
+        if ((B > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
+            fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+            rc = loom_fail("cannot write the sample to stdout: %s", strerror(errno));
+    }
+    free(prompts), free(lens), free(max_new), free(made), free(out), free(outs);
+    return rc;
+}
+
 int cmd_sample(int argc, char **argv)
 {
-    sample_args sa = {.temperature = 0.0f, .top_k = 0, .max_new = 200, .seed = 1};
+    sample_args sa = {.temperature = 0.0f, .top_k = 0, .max_new = 200, .seed = 1, .batch = 1};
     cli_job a;
     job_config cfg;
     if (sample_parse(&argc, argv, &sa) || cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg))
@@ -116,26 +145,17 @@ int cmd_sample(int argc, char **argv)
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     int T = cfg.model.max_seq;
-    int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *out = malloc((size_t)T * sizeof(int32_t));
+    int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);
     int finetune = cfg.finetune.base[0] != 0;
-    session *s = tokens && out && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
+    session *s = tokens && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
     int n = s ? sample_prompt(&sa, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;
-    int made = rc == 0 ? evaluate_generate(s, tokens, n, sa.max_new, sa.temperature, sa.top_k, sa.seed, out) : -1;
-    if (made >= 0 && c->rank == 0) { /* the continuation alone on stdout, every byte (a generated
-                                       * 0x00 included: fwrite, not "%s"); logs went to stderr */
-        size_t len = tokenizer_decode(out, (size_t)made, text, (size_t)T * 16 + 1, 0);
-        if (fwrite(text, 1, len, stdout) != len || fputc('\n', stdout) == EOF || fflush(stdout) != 0) {
-            loom_fail("cannot write the sample to stdout: %s", strerror(errno));
-            made = -1;
-        }
-    }
+    if (rc == 0) rc = sample_batch(s, &sa, tokens, n, T, text);
     free(tokens);
-    free(out);
     free(text);
     session_close(s);
-    if (made < 0) return cli_job_failed(c);
+    if (rc) return cli_job_failed(c);
     comm_destroy(c);
     return 0;
 }

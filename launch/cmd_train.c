@@ -53,11 +53,13 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
     if (finetune && !isnan(rep.accuracy)) {
         if (!isnan(rep.base_accuracy))
             log_result("tool-call accuracy (exact match, held-out): %.1f%% -> %.1f%% (base model -> fine-tuned); "
-                       "right tool names %.1f%% -> %.1f%%", 100.0 * rep.base_accuracy, 100.0 * rep.accuracy,
-                       100.0 * rep.base_names, 100.0 * rep.names);
+                       "right tool names %.1f%% -> %.1f%%; %d examples, evaluation %.1f s + %.1f s",
+                       100.0 * rep.base_accuracy, 100.0 * rep.accuracy, 100.0 * rep.base_names,
+                       100.0 * rep.names, rep.eval_examples, rep.base_eval_s, rep.eval_s);
         else
-            log_result("tool-call accuracy (exact match, held-out): %.1f%%; right tool names %.1f%%",
-                       100.0 * rep.accuracy, 100.0 * rep.names);
+            log_result("tool-call accuracy (exact match, held-out): %.1f%%; right tool names %.1f%%; "
+                       "%d examples, evaluation %.1f s", 100.0 * rep.accuracy, 100.0 * rep.names,
+                       rep.eval_examples, rep.eval_s);
     }
     comm_destroy(c);
     return 0;

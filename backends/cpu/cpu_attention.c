@@ -4,6 +4,7 @@
  * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_internal.h"
@@ -236,9 +237,30 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
     if (G > 1) cpu_att_reduce_group(dk, dv, st->att_part, B, T, H, Hkv, D, st->threads);
 }
 
-/* One query per head over Tk cached keys (generation): s_j = q.k_j / sqrt(D),
- * out = sum_j softmax(s)_j v_j, in two passes (scores + max, then exp-weighted sum of v).
- * Parallel over heads; scores live in per-thread scratch (Tk floats). */
+/* One head of one query over Tk keys/values with row stride ldk: s_j = q.k_j / sqrt(D),
+ * out = sum_j softmax(s)_j v_j, in two passes (scores + max, then exp-weighted sum of v). */
+static void cpu_att_decode_head(float *o, float *s, const float *qh, const float *kh, const float *vh,
+                                int Tk, int D, size_t ldk, float scale)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j < Tk; j++) {
+        float acc = 0.0f;
+        for (int d = 0; d < D; d++) acc += qh[d] * kh[(size_t)j * ldk + d];
+        s[j] = acc * scale;
+        if (s[j] > mx) mx = s[j];
+    }
+    float sum = 0.0f;
+    for (int d = 0; d < D; d++) o[d] = 0.0f;
+    for (int j = 0; j < Tk; j++) {
+        float p = expf(s[j] - mx);
+        sum += p;
+        for (int d = 0; d < D; d++) o[d] += p * vh[(size_t)j * ldk + d];
+    }
+    for (int d = 0; d < D; d++) o[d] /= sum;
+}
+
+/* One query per head over Tk cached keys (generation), parallel over heads; scores live in
+ * per-thread scratch (Tk floats). */
 void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                           int Tk, int H, int Hkv, int D)
 {
@@ -249,23 +271,35 @@ void cpu_attention_decode(backend *be, float *out, const float *q, const float *
     size_t ldk = (size_t)Hkv * D;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int h = 0; h < H; h++) {
-        float *s = st->scratch[CPU_TID()];
-        const float *qh = q + (size_t)h * D, *kh = k + (size_t)(h / (H / Hkv)) * D;
-        const float *vh = v + (size_t)(h / (H / Hkv)) * D;
-        float mx = -INFINITY;
-        for (int j = 0; j < Tk; j++) {
-            float acc = 0.0f;
-            for (int d = 0; d < D; d++) acc += qh[d] * kh[(size_t)j * ldk + d];
-            s[j] = acc * scale;
-            if (s[j] > mx) mx = s[j];
-        }
-        float *o = out + (size_t)h * D, sum = 0.0f;
-        for (int d = 0; d < D; d++) o[d] = 0.0f;
-        for (int j = 0; j < Tk; j++) {
-            float p = expf(s[j] - mx);
-            sum += p;
-            for (int d = 0; d < D; d++) o[d] += p * vh[(size_t)j * ldk + d];
-        }
-        for (int d = 0; d < D; d++) o[d] /= sum;
+        size_t hk = (size_t)(h / (H / Hkv)) * D;
+        cpu_att_decode_head(out + (size_t)h * D, st->scratch[CPU_TID()], q + (size_t)h * D, k + hk,
+                            v + hk, Tk, D, ldk, scale);
+    }
+}
+
+/* R sequences at their own positions: store each row's new key/value in its cache row, then the
+ * same per-head computation as cpu_attention_decode over positions 0..pos[r]. */
+void cpu_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                               const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
+                               int cap, int H, int Hkv, int D)
+{
+    cpu_state *st = cpu_st(be);
+    size_t ldk = (size_t)Hkv * D, work = 0;
+    for (int r = 0; r < R; r++) {
+        size_t at = ((size_t)r * cap + (size_t)pos[r]) * ldk;
+        memcpy(kc + at, knew + (size_t)r * ldk, ldk * sizeof(float));
+        memcpy(vc + at, vnew + (size_t)r * ldk, ldk * sizeof(float));
+        work += (size_t)(pos[r] + 1) * H * D;
+    }
+    if (cpu_scratch_reserve(st, (size_t)cap) != 0) return;
+    int nt = work < CPU_PAR_MIN ? 1 : st->threads, items = R * H;
+    float scale = 1.0f / sqrtf((float)D);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int it = 0; it < items; it++) {
+        int r = it / H, h = it % H;
+        size_t base = (size_t)r * cap * ldk + (size_t)(h / (H / Hkv)) * D;
+        size_t qo = ((size_t)r * H + h) * D;
+        cpu_att_decode_head(out + qo, st->scratch[CPU_TID()], q + qo, kc + base, vc + base, pos[r] + 1,
+                            D, ldk, scale);
     }
 }

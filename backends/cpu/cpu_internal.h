@@ -106,12 +106,16 @@ void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float 
 
 /* cpu_rope.c */
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
+void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
 
 /* cpu_attention.c */
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, int B, int T, int H, int Hkv, int D);
 void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                           int Tk, int H, int Hkv, int D);
+void cpu_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                               const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
+                               int cap, int H, int Hkv, int D);
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, int B, int T, int H, int Hkv, int D);

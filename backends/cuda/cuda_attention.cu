@@ -483,15 +483,11 @@ static __device__ float att_block_reduce(float v, float *red, int is_max)
     return t;
 }
 
-__global__ void __launch_bounds__(ATT_THREADS)
-att_decode_kernel(float *out, float *scores, const float *q, const float *k, const float *v, int Tk,
-                  int H, int Hkv, int D, float scale)
+/* One block, one query head over Tk keys/values of row stride ldk (scores through s). */
+static __device__ void att_decode_head(float *o, float *s, const float *qh, const float *kh,
+                                       const float *vh, int Tk, size_t ldk, int D, float scale)
 {
     __shared__ float red[ATT_THREADS / 32];
-    const int h = blockIdx.x, hk = h / (H / Hkv);
-    const size_t ldk = (size_t)Hkv * D;
-    const float *qh = q + (size_t)h * D, *kh = k + (size_t)hk * D, *vh = v + (size_t)hk * D;
-    float *s = scores + (size_t)h * Tk;
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < Tk; j += ATT_THREADS) {
         float acc = 0.0f;
@@ -508,10 +504,61 @@ att_decode_kernel(float *out, float *scores, const float *q, const float *k, con
     }
     sum = att_block_reduce(sum, red, 0); /* its barriers also publish every s[j] */
     for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
-        float o = 0.0f;
-        for (int j = 0; j < Tk; j++) o += s[j] * vh[(size_t)j * ldk + d];
-        out[(size_t)h * D + d] = o / sum;
+        float acc = 0.0f;
+        for (int j = 0; j < Tk; j++) acc += s[j] * vh[(size_t)j * ldk + d];
+        o[d] = acc / sum;
     }
+}
+
+__global__ void __launch_bounds__(ATT_THREADS)
+att_decode_kernel(float *out, float *scores, const float *q, const float *k, const float *v, int Tk,
+                  int H, int Hkv, int D, float scale)
+{
+    const int h = blockIdx.x, hk = h / (H / Hkv);
+    const size_t ldk = (size_t)Hkv * D;
+    att_decode_head(out + (size_t)h * D, scores + (size_t)h * Tk, q + (size_t)h * D,
+                    k + (size_t)hk * D, v + (size_t)hk * D, Tk, ldk, D, scale);
+}
+
+/* Batched generation: row r's new key/value into its cache row at pos[r] (one thread per value). */
+__global__ void att_kv_store_kernel(float *kc, float *vc, const float *knew, const float *vnew,
+                                    const int32_t *pos, int R, int cap, int W)
+{
+    size_t n = (size_t)R * W;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / W, e = i % W, at = (r * cap + (size_t)pos[r]) * W + e;
+        kc[at] = knew[i];
+        vc[at] = vnew[i];
+    }
+}
+
+/* Batched generation: one block per (row, head) over cache positions 0..pos[r]. */
+__global__ void __launch_bounds__(ATT_THREADS)
+att_decode_rows_kernel(float *out, float *scores, const float *q, const float *kc, const float *vc,
+                       const int32_t *pos, int cap, int H, int Hkv, int D, float scale)
+{
+    const int r = blockIdx.x / H, h = blockIdx.x % H, hk = h / (H / Hkv);
+    const size_t ldk = (size_t)Hkv * D, base = (size_t)r * cap * ldk + (size_t)hk * D;
+    const size_t qo = ((size_t)r * H + h) * D;
+    att_decode_head(out + qo, scores + (size_t)blockIdx.x * cap, q + qo, kc + base, vc + base,
+                    pos[r] + 1, ldk, D, scale);
+}
+
+void cuda_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                                const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
+                                int cap, int H, int Hkv, int D)
+{
+    if (R <= 0 || cap <= 0 || H <= 0 || D <= 0 || cuda_broken(be)) return;
+    if (att_check(be, cap, H, Hkv, D, 0, "attention_decode_rows") != 0) return;
+    float *scores = (float *)cuda_scratch(be, (size_t)R * H * cap * sizeof(float));
+    if (!scores) return;
+    cudaStream_t st = cuda_im(be)->compute;
+    size_t n = (size_t)R * Hkv * D;
+    int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    att_kv_store_kernel<<<blocks, 256, 0, st>>>(kc, vc, knew, vnew, pos, R, cap, Hkv * D);
+    att_decode_rows_kernel<<<R * H, ATT_THREADS, 0, st>>>(out, scores, q, kc, vc, pos, cap, H, Hkv, D,
+                                                          1.0f / sqrtf((float)D));
+    cuda_check_launch(be, "attention_decode_rows");
 }
 
 void cuda_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,

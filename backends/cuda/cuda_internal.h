@@ -90,6 +90,7 @@ void cuda_swiglu_forward(backend *be, float *out, const float *gate, const float
 void cuda_swiglu_backward(backend *be, float *dgate, float *dup, const float *dout,
                           const float *gate, const float *up, size_t n);
 void cuda_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
+void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
 /* dst[i] = bf16(src[i]) (round to nearest even), for the bf16 matmul path. dst is __nv_bfloat16*. */
 int cuda_cast_bf16(backend *be, void *dst, const float *src, size_t n);
 
@@ -118,6 +119,9 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
                              const float *lse, int B, int T, int H, int Hkv, int D);
 void cuda_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                            int Tk, int H, int Hkv, int D);
+void cuda_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                                const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
+                                int cap, int H, int Hkv, int D);
 /* One line for the log: which attention implementation runs and why. */
 const char *cuda_attention_choice(backend *be);
 

@@ -161,3 +161,51 @@ kernel void loom_attention_backward_dkv(device float *dk LOOM_BUFFER(0), device 
         }
     }
 }
+
+/* Batched generation, step 1: each row's new key and value into its cache row at pos[r].
+ * One thread per element of knew (R, Hkv, D). */
+kernel void loom_kv_store(device float *kc LOOM_BUFFER(0), device float *vc LOOM_BUFFER(1),
+                          device const float *knew LOOM_BUFFER(2), device const float *vnew LOOM_BUFFER(3),
+                          device const int *pos LOOM_BUFFER(4), constant metal_p_decode &p LOOM_BUFFER(5),
+                          uint gid LOOM_GID)
+{
+    uint w = p.Hkv * p.D;
+    if (gid >= p.R * w) return;
+    uint r = gid / w, e = gid % w;
+    uint at = (r * p.cap + (uint)pos[r]) * w + e;
+    kc[at] = knew[gid];
+    vc[at] = vnew[gid];
+}
+
+/* Batched generation, step 2: query row r (one token per row) over its cache positions
+ * 0..pos[r], online softmax as loom_attention_forward, head-dim slice [d0, d0 + DC).
+ * Grid: gid = (r*H + h)*nchunk + chunk. */
+kernel void loom_attention_decode_rows(device float *out LOOM_BUFFER(0), device const float *q LOOM_BUFFER(1),
+                                       device const float *kc LOOM_BUFFER(2), device const float *vc LOOM_BUFFER(3),
+                                       device const int *pos LOOM_BUFFER(4),
+                                       constant metal_p_decode &p LOOM_BUFFER(5), uint gid LOOM_GID)
+{
+    uint D = p.D;
+    if (gid >= p.R * p.H * p.nchunk) return;
+    uint chunk = gid % p.nchunk, rh = gid / p.nchunk;
+    uint h = rh % p.H, r = rh / p.H;
+    uint g = h / (p.H / p.Hkv), n = (uint)pos[r] + 1;
+    uint d0 = chunk * METAL_ATT_DC;
+    device const float *qr = q + rh * D;
+    device const float *kr = kc + (r * p.cap * p.Hkv + g) * D, *vr0 = vc + (r * p.cap * p.Hkv + g) * D;
+    float acc[METAL_ATT_DC];
+    for (uint j = 0; j < METAL_ATT_DC; j++) acc[j] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (uint s = 0; s < n; s++) {
+        float x = p.scale * loom_att_dot(qr, kr + s * p.Hkv * D, D);
+        float mb = metal::max(m, x), corr = metal::exp(m - mb), pr = metal::exp(x - mb);
+        l = l * corr + pr;
+        device const float *vr = vr0 + s * p.Hkv * D + d0;
+        for (uint j = 0; j < METAL_ATT_DC; j++)
+            if (d0 + j < D) acc[j] = acc[j] * corr + pr * vr[j];
+        m = mb;
+    }
+    device float *orow = out + rh * D + d0;
+    for (uint j = 0; j < METAL_ATT_DC; j++)
+        if (d0 + j < D) orow[j] = acc[j] / l;
+}

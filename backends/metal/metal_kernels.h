@@ -34,6 +34,9 @@
     X(SWIGLU_FORWARD, loom_swiglu_forward)                                                         \
     X(SWIGLU_BACKWARD, loom_swiglu_backward)                                                       \
     X(ROPE, loom_rope)                                                                             \
+    X(ROPE_ROWS, loom_rope_rows)                                                                   \
+    X(KV_STORE, loom_kv_store)                                                                     \
+    X(ATTN_DECODE_ROWS, loom_attention_decode_rows)                                                \
     X(ATTN_FORWARD, loom_attention_forward)                                                        \
     X(ATTN_DELTA, loom_attention_delta)                                                            \
     X(ATTN_DQ, loom_attention_backward_dq)                                                         \

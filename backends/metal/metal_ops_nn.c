@@ -198,6 +198,22 @@ static void metal_rope(backend *be, float *x, int B, int T, int H, int D, float 
     metal_launch(c, MK_ROPE, (size_t)B * T * H * (D / 2), (void *[]){x, MB(tab)}, 2, &p, sizeof p);
 }
 
+/* Rows at their own positions: the table must reach the largest position, which the host reads
+ * from pos once queued work is done (pos arrives by copy_h2d; shared storage). */
+static void metal_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+{
+    metal_ctx *c = metal_c(be);
+    if (R <= 0 || H <= 0 || D < 2) return;
+    c->dev->sync(c->ds);
+    int top = 0;
+    for (int r = 0; r < R; r++)
+        if (pos[r] > top) top = pos[r];
+    const float *tab = metal_rope_table(c, top + 1, D, theta);
+    if (!tab) return;
+    metal_p_decode p = {(unsigned)R, 0, (unsigned)H, 0, (unsigned)D, 0, 0.0f};
+    metal_launch(c, MK_ROPE_ROWS, (size_t)R * H * (D / 2), (void *[]){x, MB(tab), MB(pos)}, 3, &p, sizeof p);
+}
+
 /* --- attention --- */
 
 static int metal_attn_check(int H, int Hkv)
@@ -236,6 +252,22 @@ static void metal_attention_backward(backend *be, float *dq, float *dk, float *d
     p.nchunk = ((unsigned)D + METAL_ATT_DC_KV - 1) / METAL_ATT_DC_KV;
     metal_launch(c, MK_ATTN_DKV, (size_t)B * Hkv * p.nchunk * T,
                  (void *[]){dk, dv, MB(dout), MB(q), MB(k), MB(v), MB(lse), delta}, 8, &p, sizeof p);
+}
+
+/* Batched generation: store the new keys/values, then each row attends over its own cache. */
+static void metal_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                                        const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
+                                        int cap, int H, int Hkv, int D)
+{
+    metal_ctx *c = metal_c(be);
+    if (R <= 0 || cap <= 0 || D <= 0 || metal_attn_check(H, Hkv)) return;
+    unsigned nchunk = ((unsigned)D + METAL_ATT_DC - 1) / METAL_ATT_DC;
+    metal_p_decode p = {(unsigned)R, (unsigned)cap, (unsigned)H, (unsigned)Hkv, (unsigned)D, nchunk,
+                        (float)(1.0 / sqrt((double)D))};
+    metal_launch(c, MK_KV_STORE, (size_t)R * Hkv * D, (void *[]){kc, vc, MB(knew), MB(vnew), MB(pos)}, 5, &p,
+                 sizeof p);
+    metal_launch(c, MK_ATTN_DECODE_ROWS, (size_t)R * H * nchunk, (void *[]){out, MB(q), kc, vc, MB(pos)}, 5, &p,
+                 sizeof p);
 }
 
 /* --- softmax cross-entropy: lane partials (N*lanes*2) | row lse (N) in scratch --- */
@@ -286,6 +318,8 @@ void metal_ops_nn_fill(backend_ops *o)
     o->rope = metal_rope;
     o->attention_forward = metal_attention_forward;
     o->attention_backward = metal_attention_backward;
+    o->rope_rows = metal_rope_rows;
+    o->attention_decode_rows = metal_attention_decode_rows;
     o->softmax_xent = metal_softmax_xent;
     o->adamw = metal_adamw;
 }

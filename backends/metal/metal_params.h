@@ -44,6 +44,13 @@ typedef struct metal_p_attn {
     float scale;
 } metal_p_attn;
 
+/* Batched generation: R rows at their own positions pos[r]; caches (R, cap, Hkv, D); rope_rows
+ * uses H as the heads of x. scale 1/sqrt(D); nchunk D-chunks per row. */
+typedef struct metal_p_decode {
+    unsigned int R, cap, H, Hkv, D, nchunk;
+    float scale;
+} metal_p_decode;
+
 /* Softmax cross-entropy on logits (N, V) of which the first V_real columns are real. */
 typedef struct metal_p_xent {
     unsigned int N, V, V_real, lanes, has_losses;

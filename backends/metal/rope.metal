@@ -21,3 +21,20 @@ kernel void loom_rope(device float *x LOOM_BUFFER(0), device const float *tab LO
     x[o] = x0 * cs - x1 * sn;
     x[o + 1] = x0 * sn + x1 * cs;
 }
+
+/* Rows at their own positions (batched generation): x (R, H, D), row r at position pos[r], the
+ * same table and pairing as loom_rope (forward direction). One thread per pair. */
+kernel void loom_rope_rows(device float *x LOOM_BUFFER(0), device const float *tab LOOM_BUFFER(1),
+                           device const int *pos LOOM_BUFFER(2), constant metal_p_decode &p LOOM_BUFFER(3),
+                           uint gid LOOM_GID)
+{
+    uint half_d = p.D / 2;
+    if (gid >= p.R * p.H * half_d) return;
+    uint i = gid % half_d, rh = gid / half_d;
+    uint t = (uint)pos[rh / p.H];
+    float cs = tab[(t * half_d + i) * 2], sn = tab[(t * half_d + i) * 2 + 1];
+    uint o = rh * p.D + 2 * i;
+    float x0 = x[o], x1 = x[o + 1];
+    x[o] = x0 * cs - x1 * sn;
+    x[o + 1] = x0 * sn + x1 * cs;
+}

@@ -420,6 +420,55 @@ static void suite_attention_decode(suite *s)
     suite_attention_decode_one(s, 1000, 6, 2, 128);
 }
 
+/* Batched generation: rows at their own positions (0, mid, last cache slot), GQA; the cache
+ * rows the op stores into and the attention output, and rope at per-row positions. */
+static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int D)
+{
+    if (!s->t->ops->attention_decode_rows || !s->t->ops->rope_rows) {
+        printf("op_suite FAIL %s: attention_decode_rows / rope_rows missing\n", s->t->description);
+        s->failed++;
+        return;
+    }
+    size_t nq = (size_t)R * H * D, nk = (size_t)R * Hkv * D, nc = (size_t)R * cap * Hkv * D;
+    int32_t *ph = malloc((size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++) ph[r] = r == 0 ? 0 : r == R - 1 ? cap - 1 : (int32_t)((suite_rnd(s) + 1) * 0.5 * (cap - 1));
+    pair pos = pair_new(s, ph, (size_t)R * sizeof(int32_t));
+    pair q = pair_rand(s, nq, 1.5), kn = pair_rand(s, nk, 1.5), vn = pair_rand(s, nk, 1);
+    pair kc = pair_rand(s, nc, 1.5), vc = pair_rand(s, nc, 1), out = pair_new(s, NULL, nq * 4);
+    char name[96];
+    FOR_SIDES (be) {
+        be->ops->rope_rows(be, PF(q, side), PI(pos, side), R, H, D, 10000.0f);
+        be->ops->rope_rows(be, PF(kn, side), PI(pos, side), R, Hkv, D, 10000.0f);
+    }
+    snprintf(name, sizeof name, "rope_rows R%d H%d D%d", R, H, D);
+    /* as suite_rope: cos, sin, two products and a cancelling sum; a side computing the angle
+     * pos * freq in fp32 rounds it at up to cap rad */
+    check_tol rope_tol = suite_tol(s, 2, 2, 3, 0);
+    if (s->u_dot != 0.0) rope_tol.atol += 2 * cap * CHECK_U_FP32;
+    pair_check(s, name, &q, rope_tol);
+    FOR_SIDES (be)
+        be->ops->attention_decode_rows(be, PF(out, side), PF(q, side), PF(kn, side), PF(vn, side),
+                                       PF(kc, side), PF(vc, side), PI(pos, side), R, cap, H, Hkv, D);
+    snprintf(name, sizeof name, "attention_decode_rows R%d cap%d H%d Hkv%d D%d out", R, cap, H, Hkv, D);
+    /* one query row per head over its row's keys: the forward's bound for cap keys, on inputs
+     * that already carry the rope difference; the caches only store: exact */
+    check_tol att = attention_tol(s, cap, D, 1.0);
+    att.atol += 2 * rope_tol.atol * 1.5 * sqrt((double)D) / sqrt((double)D);
+    pair_check(s, name, &out, att);
+    pair_check(s, "attention_decode_rows k cache", &kc, CHECK_EXACT);
+    pair_check(s, "attention_decode_rows v cache", &vc, CHECK_EXACT);
+    pair_free(s, &pos), pair_free(s, &q), pair_free(s, &kn), pair_free(s, &vn);
+    pair_free(s, &kc), pair_free(s, &vc), pair_free(s, &out);
+    free(ph);
+}
+
+static void suite_decode_rows(suite *s)
+{
+    suite_decode_rows_one(s, 3, 40, 4, 2, 32);
+    suite_decode_rows_one(s, 5, 300, 9, 3, 64); /* SmolLM2's head layout, a cache off block sizes */
+    suite_decode_rows_one(s, 1, 1, 2, 2, 16);   /* one row at position 0 */
+}
+
 static void suite_xent_one(suite *s, int N, int V, int Vr)
 {
     pair logits = pair_rand(s, (size_t)N * V, 4), losses = pair_new(s, NULL, (size_t)N * 4);
@@ -482,6 +531,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_rope(&s);
     suite_attention(&s);
     suite_attention_decode(&s);
+    suite_decode_rows(&s);
     suite_xent(&s);
     suite_adamw(&s);
     printf("op_suite: %s vs %s: %d failing check%s\n", test->description, ref->description,

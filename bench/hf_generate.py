@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""hf_generate.py: the transformers reference for bench/generate.sh: a randomly initialised
+LlamaForCausalLM with SmolLM2-135M's shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152,
+tied embeddings, rope theta 1e5), greedy `generate` with the KV cache on BATCH prompts of PROMPT
+random tokens, exactly NEW new tokens each, on THREADS threads. One warm-up call, then the best of
+ROUNDS timed calls. Prints one line: `tokens_per_s <generated tokens / s>`. Only a yardstick:
+loom never needs Python."""
+import argparse, time
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+p = argparse.ArgumentParser()
+p.add_argument("--batch", type=int, default=2)
+p.add_argument("--prompt", type=int, default=200)
+p.add_argument("--new", type=int, default=56)
+p.add_argument("--threads", type=int, default=2)
+p.add_argument("--rounds", type=int, default=1)
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
+                  rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5)
+model = LlamaForCausalLM(cfg).eval()
+ids = torch.randint(0, cfg.vocab_size, (a.batch, a.prompt))
+mask = torch.ones_like(ids)
+kw = dict(attention_mask=mask, do_sample=False, use_cache=True, pad_token_id=0)
+with torch.inference_mode():
+    model.generate(ids[:, :8], max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
+    best = None
+    for _ in range(a.rounds):
+        t0 = time.perf_counter()
+        out = model.generate(ids, max_new_tokens=a.new, min_new_tokens=a.new, **kw)
+        dt = time.perf_counter() - t0
+        assert out.shape[1] == a.prompt + a.new
+        best = dt if best is None or dt < best else best
+print(f"tokens_per_s {a.batch * a.new / best:.2f}")

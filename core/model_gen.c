@@ -1,0 +1,392 @@
+/* model_gen.c: batched generation (see model.h, model_gen_*): R sequences decoded together, each
+ * with its own KV cache row and position; the prompts are prefilled in one forward, then every live
+ * row costs one row of each projection per step. Its buffers are its own: weights, KV cache and one
+ * layer's activations, so an inference model needs no training activations. Must never read a
+ * device pointer, and must leave the model's own activation views as it found them. */
+#include "model.h"
+#include "model_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+struct model_gen {
+    model *m;
+    int rows, cap, nf, lc; /* sequences, cache positions, forward rows, head rows per chunk */
+    layer_acts *acts;      /* n_layer views of one layer's scratch; x alternates X[0], X[1] */
+    float *X[2], *tmp, *last, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *kv;             /* per layer: k cache (rows, cap, kvC) then v cache */
+    int32_t *tokens, *targets, *pos, *idx; /* device */
+    int32_t *pos_h, *idx_h;                /* host, rows */
+    float *host_losses;                    /* host, lc */
+    int live;
+    void *arena;           /* own device memory, or NULL when borrowed */
+    int borrowed;          /* lives in the model's idle activation arena */
+    size_t bytes;
+};
+
+/* Bump allocation over one device arena (a dry run with base NULL sizes it). */
+static float *gen_take(char *base, size_t *used, size_t floats)
+{
+    size_t bytes = (floats * sizeof(float) + 255) & ~(size_t)255;
+    float *p = base ? (float *)(base + *used) : NULL;
+    *used += bytes;
+    return p;
+}
+
+static size_t gen_carve(model_gen *g, char *base)
+{
+    const model_config *c = &g->m->cfg;
+    size_t used = 0, N = (size_t)g->nf, C = c->d_model, F = c->d_ff, Hn = c->n_head;
+    size_t kvC = C / Hn * c->n_kv_head, lc = (size_t)g->lc;
+    int ln = strcmp(c->norm, "layernorm") == 0, sw = model_uses_swiglu(c);
+    layer_acts s = {0};
+    g->X[0] = gen_take(base, &used, N * C);
+    g->X[1] = gen_take(base, &used, N * C);
+    s.ln1 = gen_take(base, &used, N * C);
+    s.ln1_mean = ln ? gen_take(base, &used, N) : NULL;
+    s.ln1_rstd = gen_take(base, &used, N);
+    s.q = gen_take(base, &used, N * C);
+    s.k = gen_take(base, &used, N * kvC);
+    s.v = gen_take(base, &used, N * kvC);
+    s.att = gen_take(base, &used, N * C);
+    s.lse = gen_take(base, &used, N * Hn);
+    s.xm = gen_take(base, &used, N * C);
+    s.ln2 = gen_take(base, &used, N * C);
+    s.ln2_mean = ln ? gen_take(base, &used, N) : NULL;
+    s.ln2_rstd = gen_take(base, &used, N);
+    s.h = gen_take(base, &used, N * F);
+    s.u = sw ? gen_take(base, &used, N * F) : NULL;
+    s.act = gen_take(base, &used, N * F);
+    s.g = s.act;
+    for (int t = 0; t < LORA_NTARGETS; t++)
+        s.xa[t] = (g->m->lora.targets & (1u << t)) ? gen_take(base, &used, N * (size_t)g->m->lora.rank) : NULL;
+    for (int l = 0; l < c->n_layer && base; l++) {
+        g->acts[l] = s;
+        g->acts[l].x = g->X[l % 2];
+    }
+    g->tmp = gen_take(base, &used, (size_t)g->rows * C);
+    g->last = gen_take(base, &used, lc * C);
+    g->lnf = gen_take(base, &used, lc * C);
+    g->lnf_mean = ln ? gen_take(base, &used, lc) : NULL;
+    g->lnf_rstd = gen_take(base, &used, lc);
+    g->logits = gen_take(base, &used, lc * (size_t)c->vocab);
+    g->losses = gen_take(base, &used, lc);
+    g->tokens = (int32_t *)gen_take(base, &used, N);
+    g->targets = (int32_t *)gen_take(base, &used, N);
+    g->pos = (int32_t *)gen_take(base, &used, (size_t)g->rows);
+    g->idx = (int32_t *)gen_take(base, &used, lc);
+    return used;
+}
+
+static size_t gen_kv_floats(const model_gen *g)
+{
+    const model_config *c = &g->m->cfg;
+    return (size_t)g->rows * g->cap * (size_t)(c->d_model / c->n_head * c->n_kv_head);
+}
+static float *gen_kc(const model_gen *g, int l) { return g->kv + 2 * (size_t)l * gen_kv_floats(g); }
+static float *gen_vc(const model_gen *g, int l) { return gen_kc(g, l) + gen_kv_floats(g); }
+
+model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
+{
+    if (rows < 1 || cap < 1 || cap > m->cfg.max_seq) {
+        loom_fail("generate: %d rows of %d positions do not fit the model (max_seq %d)", rows, cap,
+                  m->cfg.max_seq);
+        return NULL;
+    }
+    model_gen *g = calloc(1, sizeof *g);
+    if (!g) { loom_fail("generate: out of host memory"); return NULL; }
+    g->m = m;
+    g->rows = rows;
+    g->cap = cap;
+    g->nf = fwd_tokens > rows ? fwd_tokens : rows;
+    if (g->nf < cap) g->nf = cap; /* one whole sequence per forward at least */
+    g->lc = rows > 64 ? rows : 64;
+    if (g->lc > g->nf) g->lc = g->nf;
+    g->acts = calloc((size_t)m->cfg.n_layer, sizeof *g->acts);
+    g->pos_h = calloc((size_t)g->lc, sizeof(int32_t));
+    g->idx_h = calloc((size_t)g->lc, sizeof(int32_t));
+    g->host_losses = calloc((size_t)g->lc, sizeof(float));
+    if (!g->acts || !g->pos_h || !g->idx_h || !g->host_losses) {
+        loom_fail("generate: out of host memory");
+        model_gen_destroy(g);
+        return NULL;
+    }
+    size_t act_bytes = gen_carve(g, NULL), kv_bytes = 2 * (size_t)m->cfg.n_layer * gen_kv_floats(g) * sizeof(float);
+    g->bytes = act_bytes + kv_bytes;
+    char *base;
+    if (m->acts[0].x && g->bytes <= m->activation_bytes) {
+        /* a training model's activations are idle between steps: evaluate inside them */
+        base = (char *)m->acts[0].x;
+        g->borrowed = 1;
+    } else {
+        base = g->arena = m->be->ops->alloc(m->be, g->bytes);
+        if (!base) {
+            model_gen_destroy(g);
+            return NULL;
+        }
+    }
+    g->kv = (float *)(base + act_bytes);
+    gen_carve(g, base);
+    return g;
+}
+
+void model_gen_destroy(model_gen *g)
+{
+    if (!g) return;
+    backend *be = g->m->be;
+    if (g->arena) be->ops->free(be, g->arena);
+    free(g->acts);
+    free(g->pos_h);
+    free(g->idx_h);
+    free(g->host_losses);
+    free(g);
+}
+
+size_t model_gen_bytes(const model_gen *g) { return g->borrowed ? 0 : g->bytes; }
+int model_gen_live(const model_gen *g) { return g->live; }
+int model_gen_pos(const model_gen *g, int i) { return g->pos_h[i]; }
+
+/* The generation views stand in for the model's activations while one of its passes runs. */
+typedef struct gen_swap { layer_acts *acts; int B, T; } gen_swap;
+
+static gen_swap gen_enter(model_gen *g, int B, int T)
+{
+    gen_swap s = {g->m->acts, g->m->B, g->m->T};
+    g->m->acts = g->acts;
+    g->m->B = B;
+    g->m->T = T;
+    return s;
+}
+
+static void gen_leave(model_gen *g, gen_swap s)
+{
+    g->m->acts = s.acts;
+    g->m->B = s.B;
+    g->m->T = s.T;
+}
+
+/* Embeddings and every layer for B x T tokens already in g->tokens, through the model's own
+ * layer forward (the same ops as training); with `cache`, rows [r0, r0 + B) of every layer's KV
+ * cache receive the keys and values. The last residual is left in X[L % 2]. */
+static int gen_trunk(model_gen *g, int B, int T, int r0, int cache)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int L = c->n_layer, kvC = c->d_model / c->n_head * c->n_kv_head;
+    gen_swap sw = gen_enter(g, B, T);
+    int rc = model_begin(m, 0, 0);
+    if (rc == 0) be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, m->p.wpe, B, T, c->d_model);
+    for (int l = 0; rc == 0 && l < L; l++) {
+        if ((rc = model_begin(m, l + 1, 0)) != 0) break;
+        model_layer_forward(m, l, g->X[(l + 1) % 2]);
+        for (int r = 0; cache && r < B; r++) {
+            size_t src = (size_t)r * T * kvC, dst = (size_t)(r0 + r) * g->cap * kvC;
+            be->ops->copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, (size_t)T * kvC * sizeof(float));
+            be->ops->copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, (size_t)T * kvC * sizeof(float));
+        }
+        rc = model_end(m, l + 1, 0);
+    }
+    if (rc == 0) rc = model_begin(m, L + 1, 0);
+    gen_leave(g, sw);
+    return rc;
+}
+
+/* Final norm and head of n rows of `x` (device, n <= lc) into g->logits. */
+static void gen_head(model_gen *g, const float *x, int n)
+{
+    model *m = g->m;
+    int C = m->cfg.d_model;
+    const float *w = m->p.lnf_w, *b = m->p.lnf_b;
+    if (g->lnf_mean) m->be->ops->layernorm_forward(m->be, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, n, C, m->cfg.norm_eps);
+    else m->be->ops->rmsnorm_forward(m->be, g->lnf, g->lnf_rstd, x, w, n, C, m->cfg.norm_eps);
+    model_linear(m, g->logits, g->lnf, m->p.lm_head, NULL, n, C, m->cfg.vocab);
+}
+
+/* Prefill rows [r0, r0 + B) padded to T: tokens, trunk, logits of each row's last prompt token. */
+static int gen_prefill_group(model_gen *g, const int32_t *const *prompts, const int *lens, int r0,
+                             int B, int T, int32_t *host_tok, float *logits_host)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    int V = m->cfg.vocab;
+    for (int r = 0; r < B; r++) {
+        memcpy(host_tok + (size_t)r * T, prompts[r0 + r], (size_t)lens[r0 + r] * sizeof(int32_t));
+        for (int t = lens[r0 + r]; t < T; t++) host_tok[(size_t)r * T + t] = 0; /* causal: never read */
+        g->idx_h[r] = r * T + lens[r0 + r] - 1;
+    }
+    be->ops->copy_h2d(be, g->tokens, host_tok, (size_t)B * T * sizeof(int32_t));
+    if (gen_trunk(g, B, T, r0, 1)) return -1;
+    /* the last prompt position of every row, gathered like an embedding lookup */
+    be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)B * sizeof(int32_t));
+    be->ops->embedding_forward(be, g->last, g->idx, g->X[m->cfg.n_layer % 2], NULL, 1, B, m->cfg.d_model);
+    gen_head(g, g->last, B);
+    be->ops->copy_d2h(be, logits_host + (size_t)r0 * V, g->logits, (size_t)B * V * sizeof(float));
+    return 0;
+}
+
+int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *lens, int R, float *logits_host)
+{
+    if (R < 1 || R > g->rows) return loom_fail("generate: %d sequences, room for %d", R, g->rows);
+    if (R > g->lc) return loom_fail("generate: %d sequences exceed the head's %d rows", R, g->lc);
+    for (int r = 0; r < R; r++)
+        if (lens[r] < 1 || lens[r] >= g->cap)
+            return loom_fail("generate: prompt %d has %d tokens; the cache holds %d positions", r, lens[r], g->cap);
+    int32_t *host_tok = malloc((size_t)g->nf * sizeof(int32_t));
+    if (!host_tok) return loom_fail("generate: out of host memory");
+    int rc = 0;
+    /* groups of consecutive rows whose padded width fits one forward (usually the whole batch) */
+    for (int r0 = 0; rc == 0 && r0 < R;) {
+        int B = 0, T = 0;
+        while (r0 + B < R) {
+            int t = lens[r0 + B] > T ? lens[r0 + B] : T;
+            if ((size_t)(B + 1) * t > (size_t)g->nf) break;
+            T = t;
+            B++;
+        }
+        rc = gen_prefill_group(g, prompts, lens, r0, B, T, host_tok, logits_host);
+        r0 += B;
+    }
+    free(host_tok);
+    for (int r = 0; r < R; r++) g->pos_h[r] = lens[r];
+    g->live = rc == 0 ? R : 0;
+    return rc ? loom_fail("generate: prefill failed") : 0;
+}
+
+/* LoRA on projection t of layer l for the R decode rows (model_adapt on the generation views). */
+static void gen_adapt(model_gen *g, int l, int t, float *y, const float *x, int R)
+{
+    gen_swap sw = gen_enter(g, R, 1);
+    model_adapt(g->m, l, t, y, x, R);
+    gen_leave(g, sw);
+}
+
+/* Layer l for the R live rows, each one token at its own position (g->pos). */
+static void gen_layer_step(model_gen *g, int l, int R)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    const layer_params *p = &m->p.layer[l];
+    const layer_acts *a = &g->acts[l];
+    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+    const float *x = g->X[l % 2];
+    float *x_out = g->X[(l + 1) % 2], eps = c->norm_eps;
+
+    if (a->ln1_mean) be->ops->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, R, C, eps);
+    else be->ops->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, p->ln1_w, R, C, eps);
+    model_linear(m, a->q, a->ln1, p->q_w, p->q_b, R, C, C);
+    gen_adapt(g, l, LORA_Q, a->q, a->ln1, R);
+    model_linear(m, a->k, a->ln1, p->k_w, p->k_b, R, C, kvC);
+    gen_adapt(g, l, LORA_K, a->k, a->ln1, R);
+    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, R, C, kvC);
+    gen_adapt(g, l, LORA_V, a->v, a->ln1, R);
+    if (model_uses_rope(c)) {
+        be->ops->rope_rows(be, a->q, g->pos, R, H, D, c->rope_theta);
+        be->ops->rope_rows(be, a->k, g->pos, R, Hkv, D, c->rope_theta);
+    }
+    be->ops->attention_decode_rows(be, a->att, a->q, a->k, a->v, gen_kc(g, l), gen_vc(g, l), g->pos,
+                                   R, g->cap, H, Hkv, D);
+    be->ops->copy_d2d(be, a->xm, x, (size_t)R * C * sizeof(float));
+    be->ops->matmul(be, a->xm, a->att, p->o_w, R, C, C, 0, 1, 1.0f, 1.0f);
+    if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
+    gen_adapt(g, l, LORA_O, a->xm, a->att, R);
+
+    if (a->ln2_mean) be->ops->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, R, C, eps);
+    else be->ops->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xm, p->ln2_w, R, C, eps);
+    if (model_uses_swiglu(c)) {
+        model_linear(m, a->h, a->ln2, p->gate_w, NULL, R, C, F);
+        gen_adapt(g, l, LORA_GATE, a->h, a->ln2, R);
+        model_linear(m, a->u, a->ln2, p->up_w, NULL, R, C, F);
+        gen_adapt(g, l, LORA_UP, a->u, a->ln2, R);
+        be->ops->swiglu_forward(be, a->act, a->h, a->u, (size_t)R * F);
+    } else {
+        model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, R, C, F);
+        gen_adapt(g, l, LORA_FC, a->h, a->ln2, R);
+        be->ops->gelu_forward(be, a->act, a->h, (size_t)R * F);
+    }
+    be->ops->copy_d2d(be, x_out, a->xm, (size_t)R * C * sizeof(float));
+    be->ops->matmul(be, x_out, a->act, p->proj_w, R, C, F, 0, 1, 1.0f, 1.0f);
+    if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, R, C);
+    gen_adapt(g, l, LORA_PROJ, x_out, a->act, R);
+}
+
+int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int R = g->live, L = c->n_layer, C = c->d_model;
+    if (R < 1) return loom_fail("generate: no live sequence to step");
+    if (!be->ops->rope_rows || !be->ops->attention_decode_rows)
+        return loom_fail("generate: backend %s has no batched decode ops", be->ops->name);
+    for (int i = 0; i < R; i++)
+        if (g->pos_h[i] >= g->cap)
+            return loom_fail("generate: row %d reached the cache's %d positions", i, g->cap);
+    be->ops->copy_h2d(be, g->tokens, tokens, (size_t)R * sizeof(int32_t));
+    be->ops->copy_h2d(be, g->pos, g->pos_h, (size_t)R * sizeof(int32_t));
+    if (model_begin(m, 0, 0)) return -1;
+    be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, NULL, 1, R, C);
+    if (m->p.wpe) { /* learned positions: each row's own wpe row, gathered the same way */
+        be->ops->embedding_forward(be, g->tmp, g->pos, m->p.wpe, NULL, 1, R, C);
+        be->ops->add(be, g->X[0], g->X[0], g->tmp, (size_t)R * C);
+    }
+    for (int l = 0; l < L; l++) {
+        if (model_begin(m, l + 1, 0)) return -1;
+        gen_layer_step(g, l, R);
+        if (model_end(m, l + 1, 0)) return -1;
+    }
+    if (model_begin(m, L + 1, 0)) return -1;
+    gen_head(g, g->X[L % 2], R);
+    be->ops->copy_d2h(be, logits_host, g->logits, (size_t)R * c->vocab * sizeof(float));
+    for (int i = 0; i < R; i++) g->pos_h[i]++;
+    return 0;
+}
+
+int model_gen_drop(model_gen *g, int i)
+{
+    if (i < 0 || i >= g->live) return loom_fail("generate: no live row %d", i);
+    int last = --g->live;
+    if (i == last) return 0;
+    backend *be = g->m->be;
+    const model_config *c = &g->m->cfg;
+    size_t kvC = (size_t)(c->d_model / c->n_head * c->n_kv_head), n = (size_t)g->pos_h[last] * kvC;
+    for (int l = 0; l < c->n_layer; l++) {
+        size_t dst = (size_t)i * g->cap * kvC, src = (size_t)last * g->cap * kvC;
+        be->ops->copy_d2d(be, gen_kc(g, l) + dst, gen_kc(g, l) + src, n * sizeof(float));
+        be->ops->copy_d2d(be, gen_vc(g, l) + dst, gen_vc(g, l) + src, n * sizeof(float));
+    }
+    g->pos_h[i] = g->pos_h[last];
+    return 0;
+}
+
+int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
+                   double *sum_out)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    int V = m->cfg.vocab, C = m->cfg.d_model, per = g->nf / T;
+    if (T > g->nf || per < 1) {
+        return loom_fail("generate: sequences of %d tokens exceed the %d rows of one forward", T,
+                         g->nf);
+    }
+    double sum = 0.0;
+    for (int r0 = 0; r0 < R; r0 += per) {
+        int B = R - r0 < per ? R - r0 : per, N = B * T;
+        be->ops->copy_h2d(be, g->tokens, tokens + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
+        be->ops->copy_h2d(be, g->targets, targets + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
+        if (gen_trunk(g, B, T, 0, 0)) return -1;
+        const float *x = g->X[m->cfg.n_layer % 2];
+        for (int n0 = 0; n0 < N; n0 += g->lc) { /* the head in chunks: logits of lc rows at a time */
+            int n = N - n0 < g->lc ? N - n0 : g->lc;
+            gen_head(g, x + (size_t)n0 * C, n);
+            be->ops->softmax_xent(be, g->logits, g->losses, g->targets + n0, n, V, V, 0.0f);
+            be->ops->copy_d2h(be, g->host_losses, g->losses, (size_t)n * sizeof(float));
+            for (int i = 0; i < n; i++) sum += g->host_losses[i];
+        }
+    }
+    *sum_out = sum;
+    return 0;
+}
