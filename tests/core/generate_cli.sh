@@ -47,5 +47,5 @@ grep -q "eval base model" "$w/ft.err" && fail "finetune.eval_base=false still ev
 grep -q "^eval fine-tuned: 4/4 examples" "$w/ft.err" || { cat "$w/ft.err"; fail "no fine-tuned evaluation"; }
 grep -q "tool-call accuracy (exact match, held-out): [0-9.]*%; .*4 examples, evaluation [0-9.]* s" "$w/ft.out" ||
   { cat "$w/ft.out"; fail "summary line without the evaluation's examples and wall time"; }
-grep -q "^model tiny: [0-9]* parameters ([0-9.]*M), [0-9]* trainable" "$w/ft.out" || fail "model line without total and trainable"
+grep -q "model tiny: [0-9]* parameters ([0-9.]*M), [0-9]* trainable" "$w/ft.err" || fail "model line (a log, on stderr) without total and trainable"
 echo "ok"
