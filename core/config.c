@@ -546,16 +546,19 @@ static int validate_fields(const job_config *cfg)
 /* finetune.lora_targets: a comma list of known projection names, each once. */
 static int validate_lora_targets(const char *list)
 {
-    static const char *const known[] = {"q", "k", "v", "o", "fc", "proj", "gate", "up", "down"};
+    static const char *const known[] = {"q", "k", "v", "o", "fc", "proj", "gate", "up", "down",
+                                        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                        "up_proj", "down_proj", "all-linear"};
     const int nknown = (int)(sizeof known / sizeof known[0]);
-    int seen[16] = {0}, count = 0;
+    int seen[32] = {0}, count = 0;
     for (const char *s = list; *s;) {
         size_t w = strcspn(s, ",");
         int k = 0;
         while (k < nknown && !(strlen(known[k]) == w && strncmp(known[k], s, w) == 0)) k++;
         if (k == nknown)
             return loom_fail("finetune.lora_targets: unknown projection '%.*s' (known: q, k, v, "
-                             "o, fc, proj, gate, up, down)", (int)w, s);
+                             "o, fc, proj, gate, up, down, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                             "down_proj, all-linear)", (int)w, s);
         if (seen[k]++) return loom_fail("finetune.lora_targets: '%s' is listed twice", known[k]);
         count++;
         s += w + (s[w] == ',');

@@ -22,6 +22,11 @@ typedef struct model_config {
     char mlp[16];        /* "gelu" | "swiglu" */
     char positions[16];  /* "learned" | "rope" */
     float rope_theta;
+    char rope_scaling[16];   /* "none" | "llama3" */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_seq;
+    int qkv_bias;        /* q, k, v biases without the others (Qwen2) */
+    int qk_norm;         /* per-head RMSNorm on q and k before rope (Qwen3) */
     int tied_embeddings; /* lm head shares the token embedding */
     int bias;            /* linear layers and norms carry biases (GPT-2) */
     int max_seq;
@@ -74,7 +79,7 @@ typedef struct finetune_config {
     char method[16];         /* "lora" | "full" */
     int lora_rank;
     float lora_alpha;
-    char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj */
+    char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj (or HF q_proj..., all-linear) */
     int epochs;
 } finetune_config;
 

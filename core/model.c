@@ -55,12 +55,17 @@ static int layout_layer(model *m, int *cap, int l)
     } while (0)
     ADD("ln_1.weight", C, 0, 0);
     if (ln) ADD("ln_1.bias", C, 0, 0);
+    int qb = b || c->qkv_bias;
     ADD("attn.q.weight", C, C, 1);
-    if (b) ADD("attn.q.bias", C, 0, 0);
+    if (qb) ADD("attn.q.bias", C, 0, 0);
     ADD("attn.k.weight", kvC, C, 1);
-    if (b) ADD("attn.k.bias", kvC, 0, 0);
+    if (qb) ADD("attn.k.bias", kvC, 0, 0);
     ADD("attn.v.weight", kvC, C, 1);
-    if (b) ADD("attn.v.bias", kvC, 0, 0);
+    if (qb) ADD("attn.v.bias", kvC, 0, 0);
+    if (c->qk_norm) {
+        ADD("attn.ln_q.weight", D, 0, 0);
+        ADD("attn.ln_k.weight", D, 0, 0);
+    }
     ADD("attn.o.weight", C, C, 1);
     if (b) ADD("attn.o.bias", C, 0, 0);
     ADD("ln_2.weight", C, 0, 0);
@@ -148,6 +153,7 @@ static void model_fill_views(const model *m, const tensor_set *s, model_params *
         VIEW(gate_w, "mlp.gate.weight"); VIEW(up_w, "mlp.up.weight");
         VIEW(proj_w, model_is_swiglu(&m->cfg) ? "mlp.down.weight" : "mlp.proj.weight");
         VIEW(proj_b, "mlp.proj.bias");
+        VIEW(lnq_w, "attn.ln_q.weight"); VIEW(lnk_w, "attn.ln_k.weight");
 #undef VIEW
     }
 }
@@ -318,6 +324,10 @@ static void model_carve_acts(model *m, arena *a)
         s->ln1_rstd = arena_take(a, N);
         s->q = arena_take(a, N * C);
         s->k = arena_take(a, N * kvC);
+        s->qr = c->qk_norm ? arena_take(a, N * C) : NULL;
+        s->kr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
+        s->q_rstd = c->qk_norm ? arena_take(a, N * c->n_head) : NULL;
+        s->k_rstd = c->qk_norm ? arena_take(a, N * c->n_kv_head) : NULL;
         s->v = arena_take(a, N * kvC);
         s->att = arena_take(a, N * C);
         s->lse = arena_take(a, HT);
@@ -348,6 +358,9 @@ static void model_carve_acts(model *m, arena *a)
     m->dh = arena_take(a, N * F);
     m->du = sw ? arena_take(a, N * F) : NULL;
     m->dact = arena_take(a, N * F);
+    m->dqr = c->qk_norm ? arena_take(a, N * C) : NULL;
+    m->dkr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
+    m->rope_freq = model_uses_rope_freq(c) ? arena_take(a, D / 2) : NULL;
     m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
     m->tokens = (int32_t *)arena_take(a, N);
     m->targets = (int32_t *)arena_take(a, N);
@@ -392,6 +405,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
     if (!a.base) goto fail;
     a.used = 0;
     model_carve_acts(m, &a);
+    if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
     return m;
@@ -421,6 +435,33 @@ void model_destroy(model *m)
     free(m->tensors);
     free(m->region_offset);
     free(m);
+}
+
+/* llama3 rope scaling (HF's _compute_llama3_parameters): wavelengths longer than
+ * original/low_freq_factor are slowed by `factor`, shorter than original/high_freq_factor kept,
+ * and those between blended smoothly. Computed in double, rounded once to float. */
+int model_upload_rope_freq(model *m)
+{
+    const model_config *c = &m->cfg;
+    int D = c->d_model / c->n_head, half = D / 2;
+    if (!m->be->ops->rope_freqs)
+        return loom_fail("model: backend %s has no rope_freqs op (model.rope_scaling %s)", m->be->ops->name, c->rope_scaling);
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return loom_fail("model: out of host memory");
+    double old = c->rope_original_max_seq, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double low_wl = old / lo, high_wl = old / hi, factor = c->rope_factor;
+    for (int i = 0; i < half; i++) {
+        double inv = pow((double)c->rope_theta, -2.0 * i / D), wl = 2.0 * 3.14159265358979323846 / inv, v = inv;
+        if (wl > low_wl) v = inv / factor;
+        else if (wl >= high_wl) {
+            double sm = (old / wl - lo) / (hi - lo);
+            v = (1.0 - sm) * inv / factor + sm * inv;
+        }
+        f[i] = (float)v;
+    }
+    m->be->ops->copy_h2d(m->be, m->rope_freq, f, (size_t)half * sizeof *f);
+    free(f);
+    return 0;
 }
 
 /* True for the residual-stream output projections, which GPT-2 scales by 1/sqrt(2 L). */

@@ -9,8 +9,7 @@
  * callers pass a scratch buffer whose rows before t hold nothing they need. */
 static void decode_rope_row(model *m, float *x, int t, int H)
 {
-    int D = m->cfg.d_model / m->cfg.n_head;
-    m->be->ops->rope(m->be, x, 1, t + 1, H, D, m->cfg.rope_theta, 0);
+    model_rope(m, x, 1, t + 1, H, 0);
 }
 
 /* Layer l for the token at position t; rows 0..t-1 of the k/v buffers are the cache. */
@@ -25,12 +24,18 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
     float *x = a->x + rc, *ln1 = a->ln1 + rc, *xm = a->xm + rc, *ln2 = a->ln2 + rc;
 
     model_norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + t : NULL, a->ln1_rstd + t, x, p->ln1_w, p->ln1_b, 1);
-    model_linear(m, a->q + rc, ln1, p->q_w, p->q_b, 1, C, C);
-    model_adapt(m, l, LORA_Q, a->q + rc, ln1, 1);
+    float *qp = c->qk_norm ? a->qr + rc : a->q + rc; /* qk_norm: projection, then the norm */
+    model_linear(m, qp, ln1, p->q_w, p->q_b, 1, C, C);
+    model_adapt(m, l, LORA_Q, qp, ln1, 1);
     /* the new key goes through a scratch row so rope cannot touch the cached (rotated) keys */
     float *knew = model_uses_rope(c) ? m->dk + rkv : a->k + rkv;
-    model_linear(m, knew, ln1, p->k_w, p->k_b, 1, C, kvC);
-    model_adapt(m, l, LORA_K, knew, ln1, 1);
+    float *kp = c->qk_norm ? a->kr + rkv : knew;
+    model_linear(m, kp, ln1, p->k_w, p->k_b, 1, C, kvC);
+    model_adapt(m, l, LORA_K, kp, ln1, 1);
+    if (c->qk_norm) {
+        be->ops->rmsnorm_forward(be, a->q + rc, a->q_rstd + (size_t)t * H, qp, p->lnq_w, H, D, c->norm_eps);
+        be->ops->rmsnorm_forward(be, knew, a->k_rstd + (size_t)t * Hkv, kp, p->lnk_w, Hkv, D, c->norm_eps);
+    }
     model_linear(m, a->v + rkv, ln1, p->v_w, p->v_b, 1, C, kvC);
     model_adapt(m, l, LORA_V, a->v + rkv, ln1, 1);
     if (model_uses_rope(c)) {
