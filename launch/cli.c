@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "checkpoints/hf.h"
+#include "core/session.h"
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {
@@ -30,6 +32,7 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a)
         else if (strcmp(f, "--backend") == 0) rc = cli_value(argc, argv, &i, &a->backend);
         else if (strcmp(f, "--resume") == 0) rc = cli_value(argc, argv, &i, &a->resume);
         else if (strcmp(f, "--ckpt") == 0) rc = cli_value(argc, argv, &i, &a->ckpt);
+        else if (strcmp(f, "--init") == 0) rc = cli_value(argc, argv, &i, &a->init);
         else if (strcmp(f, "--quiet") == 0) a->quiet = 1;
         else if (f[0] == '-' && f[1] == '-') return loom_fail("unknown flag '%s'", f);
         else if (!a->job_path) a->job_path = f;
@@ -58,6 +61,9 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     cli_resolve_path(cfg->data.train, sizeof cfg->data.train, a->job_path);
     cli_resolve_path(cfg->data.val, sizeof cfg->data.val, a->job_path);
     cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
+    if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
+    /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
+    if (hf_is_folder(cfg->finetune.base) && session_model_from_hf(&cfg->model, cfg->finetune.base)) return -1;
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);
     if (a->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", a->backend);
     return config_validate(cfg);
