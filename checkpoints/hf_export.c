@@ -165,8 +165,10 @@ int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *
     cJSON *arr = cJSON_AddArrayToObject(cfg, "architectures");
     cJSON_AddItemToArray(arr, cJSON_CreateString(fam->arch));
     fam->write_config(&d, cfg);
-    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype"); /* transformers 4's name */
     cJSON_AddStringToObject(cfg, "torch_dtype", hf_torch_dtype(dtype));
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "dtype");       /* transformers 5's */
+    cJSON_AddStringToObject(cfg, "dtype", hf_torch_dtype(dtype));
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", out_dir);
     int rc = hf_write_json(path, cfg);

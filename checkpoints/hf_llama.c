@@ -14,7 +14,11 @@ enum { FAM_LLAMA, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3 };
 /* llama3 rope scaling, or none; any other type is refused (it would change the numerics). */
 static int llama_rope_scaling(const cJSON *cfg, const char *path, hf_dims *d)
 {
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
+    /* transformers 5 writes rope_parameters {rope_type, rope_theta, ...}; 4 wrote rope_theta and
+     * rope_scaling {rope_type | type, ...} */
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_parameters");
+    if (cJSON_IsObject(rs) && hf_json_num(rs, "rope_theta", d->rope_theta, &d->rope_theta, path)) return -1;
+    if (!cJSON_IsObject(rs)) rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
     if (!rs || cJSON_IsNull(rs)) return 0;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!cJSON_IsString(ty)) ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
@@ -151,7 +155,21 @@ static void llama_write_config(const hf_dims *d, cJSON *c)
     if (!d->qkv_bias) SET("attention_bias", cJSON_CreateBool(d->bias));
     if (!cJSON_GetObjectItemCaseSensitive(c, "max_position_embeddings"))
         SET("max_position_embeddings", cJSON_CreateNumber(d->max_seq));
-    if (d->llama3) {
+    cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");
+    if (cJSON_IsObject(rp)) { /* transformers 5's form, kept when the source had it */
+        cJSON *np = cJSON_CreateObject();
+        cJSON_AddStringToObject(np, "rope_type", d->llama3 ? "llama3" : "default");
+        cJSON_AddNumberToObject(np, "rope_theta", d->rope_theta);
+        if (d->llama3) {
+            cJSON_AddNumberToObject(np, "factor", d->rope_factor);
+            cJSON_AddNumberToObject(np, "low_freq_factor", d->rope_low);
+            cJSON_AddNumberToObject(np, "high_freq_factor", d->rope_high);
+            cJSON_AddNumberToObject(np, "original_max_position_embeddings", d->rope_original_max_seq);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "rope_theta");
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "rope_scaling");
+        SET("rope_parameters", np);
+    } else if (d->llama3) {
         cJSON *rs = cJSON_CreateObject();
         cJSON_AddStringToObject(rs, "rope_type", "llama3");
         cJSON_AddNumberToObject(rs, "factor", d->rope_factor);
