@@ -74,6 +74,7 @@ int cmd_import(int argc, char **argv)
     snprintf(cfg.name, sizeof cfg.name, "import");
     snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", dir);
     int rc = session_model_from_hf(&cfg.model, dir);
+    if (cfg.train.seq_len > cfg.model.max_seq) cfg.train.seq_len = cfg.model.max_seq; /* a valid job */
     if (rc == 0) rc = session_mkdirs(out);
     if (rc == 0) rc = import_write(h, &cfg, out);
     if (rc == 0) rc = hf_copy_side_files(dir, out, 1);
