@@ -36,6 +36,11 @@ static model_config variant(int llama)
         strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
         m.tied_embeddings = 0; m.bias = 0;
     }
+    if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
+        m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
+        strcpy(m.rope_scaling, "llama3");
+        m.rope_original_max_seq = 16; /* head dim 4: one smoothed band, one fully scaled */
+    }
     m.init_std = 0.3f; /* large weights so every path carries signal */
     return m;
 }
@@ -112,7 +117,7 @@ static void check_gradients(int llama)
     const char *worst_name = "";
     double worst = fd_check(m, grad, 6, 99, llama ? "llama" : "gpt2", &worst_name);
     printf("gradient check (%s): %d tensors, worst relative error %.2e in %s\n",
-           llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
+           llama == 2 ? "qkv_bias/qk_norm/llama3 rope" : llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
            worst, worst_name);
     free(grad);
     free(host);
@@ -246,7 +251,7 @@ static void check_decode(int llama)
         for (int t = 1; t < n; t++) CHECK(model_decode(m, tok[t], t, inc) == 0, "decode %d", t);
         for (int v = 0; v < mc.vocab; v++) worst = fmax(worst, fabs(full[v] - inc[v]));
     }
-    printf("KV-cache decode (%s): max |logit difference| vs full forward %.2e\n", llama ? "llama" : "gpt2", worst);
+    printf("KV-cache decode (%s): max |logit difference| vs full forward %.2e\n", llama == 2 ? "qwen-style" : llama ? "llama" : "gpt2", worst);
     CHECK(worst < 1e-4, "decoding with the KV cache differs from a full forward by %.3g", worst);
     free(full); free(inc); free(host);
     model_destroy(m);
@@ -282,9 +287,11 @@ int main(void)
     check_init_windows();
     check_decode(0);
     check_decode(1);
+    check_decode(2);
     check_lora();
     check_gradients(0);
     check_gradients(1);
+    check_gradients(2);
     check_overfit(0);
     check_overfit(1);
     if (failures) printf("%d check(s) failed\n", failures);
