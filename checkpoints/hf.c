@@ -94,6 +94,7 @@ char *hf_dims_to_loom_json(const hf_dims *d)
     STR("preset", "");
     NUM("vocab", d->vocab); NUM("d_model", d->d_model); NUM("n_layer", d->n_layer);
     NUM("n_head", d->n_head); NUM("n_kv_head", d->n_kv_head); NUM("d_ff", d->d_ff);
+    if (d->head_dim) NUM("head_dim", d->head_dim);
     STR("norm", d->layernorm ? "layernorm" : "rmsnorm");
     STR("mlp", d->swiglu ? "swiglu" : "gelu");
     STR("positions", d->rope ? "rope" : "learned");
@@ -125,7 +126,7 @@ int hf_dims_from_loom_json(const char *json, hf_dims *d)
     if (rc == 0 &&
         (hf_json_int(o, "vocab", -1, &d->vocab, src) || hf_json_int(o, "d_model", -1, &d->d_model, src) ||
          hf_json_int(o, "n_layer", -1, &d->n_layer, src) || hf_json_int(o, "n_head", -1, &d->n_head, src) ||
-         hf_json_int(o, "n_kv_head", -1, &d->n_kv_head, src) || hf_json_int(o, "d_ff", -1, &d->d_ff, src) ||
+         hf_json_int(o, "n_kv_head", -1, &d->n_kv_head, src) || hf_json_int(o, "head_dim", 0, &d->head_dim, src) || hf_json_int(o, "d_ff", -1, &d->d_ff, src) ||
          hf_json_int(o, "max_seq", -1, &d->max_seq, src) || hf_json_num(o, "rope_theta", 10000, &th, src) ||
          hf_json_num(o, "norm_eps", 1e-5, &eps, src) || hf_json_bool(o, "tied_embeddings", 1, &d->tied, src) ||
          hf_json_bool(o, "bias", 1, &d->bias, src) || hf_json_bool(o, "qkv_bias", 0, &d->qkv_bias, src) ||

@@ -11,6 +11,7 @@
 /* The dimensions and options of a decoder (loom's model_config fields, by their JSON names). */
 typedef struct hf_dims {
     int vocab, d_model, n_layer, n_head, n_kv_head, d_ff, max_seq;
+    int head_dim;           /* 0 = d_model / n_head */
     int layernorm, swiglu, rope, tied, bias, qkv_bias, qk_norm;
     double rope_theta, norm_eps;
     int llama3, rope_original_max_seq;
@@ -50,6 +51,8 @@ typedef struct hf_family {
 
 extern const hf_family hf_family_gpt2, hf_family_llama, hf_family_mistral, hf_family_qwen2,
     hf_family_qwen3;
+
+static inline int hf_head_dim(const hf_dims *d) { return d->head_dim ? d->head_dim : d->d_model / d->n_head; }
 
 int hf_map_add(hf_map **maps, int *n, const char *hf, const char *loom, int op, int part,
                int nparts, int head_dim, int hf_ndim, int64_t h0, int64_t h1, int ndim, int64_t l0,

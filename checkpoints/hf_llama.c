@@ -76,12 +76,12 @@ static int llama_parse_fam(const cJSON *c, const char *path, hf_dims *d, int fam
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
         return loom_fail("%s: hidden_act '%s' is not supported (silu)", path, act->valuestring);
     if (mlp_bias) return loom_fail("%s: mlp_bias true is not supported", path);
-    if (d->n_head < 1 || d->n_kv_head < 1 || d->d_model % d->n_head || d->n_head % d->n_kv_head)
-        return loom_fail("%s: num_attention_heads %d / num_key_value_heads %d do not divide hidden_size %d",
+    if (d->n_head < 1 || d->n_kv_head < 1 || d->n_head % d->n_kv_head || (!head_dim && d->d_model % d->n_head))
+        return loom_fail("%s: num_attention_heads %d / num_key_value_heads %d / hidden_size %d do not divide",
                          path, d->n_head, d->n_kv_head, d->d_model);
-    if (head_dim && head_dim != d->d_model / d->n_head)
-        return loom_fail("%s: head_dim %d differs from hidden_size / num_attention_heads = %d (not supported)",
-                         path, head_dim, d->d_model / d->n_head);
+    /* an explicit head_dim equal to the default stays implicit, as loom's own models have it */
+    d->head_dim = head_dim && (d->d_model % d->n_head || head_dim != d->d_model / d->n_head) ? head_dim : 0;
+    if (hf_head_dim(d) % 2) return loom_fail("%s: head dim %d is odd (RoPE pairs)", path, hf_head_dim(d));
     d->bias = attn_bias;              /* Llama's attention_bias: q, k, v and o */
     d->qkv_bias = fam == FAM_QWEN2;   /* Qwen2: q, k, v only, always */
     d->qk_norm = fam == FAM_QWEN3;
@@ -97,7 +97,7 @@ static int qwen3_parse(const cJSON *c, const char *p, hf_dims *d) { return llama
 static int llama_map(const hf_dims *d, const char *prefix, hf_map **m, int *n)
 {
     (void)prefix;
-    int C = d->d_model, D = C / d->n_head, kvC = D * d->n_kv_head, F = d->d_ff, V = d->vocab;
+    int C = d->d_model, D = hf_head_dim(d), qC = D * d->n_head, kvC = D * d->n_kv_head, F = d->d_ff, V = d->vocab;
     char hf[128], lo[64];
 #define MAP(hfname, loomname, op, hd, r, c)                                                       \
     do {                                                                                          \
@@ -114,8 +114,8 @@ static int llama_map(const hf_dims *d, const char *prefix, hf_map **m, int *n)
     } while (0)
         int qb = d->bias || d->qkv_bias;
         L("input_layernorm.weight", "ln_1.weight", HF_COPY, 0, C, 0);
-        L("self_attn.q_proj.weight", "attn.q.weight", HF_ROPE, D, C, C);
-        if (qb) L("self_attn.q_proj.bias", "attn.q.bias", HF_ROPE, D, C, 0);
+        L("self_attn.q_proj.weight", "attn.q.weight", HF_ROPE, D, qC, C);
+        if (qb) L("self_attn.q_proj.bias", "attn.q.bias", HF_ROPE, D, qC, 0);
         L("self_attn.k_proj.weight", "attn.k.weight", HF_ROPE, D, kvC, C);
         if (qb) L("self_attn.k_proj.bias", "attn.k.bias", HF_ROPE, D, kvC, 0);
         L("self_attn.v_proj.weight", "attn.v.weight", HF_COPY, 0, kvC, C);
@@ -124,7 +124,7 @@ static int llama_map(const hf_dims *d, const char *prefix, hf_map **m, int *n)
             L("self_attn.q_norm.weight", "attn.ln_q.weight", HF_ROPE, D, D, 0);
             L("self_attn.k_norm.weight", "attn.ln_k.weight", HF_ROPE, D, D, 0);
         }
-        L("self_attn.o_proj.weight", "attn.o.weight", HF_COPY, 0, C, C);
+        L("self_attn.o_proj.weight", "attn.o.weight", HF_COPY, 0, C, qC);
         if (d->bias) L("self_attn.o_proj.bias", "attn.o.bias", HF_COPY, 0, C, 0);
         L("post_attention_layernorm.weight", "ln_2.weight", HF_COPY, 0, C, 0);
         L("mlp.gate_proj.weight", "mlp.gate.weight", HF_COPY, 0, F, C);
@@ -151,7 +151,7 @@ static void llama_write_config(const hf_dims *d, cJSON *c)
     SET("rope_theta", cJSON_CreateNumber(d->rope_theta));
     SET("tie_word_embeddings", cJSON_CreateBool(d->tied));
     SET("hidden_act", cJSON_CreateString("silu"));
-    SET("head_dim", cJSON_CreateNumber(d->d_model / d->n_head));
+    SET("head_dim", cJSON_CreateNumber(hf_head_dim(d)));
     if (!d->qkv_bias) SET("attention_bias", cJSON_CreateBool(d->bias));
     if (!cJSON_GetObjectItemCaseSensitive(c, "max_position_embeddings"))
         SET("max_position_embeddings", cJSON_CreateNumber(d->max_seq));

@@ -80,7 +80,7 @@ int hf_export_peft(const char *out_dir, const char *model_json, hf_get_fn get, v
         return loom_fail("export peft: only the Llama-family mappings (Llama, Mistral, Qwen2, Qwen3) have PEFT names; "
                          "use `loom export hf CKPT OUT --merge` for this model");
     if (targets & (1u << 4)) return loom_fail("export peft: target fc does not exist in a swiglu model");
-    int C = d.d_model, D = C / d.n_head, kvC = D * d.n_kv_head, F = d.d_ff, rc = 0;
+    int C = d.d_model, D = hf_head_dim(&d), qC = D * d.n_head, kvC = D * d.n_kv_head, F = d.d_ff, rc = 0;
     peft_ctx p = {0};
     p.get = get;
     p.ctx = ctx;
@@ -88,7 +88,8 @@ int hf_export_peft(const char *out_dir, const char *model_json, hf_get_fn get, v
     for (int l = 0; rc == 0 && l < d.n_layer; l++)
         for (int t = 0; rc == 0 && t < 8; t++) {
             if (!(targets & (1u << t))) continue;
-            int in = t == 7 ? F : C, out = (t == 1 || t == 2) ? kvC : (t == 5 || t == 6) ? F : C;
+            int in = t == 7 ? F : t == 3 ? qC : C;
+            int out = t == 0 ? qC : (t == 1 || t == 2) ? kvC : (t == 5 || t == 6) ? F : C;
             int rope = t == 0 || t == 1;
             snprintf(hf, sizeof hf, "base_model.model.model.layers.%d.%s.lora_A.weight", l, peft_module[t]);
             snprintf(lo, sizeof lo, "h.%d.%s.lora_A", l, peft_stem[t]);

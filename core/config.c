@@ -568,16 +568,16 @@ static int validate_lora_targets(const char *list)
 
 static int validate_model(const model_config *m)
 {
-    if (m->d_model % m->n_head)
+    if (!m->head_dim && m->d_model % m->n_head)
         return loom_fail("model.d_model (%d) must be divisible by model.n_head (%d)", m->d_model,
                          m->n_head);
     if (m->n_head % m->n_kv_head)
         return loom_fail("model.n_head (%d) must be divisible by model.n_kv_head (%d)", m->n_head,
                          m->n_kv_head);
-    if (strcmp(m->positions, "rope") == 0 && (m->d_model / m->n_head) % 2)
-        return loom_fail("model.positions = rope needs an even head dim, but model.d_model / "
-                         "model.n_head = %d / %d = %d", m->d_model, m->n_head,
-                         m->d_model / m->n_head);
+    if (strcmp(m->positions, "rope") == 0 && config_head_dim(m) % 2)
+        return loom_fail("model.positions = rope needs an even head dim, but it is %d "
+                         "(model.head_dim, or model.d_model / model.n_head = %d / %d)",
+                         config_head_dim(m), m->d_model, m->n_head);
     return 0;
 }
 

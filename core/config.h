@@ -17,6 +17,7 @@ typedef struct model_config {
     int n_layer;
     int n_head;
     int n_kv_head;       /* grouped-query attention: n_head % n_kv_head == 0 */
+    int head_dim;        /* per-head width; 0 = d_model / n_head (Qwen3-0.6B: 128 at d_model 1024) */
     int d_ff;
     char norm[16];       /* "layernorm" | "rmsnorm" */
     char mlp[16];        /* "gelu" | "swiglu" */
@@ -108,6 +109,12 @@ typedef struct config_field {
 } config_field;
 
 const config_field *config_fields(int *count);
+
+/* The per-head width: model.head_dim, or d_model / n_head when that is 0. */
+static inline int config_head_dim(const model_config *m)
+{
+    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+}
 
 /* Defaults for every field. */
 void config_defaults(job_config *cfg);

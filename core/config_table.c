@@ -41,6 +41,8 @@
       "Query heads; must divide `d_model` (head dim = d_model / n_head).") \
     X("model.n_kv_head", CFG_INT, model.n_kv_head, "2", POS, \
       "Key/value heads (grouped-query attention); must divide `n_head`.") \
+    X("model.head_dim", CFG_INT, model.head_dim, "0", NONNEG, \
+      "Width of each attention head; 0 = d_model / n_head. Queries span n_head * head_dim.") \
     X("model.d_ff", CFG_INT, model.d_ff, "256", POS, "Hidden width of the MLP.") \
     X("model.norm", CFG_STRING, model.norm, "\"layernorm\"", ONE_OF("layernorm|rmsnorm"), \
       "Normalisation before attention, before the MLP and at the end.") \

@@ -21,8 +21,10 @@ const char *lora_stem(const model_config *mc, int t)
 
 void lora_dims(const model_config *mc, int t, int *in, int *out)
 {
-    int C = mc->d_model, kvC = C / mc->n_head * mc->n_kv_head, F = mc->d_ff;
+    int C = mc->d_model, D = config_head_dim(mc), qC = D * mc->n_head, kvC = D * mc->n_kv_head, F = mc->d_ff;
     switch (t) {
+    case LORA_Q: *in = C; *out = qC; break;
+    case LORA_O: *in = qC; *out = C; break;
     case LORA_K: case LORA_V: *in = C; *out = kvC; break;
     case LORA_FC: case LORA_GATE: case LORA_UP: *in = C; *out = F; break;
     case LORA_PROJ: *in = F; *out = C; break;

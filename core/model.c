@@ -45,7 +45,7 @@ static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_
 static int layout_layer(model *m, int *cap, int l)
 {
     const model_config *c = &m->cfg;
-    int C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    int C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
     int r = l + 1, ln = model_is_layernorm(c), b = c->bias;
     char n[MODEL_MAX_NAME];
 #define ADD(suffix, rows, cols, decay)                                                   \
@@ -56,8 +56,8 @@ static int layout_layer(model *m, int *cap, int l)
     ADD("ln_1.weight", C, 0, 0);
     if (ln) ADD("ln_1.bias", C, 0, 0);
     int qb = b || c->qkv_bias;
-    ADD("attn.q.weight", C, C, 1);
-    if (qb) ADD("attn.q.bias", C, 0, 0);
+    ADD("attn.q.weight", qC, C, 1);
+    if (qb) ADD("attn.q.bias", qC, 0, 0);
     ADD("attn.k.weight", kvC, C, 1);
     if (qb) ADD("attn.k.bias", kvC, 0, 0);
     ADD("attn.v.weight", kvC, C, 1);
@@ -66,7 +66,7 @@ static int layout_layer(model *m, int *cap, int l)
         ADD("attn.ln_q.weight", D, 0, 0);
         ADD("attn.ln_k.weight", D, 0, 0);
     }
-    ADD("attn.o.weight", C, C, 1);
+    ADD("attn.o.weight", C, qC, 1);
     if (b) ADD("attn.o.bias", C, 0, 0);
     ADD("ln_2.weight", C, 0, 0);
     if (ln) ADD("ln_2.bias", C, 0, 0);
@@ -307,7 +307,7 @@ static void model_carve_acts(model *m, arena *a)
 {
     const model_config *c = &m->cfg;
     size_t N = (size_t)m->B * m->T, C = c->d_model, F = c->d_ff, V = c->vocab;
-    size_t D = C / c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
+    size_t D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
     int ln = model_is_layernorm(c), sw = model_is_swiglu(c);
     layer_acts shared = {0};
     for (int l = 0; l < c->n_layer; l++) {
@@ -322,14 +322,14 @@ static void model_carve_acts(model *m, arena *a)
         s->ln1 = arena_take(a, N * C);
         s->ln1_mean = ln ? arena_take(a, N) : NULL;
         s->ln1_rstd = arena_take(a, N);
-        s->q = arena_take(a, N * C);
+        s->q = arena_take(a, N * qC);
         s->k = arena_take(a, N * kvC);
-        s->qr = c->qk_norm ? arena_take(a, N * C) : NULL;
+        s->qr = c->qk_norm ? arena_take(a, N * qC) : NULL;
         s->kr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
         s->q_rstd = c->qk_norm ? arena_take(a, N * c->n_head) : NULL;
         s->k_rstd = c->qk_norm ? arena_take(a, N * c->n_kv_head) : NULL;
         s->v = arena_take(a, N * kvC);
-        s->att = arena_take(a, N * C);
+        s->att = arena_take(a, N * qC);
         s->lse = arena_take(a, HT);
         s->xm = arena_take(a, N * C);
         s->ln2 = arena_take(a, N * C);
@@ -351,14 +351,14 @@ static void model_carve_acts(model *m, arena *a)
     m->losses = arena_take(a, N);
     m->dres = arena_take(a, N * C);
     m->dln = arena_take(a, N * C);
-    m->dq = arena_take(a, N * C);
+    m->dq = arena_take(a, N * qC);
     m->dk = arena_take(a, N * kvC);
     m->dv = arena_take(a, N * kvC);
-    m->datt = arena_take(a, N * C);
+    m->datt = arena_take(a, N * qC);
     m->dh = arena_take(a, N * F);
     m->du = sw ? arena_take(a, N * F) : NULL;
     m->dact = arena_take(a, N * F);
-    m->dqr = c->qk_norm ? arena_take(a, N * C) : NULL;
+    m->dqr = c->qk_norm ? arena_take(a, N * qC) : NULL;
     m->dkr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
     m->rope_freq = model_uses_rope_freq(c) ? arena_take(a, D / 2) : NULL;
     m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
@@ -443,7 +443,7 @@ void model_destroy(model *m)
 int model_upload_rope_freq(model *m)
 {
     const model_config *c = &m->cfg;
-    int D = c->d_model / c->n_head, half = D / 2;
+    int D = config_head_dim(c), half = D / 2;
     if (!m->be->ops->rope_freqs)
         return loom_fail("model: backend %s has no rope_freqs op (model.rope_scaling %s)", m->be->ops->name, c->rope_scaling);
     float *f = malloc((size_t)half * sizeof *f);
@@ -526,8 +526,8 @@ double model_flops_per_token(const model *m, int T)
      * LoRA: the frozen weights need no weight gradient (4 flops: forward + input gradient), the
      * adapters (the trainable parameters) all 6. */
     const model_config *c = &m->cfg;
-    double C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
-    double per_layer = C * C * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
+    double C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    double per_layer = C * qC * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
     double matmul_w = per_layer * c->n_layer + (double)c->vocab * C;
     double weights = m->lora.rank ? 4.0 * matmul_w + 6.0 * (double)m->nparams : 6.0 * matmul_w;
     return weights + 6.0 * c->n_layer * (double)T * C;

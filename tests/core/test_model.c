@@ -39,7 +39,8 @@ static model_config variant(int llama)
     if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
         m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
         strcpy(m.rope_scaling, "llama3");
-        m.rope_original_max_seq = 16; /* head dim 4: one smoothed band, one fully scaled */
+        m.head_dim = 8;               /* queries 32 wide on a 16-wide residual (Qwen3-0.6B's shape) */
+        m.rope_original_max_seq = 16; /* head dim 8: smoothed and fully scaled bands */
     }
     m.init_std = 0.3f; /* large weights so every path carries signal */
     return m;
@@ -117,7 +118,7 @@ static void check_gradients(int llama)
     const char *worst_name = "";
     double worst = fd_check(m, grad, 6, 99, llama ? "llama" : "gpt2", &worst_name);
     printf("gradient check (%s): %d tensors, worst relative error %.2e in %s\n",
-           llama == 2 ? "qkv_bias/qk_norm/llama3 rope" : llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
+           llama == 2 ? "qkv_bias/qk_norm/llama3 rope/head_dim 8" : llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
            worst, worst_name);
     free(grad);
     free(host);
