@@ -46,7 +46,7 @@ int hf_json_num(const cJSON *o, const char *key, double def, double *out, const 
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) {
-        if (def < 0 && def == -1) return loom_fail("%s: field '%s' is missing", path, key);
+        if (def == -1) return loom_fail("%s: field '%s' is missing", path, key); /* -1: required */
         *out = def;
         return 0;
     }
@@ -218,6 +218,17 @@ static int hf_read_config(hf_model *h)
     return rc;
 }
 
+/* A tied model's saved head: nonzero unless it is byte for byte the embedding (maps[0]). */
+static int hf_head_differs(const hf_model *h, const st_file *f, int k)
+{
+    st_file *ef;
+    int ek;
+    if (st_set_find(h->set, h->maps[0].hf, &ef, &ek)) return 1;
+    const st_tensor *a = &f->t[k], *b = &ef->t[ek];
+    if (a->dtype != b->dtype || a->end - a->begin != b->end - b->begin) return 1;
+    return memcmp(f->map + f->data_start + a->begin, ef->map + ef->data_start + b->begin, a->end - a->begin) != 0;
+}
+
 /* The shape check and the accounting: every map entry finds its tensor with config.json's
  * shape, and every tensor in the files is mapped (or a known buffer, or the tied head's copy). */
 static int hf_check(hf_model *h)
@@ -241,7 +252,11 @@ static int hf_check(hf_model *h)
         const st_file *f = h->set->files[fi];
         for (int k = 0; k < f->ntensors; k++) {
             const char *n = f->t[k].name;
-            int used = h->fam->is_buffer(n) || (h->dims.tied && strcmp(n, "lm_head.weight") == 0);
+            int tied_copy = h->dims.tied && strcmp(n, "lm_head.weight") == 0;
+            if (tied_copy && hf_head_differs(h, f, k))
+                return loom_fail("%s: tensor lm_head.weight differs from the embedding, but config.json says "
+                                 "tie_word_embeddings", f->path);
+            int used = tied_copy || h->fam->is_buffer(n);
             for (int i = 0; !used && i < h->nmaps; i++) used = strcmp(h->maps[i].hf, n) == 0;
             if (!used)
                 return loom_fail("%s: tensor %s is not used by %s as config.json describes it (unexpected tensor)",

@@ -17,7 +17,7 @@ static char scratch[2048];
 
 static void put(const char *dir, const char *name, const void *data, size_t n)
 {
-    char p[4096];
+    char p[8192];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
     if (f) { fwrite(data, 1, n, f); fclose(f); }
@@ -137,6 +137,36 @@ static void bad_folders(const char *fixtures)
     refused(d, "not a file name in the folder");
 }
 
+static const float ones[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+static const float twos[16] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+static int head_differs;
+static const float *fetch_tied(void *ctx, int k)
+{
+    return (k == *(int *)ctx && head_differs) ? twos : ones;
+}
+
+/* A tied model that also saved lm_head.weight: accepted when it is the embedding, else refused. */
+static void tied_head(void)
+{
+    st_wtensor t[13] = {{"model.embed_tokens.weight", 2, {4, 4}}, {"model.layers.0.input_layernorm.weight", 1, {4}},
+                        {"model.layers.0.self_attn.q_proj.weight", 2, {4, 4}}, {"model.layers.0.self_attn.k_proj.weight", 2, {2, 4}},
+                        {"model.layers.0.self_attn.v_proj.weight", 2, {2, 4}}, {"model.layers.0.self_attn.o_proj.weight", 2, {4, 4}},
+                        {"model.layers.0.post_attention_layernorm.weight", 1, {4}}, {"model.layers.0.mlp.gate_proj.weight", 2, {4, 4}},
+                        {"model.layers.0.mlp.up_proj.weight", 2, {4, 4}}, {"model.layers.0.mlp.down_proj.weight", 2, {4, 4}},
+                        {"model.norm.weight", 1, {4}}, {"lm_head.weight", 2, {4, 4}}};
+    int head = 11;
+    for (head_differs = 0; head_differs < 2; head_differs++) {
+        const char *d = folder(head_differs ? "tied_head_differs" : "tied_head_same", CFG, NULL, 0, 0);
+        CHECK(st_write_dir(d, "model", ST_F32, t, 12, fetch_tied, &head, (uint64_t)1 << 30) == 0, "%s", loom_error());
+        if (head_differs) refused(d, "differs from the embedding");
+        else {
+            hf_model *h = hf_open(d);
+            CHECK(h != NULL, "%s: a tied model with its saved head refused: %s", d, loom_error());
+            hf_close(h);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) { fprintf(stderr, "usage: test_hf_bad FIXTURES_DIR TMP_DIR\n"); return 2; }
@@ -145,5 +175,6 @@ int main(int argc, char **argv)
     mkdir(scratch, 0755);
     bad_safetensors();
     bad_folders(argv[1]);
+    tied_head();
     return failures != 0;
 }
