@@ -1,10 +1,11 @@
-/* cmd_import.c: `loom import HF_DIR OUT_DIR`: a Hugging Face folder -> a loom checkpoint folder
- * (OUT_DIR/step_00000000.h5 + latest, the /model group only) with the folder's tokenizer files and
- * its config.json (as hf_config.json) copied beside it, so an export finds them again.
+/* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint, the folder
+ * OUT (OUT/step_00000000.h5 + latest) or, for OUT.h5, that one file; the /model group only, with
+ * the folder's tokenizer files and config.json (as hf_config.json) copied beside it for export.
  * One tensor in memory at a time (the ckpt writer's fetch callback pulls from the mapped files). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -60,10 +61,34 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
     return rc;
 }
 
+/* OUT ending in .h5: the checkpoint as that one file (saved in OUT.d, then moved), its side files
+ * in OUT's folder; else OUT is a checkpoint folder. */
+static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *out)
+{
+    size_t n = strlen(out);
+    if (n < 4 || strcmp(out + n - 3, ".h5") != 0) {
+        if (session_mkdirs(out) || import_write(h, cfg, out)) return -1;
+        return hf_copy_side_files(dir, out, 1);
+    }
+    char tmp[1100], file[1200], parent[1100];
+    snprintf(tmp, sizeof tmp, "%s.d", out);
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = '\0';
+    else snprintf(parent, sizeof parent, ".");
+    if (session_mkdirs(parent) || import_write(h, cfg, tmp)) return -1;
+    snprintf(file, sizeof file, "%s/step_00000000.h5", tmp);
+    if (rename(file, out) != 0) return loom_fail("%s: cannot move the checkpoint here", out);
+    snprintf(file, sizeof file, "%s/latest", tmp);
+    unlink(file);
+    rmdir(tmp);
+    return hf_copy_side_files(dir, parent, 1);
+}
+
 int cmd_import(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: loom import HF_DIR OUT_DIR   (a Hugging Face model folder -> a loom checkpoint folder)\n");
+        fprintf(stderr, "usage: loom import HF_DIR OUT_DIR|OUT.h5   (a Hugging Face model folder -> a loom checkpoint)\n");
         return 2;
     }
     const char *dir = argv[2], *out = argv[3];
@@ -75,9 +100,7 @@ int cmd_import(int argc, char **argv)
     snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", dir);
     int rc = session_model_from_hf(&cfg.model, dir);
     if (cfg.train.seq_len > cfg.model.max_seq) cfg.train.seq_len = cfg.model.max_seq; /* a valid job */
-    if (rc == 0) rc = session_mkdirs(out);
-    if (rc == 0) rc = import_write(h, &cfg, out);
-    if (rc == 0) rc = hf_copy_side_files(dir, out, 1);
+    if (rc == 0) rc = import_to(h, &cfg, dir, out);
     hf_close(h);
     if (rc) return cli_fail();
     printf("%s -> %s\n", dir, out);

@@ -26,7 +26,7 @@ static void usage(FILE *f)
             "  ckpt info FILE_OR_DIR                       what a checkpoint holds\n"
             "  ckpt merge BASE ADAPTER OUT_DIR             fold LoRA adapters into the base model\n"
             "  ckpt seal FILE_OR_DIR                       accept a checkpoint edited outside loom\n"
-            "  import HF_DIR OUT_DIR                       a Hugging Face folder -> a loom checkpoint\n"
+            "  import HF_DIR OUT_DIR|OUT.h5                a Hugging Face folder -> a loom checkpoint\n"
             "  export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]\n"
             "  export peft CKPT OUT_DIR                    a LoRA checkpoint -> a PEFT adapter folder\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");

@@ -34,6 +34,12 @@ for a in gpt2 llama mistral qwen2 qwen3; do
     grep -q '"bfloat16"' "out16_$a/config.json" || { echo "FAIL: $a: bf16 export's config.json dtype"; exit 1; }
     echo "ok: $a import, train --init, export, re-import"
 done
+# import into one .h5 file, train from it, export (tokenizer found beside the file)
+run "$loom" import "$fix/qwen3" one/qwen3.h5
+run "$loom" train train.json --init one/qwen3.h5 --out run_one --quiet
+run "$loom" export hf one/qwen3.h5 out_one
+[ -f out_one/tokenizer.json ] && [ -f one/hf_config.json ] || { echo "FAIL: side files of an .h5 import"; exit 1; }
+echo "ok: import to a file, --init from it, export"
 # LoRA from an HF base, PEFT adapter and merged export
 run "$loom" finetune lora.json --set finetune.base="$fix/qwen2" --out run_lora --quiet
 run "$loom" export peft run_lora/ckpt peft_qwen2
