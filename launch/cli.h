@@ -20,7 +20,8 @@ typedef struct cli_job {
 int cli_parse_job(int argc, char **argv, int first, cli_job *a);
 
 /* Load the job config the arguments name, with --set, --out and --backend applied; --init sets
- * finetune.base, and a Hugging Face folder there supplies the model config. */
+ * finetune.base, and a Hugging Face folder there (or the --init checkpoint) supplies the model
+ * config. */
 int cli_load_config(const cli_job *a, job_config *cfg);
 
 /* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */
