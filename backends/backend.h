@@ -110,6 +110,10 @@ typedef struct backend_ops {
      * rotate the halves (x[i], x[i + D/2]) instead; docs/model.md says how they map).
      * inverse = 1 rotates by the negative angle: that is the backward of the forward. --- */
     void (*rope)(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
+    /* The same rotation with pair i's inverse frequency read from freqs (device, D/2 floats)
+     * instead of theta^(-2i/D): scaled RoPE (Llama 3's rope_scaling) computed once by the model. */
+    void (*rope_freqs)(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
+                       int inverse);
 
     /* --- causal self-attention with grouped-query heads (H % Hkv == 0; head h reads kv head
      * h / (H/Hkv)), scale 1/sqrt(D). Computed blockwise: never a (T, T) matrix for all heads.

@@ -8,7 +8,7 @@
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
 # written to $FUZZ_OUT/crashes (FUZZ_OUT defaults to build-fuzz/out); exit 1 if any target found
 # one in loom's code (crashes inside libhdf5 are counted and reported, see in_hdf5). Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
-# FUZZ_TARGETS="config jsonl ckpt" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
+# FUZZ_TARGETS="config jsonl ckpt safetensors" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -23,12 +23,12 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 $san" \
       -DLOOM_CUDA=OFF -DCMAKE_PROJECT_loom_INCLUDE="$root/bench/fuzz/fuzz.cmake" >"$build.configure.log" 2>&1 ||
     { tail -20 "$build.configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_replay -j2 >"$build.build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_replay -j2 >"$build.build.log" 2>&1 ||
     { grep -E "error" "$build.build.log" | head -20; exit 1; }
 
 # Seeds (fresh each run; the fuzzer's own finds go to corpus/, kept between runs)
 seeds=$out/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt} "$out"/corpus/{config,jsonl,ckpt} "$out/crashes"
+rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors} "$out"/corpus/{config,jsonl,ckpt,safetensors} "$out/crashes"
 cp configs/*.json configs/models/*.json "$seeds/config/"
 i=0
 while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines, bit1 prompt-only
@@ -37,6 +37,8 @@ while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines,
 done <configs/data/tools.jsonl
 { printf '\x05'; head -n 40 configs/data/tools.jsonl; } >"$seeds/jsonl/file40"
 "$build/tests/reliability/fuzz_replay" --ckpt-seed "$seeds/ckpt/full.h5"
+"$build/tests/reliability/fuzz_replay" --safetensors-seed "$seeds/safetensors"
+for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seeds/safetensors/$(basename "$(dirname "$f")").safetensors"; done
 # the same checkpoint without HDF5's 1 MiB metadata block reservation: small enough to mutate.
 # h5repack drops the whole-file seal (it writes a new file): seal it again, as `loom ckpt seal`
 # would, so both seeds pass the seal. Their mutations almost never do (the CRC32C covers every
@@ -99,7 +101,7 @@ run_target()
 }
 
 status=0
-for t in ${FUZZ_TARGETS:-config jsonl ckpt}; do
+for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors}; do
     if [ "$t" = ckpt ]; then run_target ckpt "$ckpt_runs"; else run_target "$t" "$runs"; fi
 done
 ls "$out/crashes" | sed 's/^/crash input: /'

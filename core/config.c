@@ -546,16 +546,19 @@ static int validate_fields(const job_config *cfg)
 /* finetune.lora_targets: a comma list of known projection names, each once. */
 static int validate_lora_targets(const char *list)
 {
-    static const char *const known[] = {"q", "k", "v", "o", "fc", "proj", "gate", "up", "down"};
+    static const char *const known[] = {"q", "k", "v", "o", "fc", "proj", "gate", "up", "down",
+                                        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                        "up_proj", "down_proj", "all-linear"};
     const int nknown = (int)(sizeof known / sizeof known[0]);
-    int seen[16] = {0}, count = 0;
+    int seen[32] = {0}, count = 0;
     for (const char *s = list; *s;) {
         size_t w = strcspn(s, ",");
         int k = 0;
         while (k < nknown && !(strlen(known[k]) == w && strncmp(known[k], s, w) == 0)) k++;
         if (k == nknown)
             return loom_fail("finetune.lora_targets: unknown projection '%.*s' (known: q, k, v, "
-                             "o, fc, proj, gate, up, down)", (int)w, s);
+                             "o, fc, proj, gate, up, down, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+                             "down_proj, all-linear)", (int)w, s);
         if (seen[k]++) return loom_fail("finetune.lora_targets: '%s' is listed twice", known[k]);
         count++;
         s += w + (s[w] == ',');
@@ -565,16 +568,16 @@ static int validate_lora_targets(const char *list)
 
 static int validate_model(const model_config *m)
 {
-    if (m->d_model % m->n_head)
+    if (!m->head_dim && m->d_model % m->n_head)
         return loom_fail("model.d_model (%d) must be divisible by model.n_head (%d)", m->d_model,
                          m->n_head);
     if (m->n_head % m->n_kv_head)
         return loom_fail("model.n_head (%d) must be divisible by model.n_kv_head (%d)", m->n_head,
                          m->n_kv_head);
-    if (strcmp(m->positions, "rope") == 0 && (m->d_model / m->n_head) % 2)
-        return loom_fail("model.positions = rope needs an even head dim, but model.d_model / "
-                         "model.n_head = %d / %d = %d", m->d_model, m->n_head,
-                         m->d_model / m->n_head);
+    if (strcmp(m->positions, "rope") == 0 && config_head_dim(m) % 2)
+        return loom_fail("model.positions = rope needs an even head dim, but it is %d "
+                         "(model.head_dim, or model.d_model / model.n_head = %d / %d)",
+                         config_head_dim(m), m->d_model, m->n_head);
     return 0;
 }
 

@@ -17,11 +17,17 @@ typedef struct model_config {
     int n_layer;
     int n_head;
     int n_kv_head;       /* grouped-query attention: n_head % n_kv_head == 0 */
+    int head_dim;        /* per-head width; 0 = d_model / n_head (Qwen3-0.6B: 128 at d_model 1024) */
     int d_ff;
     char norm[16];       /* "layernorm" | "rmsnorm" */
     char mlp[16];        /* "gelu" | "swiglu" */
     char positions[16];  /* "learned" | "rope" */
     float rope_theta;
+    char rope_scaling[16];   /* "none" | "llama3" */
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_seq;
+    int qkv_bias;        /* q, k, v biases without the others (Qwen2) */
+    int qk_norm;         /* per-head RMSNorm on q and k before rope (Qwen3) */
     int tied_embeddings; /* lm head shares the token embedding */
     int bias;            /* linear layers and norms carry biases (GPT-2) */
     int max_seq;
@@ -75,7 +81,7 @@ typedef struct finetune_config {
     char method[16];         /* "lora" | "full" */
     int lora_rank;
     float lora_alpha;
-    char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj */
+    char lora_targets[128];  /* comma list: q,k,v,o,up,down,gate,fc,proj (or HF q_proj..., all-linear) */
     int epochs;
     int allow_other_base;    /* resume/merge LoRA adapters on a base they were not trained on */
     int eval_base;           /* measure the base model's accuracy before training */
@@ -112,6 +118,12 @@ typedef struct config_field {
 } config_field;
 
 const config_field *config_fields(int *count);
+
+/* The per-head width: model.head_dim, or d_model / n_head when that is 0. */
+static inline int config_head_dim(const model_config *m)
+{
+    return m->head_dim > 0 ? m->head_dim : m->d_model / m->n_head;
+}
 
 /* Defaults for every field. */
 void config_defaults(job_config *cfg);

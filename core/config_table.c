@@ -44,6 +44,8 @@
       "Query heads; must divide `d_model` (head dim = d_model / n_head).") \
     X("model.n_kv_head", CFG_INT, model.n_kv_head, "2", POS, \
       "Key/value heads (grouped-query attention); must divide `n_head`.") \
+    X("model.head_dim", CFG_INT, model.head_dim, "0", NONNEG, \
+      "Width of each attention head; 0 = d_model / n_head. Queries span n_head * head_dim.") \
     X("model.d_ff", CFG_INT, model.d_ff, "256", POS, "Hidden width of the MLP.") \
     X("model.norm", CFG_STRING, model.norm, "\"layernorm\"", ONE_OF("layernorm|rmsnorm"), \
       "Normalisation before attention, before the MLP and at the end.") \
@@ -53,6 +55,20 @@
       "Position encoding: a learned table of `max_seq` rows, or rotary (RoPE).") \
     X("model.rope_theta", CFG_FLOAT, model.rope_theta, "10000", POS, \
       "RoPE base: pair i rotates by pos * theta^(-2i/head_dim). Used with `rope` only.") \
+    X("model.rope_scaling", CFG_STRING, model.rope_scaling, "\"none\"", ONE_OF("none|llama3"), \
+      "RoPE frequency scaling: `llama3` rescales the long wavelengths as Llama 3.1+ do.") \
+    X("model.rope_factor", CFG_FLOAT, model.rope_factor, "8", POS, \
+      "llama3 scaling: long wavelengths are divided by this factor.") \
+    X("model.rope_low_freq_factor", CFG_FLOAT, model.rope_low_freq_factor, "1", POS, \
+      "llama3 scaling: wavelengths above original_max_seq / this are fully scaled.") \
+    X("model.rope_high_freq_factor", CFG_FLOAT, model.rope_high_freq_factor, "4", POS, \
+      "llama3 scaling: wavelengths below original_max_seq / this are left as they are.") \
+    X("model.rope_original_max_seq", CFG_INT, model.rope_original_max_seq, "8192", POS, \
+      "llama3 scaling: the context length the model was pretrained with.") \
+    X("model.qkv_bias", CFG_BOOL, model.qkv_bias, "false", ANY, \
+      "The q, k and v projections carry biases even when `bias` is off (Qwen2).") \
+    X("model.qk_norm", CFG_BOOL, model.qk_norm, "false", ANY, \
+      "Per-head RMSNorm on q and k (a weight of head_dim each) before RoPE (Qwen3).") \
     X("model.tied_embeddings", CFG_BOOL, model.tied_embeddings, "true", ANY, \
       "The LM head reuses the token embedding matrix.") \
     X("model.bias", CFG_BOOL, model.bias, "true", ANY, \

@@ -21,13 +21,26 @@ const char *lora_stem(const model_config *mc, int t)
 
 void lora_dims(const model_config *mc, int t, int *in, int *out)
 {
-    int C = mc->d_model, kvC = C / mc->n_head * mc->n_kv_head, F = mc->d_ff;
+    int C = mc->d_model, D = config_head_dim(mc), qC = D * mc->n_head, kvC = D * mc->n_kv_head, F = mc->d_ff;
     switch (t) {
+    case LORA_Q: *in = C; *out = qC; break;
+    case LORA_O: *in = qC; *out = C; break;
     case LORA_K: case LORA_V: *in = C; *out = kvC; break;
     case LORA_FC: case LORA_GATE: case LORA_UP: *in = C; *out = F; break;
     case LORA_PROJ: *in = F; *out = C; break;
     default: *in = C; *out = C; break;
     }
+}
+
+int lora_target_index(const char *name)
+{
+    /* HF/PEFT names of the Llama family's projections, as PEFT users write them */
+    static const char *const hf[LORA_NTARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj", NULL,
+                                                  "gate_proj", "up_proj", "down_proj"};
+    for (int t = 0; t < LORA_NTARGETS; t++)
+        if (strcmp(name, lora_names[t]) == 0 || (hf[t] && strcmp(name, hf[t]) == 0)) return t;
+    if (strcmp(name, "down") == 0) return LORA_PROJ;
+    return -1;
 }
 
 int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lora_spec *out)
@@ -39,12 +52,16 @@ int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lor
     char list[sizeof ft->lora_targets];
     snprintf(list, sizeof list, "%s", ft->lora_targets);
     for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        int found = -1;
-        for (int t = 0; t < LORA_NTARGETS; t++)
-            if (strcmp(tok, lora_names[t]) == 0) found = t;
-        if (strcmp(tok, "down") == 0) found = LORA_PROJ;
-        if (found < 0) return loom_fail("finetune.lora_targets: unknown projection '%s' (q, k, v, o, fc, proj, gate, up, down)", tok);
         int swiglu = lora_is_swiglu(mc);
+        if (strcmp(tok, "all-linear") == 0) { /* PEFT's word: every projection but the head */
+            out->targets |= (1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V) | (1u << LORA_O) |
+                            (1u << LORA_PROJ) |
+                            (swiglu ? (1u << LORA_GATE) | (1u << LORA_UP) : 1u << LORA_FC);
+            continue;
+        }
+        int found = lora_target_index(tok);
+        if (found < 0) return loom_fail("finetune.lora_targets: unknown projection '%s' (q, k, v, o, fc, proj, gate, up, down, "
+                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear)", tok);
         if ((found == LORA_FC && swiglu) || ((found == LORA_GATE || found == LORA_UP) && !swiglu))
             return loom_fail("finetune.lora_targets: '%s' does not exist with mlp '%s'", tok, mc->mlp);
         out->targets |= 1u << found;

@@ -20,9 +20,14 @@ typedef struct lora_spec {
     unsigned targets; /* bit i = LORA_i */
 } lora_spec;
 
-/* From finetune.lora_targets ("q,k,v,o", also fc, proj, gate, up, down). A target the
+/* From finetune.lora_targets ("q,k,v,o", also fc, proj, gate, up, down, the HF names q_proj ...
+ * down_proj, and all-linear = every projection of the architecture). A target the
  * architecture does not have (fc with swiglu) is an error naming it. */
 int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lora_spec *out);
+
+/* LORA_* index of a target name: loom's (q, k, v, o, fc, gate, up, proj, down) or the HF/PEFT
+ * one (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj); -1 if unknown. */
+int lora_target_index(const char *name);
 
 /* Input and output width of target t's projection. */
 void lora_dims(const model_config *mc, int t, int *in, int *out);

@@ -46,7 +46,7 @@ static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_
 static int layout_layer(model *m, int *cap, int l)
 {
     const model_config *c = &m->cfg;
-    int C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    int C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
     int r = l + 1, ln = model_is_layernorm(c), b = c->bias;
     char n[MODEL_MAX_NAME];
 #define ADD(suffix, rows, cols, decay)                                                   \
@@ -56,13 +56,18 @@ static int layout_layer(model *m, int *cap, int l)
     } while (0)
     ADD("ln_1.weight", C, 0, 0);
     if (ln) ADD("ln_1.bias", C, 0, 0);
-    ADD("attn.q.weight", C, C, 1);
-    if (b) ADD("attn.q.bias", C, 0, 0);
+    int qb = b || c->qkv_bias;
+    ADD("attn.q.weight", qC, C, 1);
+    if (qb) ADD("attn.q.bias", qC, 0, 0);
     ADD("attn.k.weight", kvC, C, 1);
-    if (b) ADD("attn.k.bias", kvC, 0, 0);
+    if (qb) ADD("attn.k.bias", kvC, 0, 0);
     ADD("attn.v.weight", kvC, C, 1);
-    if (b) ADD("attn.v.bias", kvC, 0, 0);
-    ADD("attn.o.weight", C, C, 1);
+    if (qb) ADD("attn.v.bias", kvC, 0, 0);
+    if (c->qk_norm) {
+        ADD("attn.ln_q.weight", D, 0, 0);
+        ADD("attn.ln_k.weight", D, 0, 0);
+    }
+    ADD("attn.o.weight", C, qC, 1);
     if (b) ADD("attn.o.bias", C, 0, 0);
     ADD("ln_2.weight", C, 0, 0);
     if (ln) ADD("ln_2.bias", C, 0, 0);
@@ -149,6 +154,7 @@ static void model_fill_views(const model *m, const tensor_set *s, model_params *
         VIEW(gate_w, "mlp.gate.weight"); VIEW(up_w, "mlp.up.weight");
         VIEW(proj_w, model_is_swiglu(&m->cfg) ? "mlp.down.weight" : "mlp.proj.weight");
         VIEW(proj_b, "mlp.proj.bias");
+        VIEW(lnq_w, "attn.ln_q.weight"); VIEW(lnk_w, "attn.ln_k.weight");
 #undef VIEW
     }
 }
@@ -370,7 +376,7 @@ static void model_carve_acts(model *m, arena *a)
 {
     const model_config *c = &m->cfg;
     size_t N = (size_t)m->B * m->T, C = c->d_model, F = c->d_ff, V = c->vocab;
-    size_t D = C / c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
+    size_t D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
     int ln = model_is_layernorm(c), sw = model_is_swiglu(c);
     layer_acts shared = {0};
     for (int l = 0; l < c->n_layer; l++) {
@@ -385,10 +391,14 @@ static void model_carve_acts(model *m, arena *a)
         s->ln1 = arena_take(a, N * C);
         s->ln1_mean = ln ? arena_take(a, N) : NULL;
         s->ln1_rstd = arena_take(a, N);
-        s->q = arena_take(a, N * C);
+        s->q = arena_take(a, N * qC);
         s->k = arena_take(a, N * kvC);
+        s->qr = c->qk_norm ? arena_take(a, N * qC) : NULL;
+        s->kr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
+        s->q_rstd = c->qk_norm ? arena_take(a, N * c->n_head) : NULL;
+        s->k_rstd = c->qk_norm ? arena_take(a, N * c->n_kv_head) : NULL;
         s->v = arena_take(a, N * kvC);
-        s->att = arena_take(a, N * C);
+        s->att = arena_take(a, N * qC);
         s->lse = arena_take(a, HT);
         s->xm = arena_take(a, N * C);
         s->ln2 = arena_take(a, N * C);
@@ -411,13 +421,16 @@ static void model_carve_acts(model *m, arena *a)
     m->loss_acc = arena_take(a, N);
     m->dres = arena_take(a, N * C);
     m->dln = arena_take(a, N * C);
-    m->dq = arena_take(a, N * C);
+    m->dq = arena_take(a, N * qC);
     m->dk = arena_take(a, N * kvC);
     m->dv = arena_take(a, N * kvC);
-    m->datt = arena_take(a, N * C);
+    m->datt = arena_take(a, N * qC);
     m->dh = arena_take(a, N * F);
     m->du = sw ? arena_take(a, N * F) : NULL;
     m->dact = arena_take(a, N * F);
+    m->dqr = c->qk_norm ? arena_take(a, N * qC) : NULL;
+    m->dkr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
+    m->rope_freq = model_uses_rope_freq(c) ? arena_take(a, D / 2) : NULL;
     m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
     m->tokens = (int32_t *)arena_take(a, N);
     m->targets = (int32_t *)arena_take(a, N);
@@ -464,6 +477,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         if (!a.base) goto fail;
         a.used = 0;
         model_carve_acts(m, &a);
+        if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
     }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
@@ -496,6 +510,33 @@ void model_destroy(model *m)
     free(m->region_first);
     free(m->view_map);
     free(m);
+}
+
+/* llama3 rope scaling (HF's _compute_llama3_parameters): wavelengths longer than
+ * original/low_freq_factor are slowed by `factor`, shorter than original/high_freq_factor kept,
+ * and those between blended smoothly. Computed in double, rounded once to float. */
+int model_upload_rope_freq(model *m)
+{
+    const model_config *c = &m->cfg;
+    int D = config_head_dim(c), half = D / 2;
+    if (!m->be->ops->rope_freqs)
+        return loom_fail("model: backend %s has no rope_freqs op (model.rope_scaling %s)", m->be->ops->name, c->rope_scaling);
+    float *f = malloc((size_t)half * sizeof *f);
+    if (!f) return loom_fail("model: out of host memory");
+    double old = c->rope_original_max_seq, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double low_wl = old / lo, high_wl = old / hi, factor = c->rope_factor;
+    for (int i = 0; i < half; i++) {
+        double inv = pow((double)c->rope_theta, -2.0 * i / D), wl = 2.0 * 3.14159265358979323846 / inv, v = inv;
+        if (wl > low_wl) v = inv / factor;
+        else if (wl >= high_wl) {
+            double sm = (old / wl - lo) / (hi - lo);
+            v = (1.0 - sm) * inv / factor + sm * inv;
+        }
+        f[i] = (float)v;
+    }
+    m->be->ops->copy_h2d(m->be, m->rope_freq, f, (size_t)half * sizeof *f);
+    free(f);
+    return 0;
 }
 
 /* True for the residual-stream output projections, which GPT-2 scales by 1/sqrt(2 L). */
@@ -575,8 +616,8 @@ double model_flops_per_token(const model *m, int T)
      * LoRA: the frozen weights need no weight gradient (4 flops: forward + input gradient), the
      * adapters (the trainable parameters) all 6. */
     const model_config *c = &m->cfg;
-    double C = c->d_model, D = C / c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
-    double per_layer = C * C * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
+    double C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
+    double per_layer = C * qC * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
     double matmul_w = per_layer * c->n_layer + (double)c->vocab * C;
     double weights = m->lora.rank ? 4.0 * matmul_w + 6.0 * (double)m->nparams : 6.0 * matmul_w;
     return weights + 6.0 * c->n_layer * (double)T * C;

@@ -30,6 +30,7 @@ typedef struct model_tensor {
 typedef struct layer_params {
     float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *gate_w, *up_w, *proj_w, *proj_b;
+    float *lnq_w, *lnk_w;     /* qk_norm: per-head RMSNorm weights (head_dim) */
 } layer_params;
 
 typedef struct model_params {
@@ -42,6 +43,8 @@ typedef struct layer_acts {
     float *x;                 /* (N, C) residual stream entering the layer (always kept) */
     float *ln1, *ln1_mean, *ln1_rstd;
     float *q, *k, *v;         /* (N, H*D), (N, Hkv*D) x2, after rope */
+    float *qr, *kr;           /* qk_norm: q, k before their norm (N, H*D), (N, Hkv*D) */
+    float *q_rstd, *k_rstd;   /* qk_norm: (N*H), (N*Hkv) */
     float *att, *lse;         /* (N, C), (B, H, T) */
     float *xm;                /* (N, C) residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
@@ -87,6 +90,8 @@ typedef struct model {
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *loss_acc;           /* device, B*T: per-position loss sums since model_take_loss */
     float *dres, *dln, *dq, *dk, *dv, *datt, *dh, *du, *dact; /* backward scratch */
+    float *dqr, *dkr;          /* qk_norm backward scratch */
+    float *rope_freq;          /* device, head_dim/2 inverse frequencies (rope_scaling), else NULL */
     int32_t *tokens, *targets; /* device, B*T */
     float *host_losses;        /* host, B*T: the per-position losses read back once per step */
     size_t activation_bytes;   /* what the activations and scratch took */

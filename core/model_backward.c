@@ -52,7 +52,7 @@ static void model_layer_backward(model *m, int l)
     layer_params *g = &m->g.layer[l];
     layer_acts *a = &m->acts[l];
     int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
-    int H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* MLP block: x' = xm + act W_proj^T + b_proj */
     linear_backward(m, m->dact, g->proj_w, g->proj_b, m->dres, a->act, p->proj_w, N, F, C, 0);
@@ -72,18 +72,27 @@ static void model_layer_backward(model *m, int l)
     norm_backward(m, m->dres, g->ln2_w, g->ln2_b, m->dln, a->xm, p->ln2_w, a->ln2_mean, a->ln2_rstd, N);
 
     /* attention block: xm = x + att W_o^T + b_o */
-    linear_backward(m, m->datt, g->o_w, g->o_b, m->dres, a->att, p->o_w, N, C, C, 0);
+    linear_backward(m, m->datt, g->o_w, g->o_b, m->dres, a->att, p->o_w, N, qC, C, 0);
     adapt_backward(m, l, LORA_O, m->datt, m->dres, a->att, N);
     be->ops->attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
                                 B, T, H, Hkv, D);
     if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
-        be->ops->rope(be, m->dq, B, T, H, D, c->rope_theta, 1);
-        be->ops->rope(be, m->dk, B, T, Hkv, D, c->rope_theta, 1);
+        model_rope(m, m->dq, B, T, H, 1);
+        model_rope(m, m->dk, B, T, Hkv, 1);
     }
-    linear_backward(m, m->dln, g->q_w, g->q_b, m->dq, a->ln1, p->q_w, N, C, C, 0);
-    adapt_backward(m, l, LORA_Q, m->dln, m->dq, a->ln1, N);
-    linear_backward(m, m->dln, g->k_w, g->k_b, m->dk, a->ln1, p->k_w, N, C, kvC, 1);
-    adapt_backward(m, l, LORA_K, m->dln, m->dk, a->ln1, N);
+    float *dq = m->dq, *dk = m->dk;
+    if (c->qk_norm) { /* through the per-head norms: their backward accumulates into dqr, dkr */
+        be->ops->fill(be, m->dqr, 0.0f, (size_t)N * qC);
+        be->ops->fill(be, m->dkr, 0.0f, (size_t)N * kvC);
+        be->ops->rmsnorm_backward(be, m->dqr, g->lnq_w, m->dq, a->qr, p->lnq_w, a->q_rstd, N * H, D);
+        be->ops->rmsnorm_backward(be, m->dkr, g->lnk_w, m->dk, a->kr, p->lnk_w, a->k_rstd, N * Hkv, D);
+        dq = m->dqr;
+        dk = m->dkr;
+    }
+    linear_backward(m, m->dln, g->q_w, g->q_b, dq, a->ln1, p->q_w, N, C, qC, 0);
+    adapt_backward(m, l, LORA_Q, m->dln, dq, a->ln1, N);
+    linear_backward(m, m->dln, g->k_w, g->k_b, dk, a->ln1, p->k_w, N, C, kvC, 1);
+    adapt_backward(m, l, LORA_K, m->dln, dk, a->ln1, N);
     linear_backward(m, m->dln, g->v_w, g->v_b, m->dv, a->ln1, p->v_w, N, C, kvC, 1);
     adapt_backward(m, l, LORA_V, m->dln, m->dv, a->ln1, N);
     norm_backward(m, m->dres, g->ln1_w, g->ln1_b, m->dln, a->x, p->ln1_w, a->ln1_mean, a->ln1_rstd, N);

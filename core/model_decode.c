@@ -9,8 +9,7 @@
  * callers pass a scratch buffer whose rows before t hold nothing they need. */
 static void decode_rope_row(model *m, float *x, int t, int H)
 {
-    int D = m->cfg.d_model / m->cfg.n_head;
-    m->be->ops->rope(m->be, x, 1, t + 1, H, D, m->cfg.rope_theta, 0);
+    model_rope(m, x, 1, t + 1, H, 0);
 }
 
 /* Layer l for the token at position t; rows 0..t-1 of the k/v buffers are the cache. */
@@ -20,17 +19,24 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
     const model_config *c = &m->cfg;
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
-    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
-    size_t rc = (size_t)t * C, rkv = (size_t)t * kvC, rf = (size_t)t * F;
+    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
+    int qC = D * H, kvC = D * Hkv;
+    size_t rc = (size_t)t * C, rq = (size_t)t * qC, rkv = (size_t)t * kvC, rf = (size_t)t * F;
     float *x = a->x + rc, *ln1 = a->ln1 + rc, *xm = a->xm + rc, *ln2 = a->ln2 + rc;
 
     model_norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + t : NULL, a->ln1_rstd + t, x, p->ln1_w, p->ln1_b, 1);
-    model_linear(m, a->q + rc, ln1, p->q_w, p->q_b, 1, C, C);
-    model_adapt(m, l, LORA_Q, a->q + rc, ln1, 1);
+    float *qp = c->qk_norm ? a->qr + rq : a->q + rq; /* qk_norm: projection, then the norm */
+    model_linear(m, qp, ln1, p->q_w, p->q_b, 1, C, qC);
+    model_adapt(m, l, LORA_Q, qp, ln1, 1);
     /* the new key goes through a scratch row so rope cannot touch the cached (rotated) keys */
     float *knew = model_uses_rope(c) ? m->dk + rkv : a->k + rkv;
-    model_linear(m, knew, ln1, p->k_w, p->k_b, 1, C, kvC);
-    model_adapt(m, l, LORA_K, knew, ln1, 1);
+    float *kp = c->qk_norm ? a->kr + rkv : knew;
+    model_linear(m, kp, ln1, p->k_w, p->k_b, 1, C, kvC);
+    model_adapt(m, l, LORA_K, kp, ln1, 1);
+    if (c->qk_norm) {
+        be->ops->rmsnorm_forward(be, a->q + rq, a->q_rstd + (size_t)t * H, qp, p->lnq_w, H, D, c->norm_eps);
+        be->ops->rmsnorm_forward(be, knew, a->k_rstd + (size_t)t * Hkv, kp, p->lnk_w, Hkv, D, c->norm_eps);
+    }
     model_linear(m, a->v + rkv, ln1, p->v_w, p->v_b, 1, C, kvC);
     model_adapt(m, l, LORA_V, a->v + rkv, ln1, 1);
     if (model_uses_rope(c)) {
@@ -39,16 +45,16 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
         be->ops->copy_d2d(be, a->k + rkv, knew, (size_t)kvC * sizeof(float));
     }
     if (be->ops->attention_decode) {
-        be->ops->attention_decode(be, a->att + rc, a->q + rc, a->k, a->v, t + 1, H, Hkv, D);
+        be->ops->attention_decode(be, a->att + rq, a->q + rq, a->k, a->v, t + 1, H, Hkv, D);
     } else {
         /* causal attention over rows 0..t: row t is the new token's output (earlier rows,
          * recomputed from stale queries, are ignored) */
         be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
     }
     be->ops->copy_d2d(be, xm, x, (size_t)C * sizeof(float));
-    be->ops->matmul(be, xm, a->att + rc, p->o_w, 1, C, C, 0, 1, 1.0f, 1.0f);
+    be->ops->matmul(be, xm, a->att + rq, p->o_w, 1, C, qC, 0, 1, 1.0f, 1.0f);
     if (p->o_b) be->ops->bias_add(be, xm, p->o_b, 1, C);
-    model_adapt(m, l, LORA_O, xm, a->att + rc, 1);
+    model_adapt(m, l, LORA_O, xm, a->att + rq, 1);
 
     model_norm_forward(m, ln2, a->ln2_mean ? a->ln2_mean + t : NULL, a->ln2_rstd + t, xm, p->ln2_w, p->ln2_b, 1);
     if (model_uses_swiglu(c)) {

@@ -48,24 +48,30 @@ void model_layer_forward(model *m, int l, float *x_out)
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
     int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
-    int H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* attention block */
     model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, p->ln1_w, p->ln1_b, N);
-    model_linear(m, a->q, a->ln1, p->q_w, p->q_b, N, C, C);
-    model_adapt(m, l, LORA_Q, a->q, a->ln1, N);
-    model_linear(m, a->k, a->ln1, p->k_w, p->k_b, N, C, kvC);
-    model_adapt(m, l, LORA_K, a->k, a->ln1, N);
+    /* with qk_norm the projections land in qr, kr and the per-head norm writes q, k */
+    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
+    model_linear(m, q, a->ln1, p->q_w, p->q_b, N, C, qC);
+    model_adapt(m, l, LORA_Q, q, a->ln1, N);
+    model_linear(m, k, a->ln1, p->k_w, p->k_b, N, C, kvC);
+    model_adapt(m, l, LORA_K, k, a->ln1, N);
     model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
     model_adapt(m, l, LORA_V, a->v, a->ln1, N);
+    if (c->qk_norm) { /* RMSNorm of each head's D values: rows of D in the (N*H, D) view */
+        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
+        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
+    }
     if (model_uses_rope(c)) {
-        be->ops->rope(be, a->q, B, T, H, D, c->rope_theta, 0);
-        be->ops->rope(be, a->k, B, T, Hkv, D, c->rope_theta, 0);
+        model_rope(m, a->q, B, T, H, 0);
+        model_rope(m, a->k, B, T, Hkv, 0);
     }
     be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, D);
     /* xm = x + att W_o^T + b_o: the projection accumulates onto a copy of the residual */
     be->ops->copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
-    be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, C, 0, 1, 1.0f, 1.0f);
+    be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, qC, 0, 1, 1.0f, 1.0f);
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, N, C);
     model_adapt(m, l, LORA_O, a->xm, a->att, N);
 
@@ -88,6 +94,14 @@ void model_layer_forward(model *m, int l, float *x_out)
         if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
         model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
     }
+}
+
+void model_rope(model *m, float *x, int B, int T, int H, int inverse)
+{
+    backend *be = m->be;
+    int D = config_head_dim(&m->cfg);
+    if (m->rope_freq) be->ops->rope_freqs(be, x, B, T, H, D, m->rope_freq, inverse);
+    else be->ops->rope(be, x, B, T, H, D, m->cfg.rope_theta, inverse);
 }
 
 int model_begin(model *m, int region, int backward)

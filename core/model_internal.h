@@ -8,6 +8,10 @@
 #include "model.h"
 
 static inline int model_uses_rope(const model_config *c) { return strcmp(c->positions, "rope") == 0; }
+static inline int model_uses_rope_freq(const model_config *c)
+{
+    return model_uses_rope(c) && strcmp(c->rope_scaling, "llama3") == 0;
+}
 static inline int model_uses_swiglu(const model_config *c) { return strcmp(c->mlp, "swiglu") == 0; }
 
 void model_linear(model *m, float *y, const float *x, const float *W, const float *b, int N,
@@ -20,5 +24,8 @@ int model_begin(model *m, int region, int backward); /* the hooks, when installe
 int model_end(model *m, int region, int backward);
 double model_sum_losses(model *m, const float *losses);
 int model_trunk_forward(model *m); /* embeddings, layers, final norm (into m->lnf) */
+int model_upload_rope_freq(model *m); /* rope_scaling: the scaled frequencies to m->rope_freq */
+/* RoPE on x (B, T, H heads): plain theta, or the scaled frequency table when rope_scaling. */
+void model_rope(model *m, float *x, int B, int T, int H, int inverse);
 
 #endif

@@ -116,8 +116,8 @@ fail:
 static int session_start(session *s, const char *resume)
 {
     if (resume && resume[0]) return session_resume(s, resume);
-    if (s->finetune && session_load_base(s)) return -1;
-    if (s->finetune && !s->model->lora.rank) return 0; /* full fine-tune: the base is the start */
+    if ((s->finetune || s->init_from_base) && session_load_base(s)) return -1;
+    if ((s->finetune && !s->model->lora.rank) || s->init_from_base) return 0; /* the base is the start */
     /* In windows of at most 4M floats: a whole host copy of the parameters would add their
      * size to the job's peak memory (500 MB for GPT-2 124M) for the sake of one copy. */
     size_t n = s->model->nparams, win = n < ((size_t)1 << 22) ? n : (size_t)1 << 22;

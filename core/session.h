@@ -28,6 +28,7 @@ typedef struct session {
     optim *opt;           /* NULL for inference-only sessions */
     session_mode mode;
     int finetune;         /* mode is SESSION_FINETUNE, or an inference on a fine-tuned job */
+    int init_from_base;   /* train --init: start a pretraining job from finetune.base's weights */
     int micro_batch;      /* sequences per forward on this rank */
     int seq_len;          /* tokens per sequence the model was sized for */
     int64_t step;         /* optimizer steps completed */
@@ -58,6 +59,11 @@ struct ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n);
 
 /* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
 int session_load_base(session *s);
+
+/* Hugging Face folders (core/session_hf.c): the folder's model config into *m (init_std kept),
+ * and the folder's weights as the base (into the frozen buffer for LoRA, else the parameters). */
+int session_model_from_hf(model_config *m, const char *dir);
+int session_load_hf(session *s, const char *dir, const model_tensor *bt, int nb);
 
 /* A training job's one-writer lock on its checkpoint folder (rank 0 takes it, every rank learns
  * the outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail naming the other

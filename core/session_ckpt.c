@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "core/resume_check.h"
@@ -351,6 +352,7 @@ int session_load_base(session *s)
     int nb;
     size_t nparams;
     model_base_table(s->model, &bt, &nb, &nparams);
+    if (hf_is_folder(base)) return session_load_hf(s, base, bt, nb);
     char file[1024];
     if (ckpt_resolve(base, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);

@@ -166,6 +166,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     t->tokens = malloc(n * sizeof(int32_t));
     t->targets = malloc(n * sizeof(int32_t));
     if (!t->tokens || !t->targets) return loom_fail("train: out of host memory");
+    t->s->init_from_base = !finetune && opt && opt->init;
     if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
     t->log = metrics_open(&t->cfg, model_flops_per_token(t->s->model, t->T), c->rank,
                           opt && opt->quiet);

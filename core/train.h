@@ -9,6 +9,7 @@
 
 typedef struct train_options {
     const char *resume;   /* checkpoint file or directory to resume from, or NULL */
+    int init;             /* train: start from finetune.base's weights (loom --init) */
     double *losses_out;   /* optional: receives the mean loss of each step ... */
     int losses_cap;       /* ... for the first losses_cap steps */
     int quiet;            /* no progress lines */

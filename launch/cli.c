@@ -7,6 +7,9 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
+#include "core/session.h"
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {
@@ -31,6 +34,7 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a)
         else if (strcmp(f, "--backend") == 0) rc = cli_value(argc, argv, &i, &a->backend);
         else if (strcmp(f, "--resume") == 0) rc = cli_value(argc, argv, &i, &a->resume);
         else if (strcmp(f, "--ckpt") == 0) rc = cli_value(argc, argv, &i, &a->ckpt);
+        else if (strcmp(f, "--init") == 0) rc = cli_value(argc, argv, &i, &a->init);
         else if (strcmp(f, "--quiet") == 0) a->quiet = 1;
         else if (f[0] == '-' && f[1] == '-') return loom_fail("unknown flag '%s'", f);
         else if (!a->job_path) a->job_path = f;
@@ -53,6 +57,23 @@ static void cli_resolve_path(char *path, size_t len, const char *job_path)
     if (access(buf, F_OK) == 0 && strlen(buf) < len) snprintf(path, len, "%s", buf);
 }
 
+/* --init from a loom checkpoint: its model config is the job's (as an HF folder's is). */
+static int cli_model_from_ckpt(model_config *m, const char *path)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    ckpt_state st = {0};
+    float init_std = m->init_std;
+    int rc = ckpt_read_state(r, &st);
+    if (rc == 0 && config_model_from_json(m, st.model_config_json)) rc = loom_fail("%s: %s", file, loom_error());
+    m->init_std = init_std;
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    return rc;
+}
+
 int cli_load_config(const cli_job *a, job_config *cfg)
 {
     log_set_quiet(a->quiet); /* before anything logs: --quiet leaves results and warnings only */
@@ -60,6 +81,13 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     cli_resolve_path(cfg->data.train, sizeof cfg->data.train, a->job_path);
     cli_resolve_path(cfg->data.val, sizeof cfg->data.val, a->job_path);
     cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
+    if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
+    /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
+    if (hf_is_folder(cfg->finetune.base)) {
+        if (session_model_from_hf(&cfg->model, cfg->finetune.base)) return -1;
+    } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init)) {
+        return -1;
+    }
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);
     if (a->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", a->backend);
     return config_validate(cfg);

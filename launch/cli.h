@@ -7,20 +7,22 @@
 
 #define CLI_MAX_SETS 64
 
-/* `JOB.json [--set k=v]... [--out DIR] [--backend NAME] [--resume PATH] [--quiet]` */
+/* `JOB.json [--set k=v]... [--out DIR] [--backend NAME] [--resume PATH] [--init PATH] [--quiet]` */
 typedef struct cli_job {
     const char *job_path;
     const char *sets[CLI_MAX_SETS];
     int nsets;
-    const char *out, *backend, *resume, *ckpt;
+    const char *out, *backend, *resume, *ckpt, *init;
     int quiet;
 } cli_job;
 
 /* Parse argv[first..argc) into *a. -1 + loom_fail on an unknown flag or a missing value. */
 int cli_parse_job(int argc, char **argv, int first, cli_job *a);
 
-/* Load the job config the arguments name, with --set, --out and --backend applied; --quiet
- * silences info lines from here on (logs go to stderr, results to stdout: base/log.h). */
+/* Load the job config the arguments name, with --set, --out and --backend applied; --init sets
+ * finetune.base, and a Hugging Face folder there (or the --init checkpoint) supplies the model
+ * config. --quiet silences info lines from here on (logs go to stderr, results to stdout:
+ * base/log.h). */
 int cli_load_config(const cli_job *a, job_config *cfg);
 
 /* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */
@@ -40,5 +42,7 @@ int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

@@ -41,7 +41,12 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
     if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg)) return cli_fail();
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
-    train_options opt = {.resume = a.resume, .quiet = a.quiet, .eval_accuracy = finetune};
+    if (a.init && finetune) {
+        comm_destroy(c);
+        loom_fail("--init is for `loom train`; a fine-tune starts from finetune.base");
+        return cli_fail();
+    }
+    train_options opt = {.resume = a.resume, .quiet = a.quiet, .eval_accuracy = finetune, .init = a.init != NULL};
     train_report rep;
     int rc = finetune ? finetune_run(&cfg, c, &opt, &rep) : train_run(&cfg, c, &opt, &rep);
     if (rc) return cli_job_failed(c);

@@ -12,6 +12,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: loom <command> [args]\n"
             "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
+            "        [--init CKPT_OR_HF_DIR]     start from those weights instead of a seeded init\n"
             "                      pretrain or continue training (a token or text file)\n"
             "  finetune JOB.json [same flags]   fine-tune finetune.base on JSONL tool-calling data\n"
             "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"
@@ -27,6 +28,9 @@ static void usage(FILE *f)
             "  ckpt seal FILE_OR_DIR                       accept a checkpoint edited outside loom\n"
             "Results (generated text, summaries, JSON) go to stdout, logs to stderr; --quiet keeps\n"
             "only results, warnings and errors.\n"
+            "  import HF_DIR OUT_DIR|OUT.h5                a Hugging Face folder -> a loom checkpoint\n"
+            "  export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]\n"
+            "  export peft CKPT OUT_DIR                    a LoRA checkpoint -> a PEFT adapter folder\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");
 }
 
@@ -49,6 +53,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
     if (strcmp(cmd, "config") == 0) return cmd_config(argc, argv);
     if (strcmp(cmd, "ckpt") == 0) return cmd_ckpt(argc, argv);
+    if (strcmp(cmd, "import") == 0) return cmd_import(argc, argv);
+    if (strcmp(cmd, "export") == 0) return cmd_export(argc, argv);
     fprintf(stderr, "loom: error: unknown command '%s' (try: loom --help)\n", cmd);
     return 2;
 }

@@ -94,6 +94,7 @@ static void cpu_destroy(backend *be)
         for (int t = 0; t < st->threads; t++) free(st->scratch[t]);
         free(st->scratch);
         free(st->rope_tab);
+        free(st->rope_key);
         free(st->att_part);
         free(st);
     }
@@ -156,6 +157,7 @@ static const backend_ops cpu_ops = {
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .rope = cpu_rope,
+    .rope_freqs = cpu_rope_freqs,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .attention_decode = cpu_attention_decode,

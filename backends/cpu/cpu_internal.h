@@ -52,6 +52,7 @@ typedef struct cpu_state {
     size_t rope_cap;
     int rope_T, rope_D;
     float rope_theta;
+    float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
     float *att_part;     /* GQA backward: per query head dK, dV partials (2 B H T D floats) */
     size_t att_part_cap;
 } cpu_state;
@@ -107,6 +108,7 @@ void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float 
 /* cpu_rope.c */
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
 void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+void cpu_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse);
 
 /* cpu_attention.c */
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,

@@ -3,6 +3,7 @@
  * in float at t ~ 1000) and cached for (T, D, theta): it must never recompute sin/cos per call. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
 #include "base/log.h"
@@ -26,12 +27,15 @@ CPU_CLONES static void cpu_k_rope_rows(float *x, const float *tab, size_t r0, si
     }
 }
 
-/* The cached table for (T, D, theta), rebuilt for a longer T or another D, theta. NULL on OOM. */
-static const float *cpu_rope_table(cpu_state *st, int T, int D, float theta)
+/* The cached table for (T, D, theta) or (T, D, freqs), rebuilt for a longer T or another D,
+ * theta or frequency set. NULL on OOM. */
+static const float *cpu_rope_table(cpu_state *st, int T, int D, float theta, const float *freqs)
 {
+    int half = D / 2;
     /* rows depend only on t, so a table built for a longer T serves every shorter one */
-    if (st->rope_tab && st->rope_T >= T && st->rope_D == D && st->rope_theta == theta)
-        return st->rope_tab;
+    int same = freqs ? st->rope_key && memcmp(st->rope_key, freqs, (size_t)half * sizeof(float)) == 0
+                     : !st->rope_key && st->rope_theta == theta;
+    if (st->rope_tab && st->rope_T >= T && st->rope_D == D && same) return st->rope_tab;
     size_t need = (size_t)T * D;
     if (need > st->rope_cap) {
         float *p = malloc(need * sizeof(float));
@@ -43,9 +47,19 @@ static const float *cpu_rope_table(cpu_state *st, int T, int D, float theta)
         st->rope_tab = p;
         st->rope_cap = need;
     }
-    int half = D / 2;
+    free(st->rope_key);
+    st->rope_key = NULL;
+    if (freqs) {
+        st->rope_key = malloc((size_t)half * sizeof(float));
+        if (!st->rope_key) {
+            st->rope_D = 0; /* the table is being rebuilt: never match it as it is */
+            log_warn("cpu backend: out of memory for the rope key");
+            return NULL;
+        }
+        memcpy(st->rope_key, freqs, (size_t)half * sizeof(float));
+    }
     for (int i = 0; i < half; i++) {
-        double freq = pow((double)theta, -2.0 * i / D);
+        double freq = freqs ? (double)freqs[i] : pow((double)theta, -2.0 * i / D);
         for (int t = 0; t < T; t++) {
             st->rope_tab[(size_t)t * D + i] = (float)cos(t * freq);
             st->rope_tab[(size_t)t * D + half + i] = (float)sin(t * freq);
@@ -57,11 +71,9 @@ static const float *cpu_rope_table(cpu_state *st, int T, int D, float theta)
     return st->rope_tab;
 }
 
-void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
+static void cpu_rope_apply(cpu_state *st, float *x, const float *tab, int B, int T, int H, int D,
+                           int inverse)
 {
-    cpu_state *st = cpu_st(be);
-    const float *tab = cpu_rope_table(st, T, D, theta);
-    if (!tab) return;
     size_t rows = (size_t)B * T;
     int nt = rows * H * D < CPU_PAR_MIN ? 1 : st->threads;
     float sgn = inverse ? -1.0f : 1.0f;
@@ -81,7 +93,7 @@ void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int 
     int top = 0;
     for (int r = 0; r < R; r++)
         if (pos[r] > top) top = pos[r];
-    const float *tab = cpu_rope_table(st, top + 1, D, theta);
+    const float *tab = cpu_rope_table(st, top + 1, D, theta, NULL);
     if (!tab) return;
     int half = D / 2;
     for (int r = 0; r < R; r++) {
@@ -95,4 +107,18 @@ void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int 
             }
         }
     }
+}
+
+void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
+{
+    cpu_state *st = cpu_st(be);
+    const float *tab = cpu_rope_table(st, T, D, theta, NULL);
+    if (tab) cpu_rope_apply(st, x, tab, B, T, H, D, inverse);
+}
+
+void cpu_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse)
+{
+    cpu_state *st = cpu_st(be);
+    const float *tab = cpu_rope_table(st, T, D, 0.0f, freqs);
+    if (tab) cpu_rope_apply(st, x, tab, B, T, H, D, inverse);
 }

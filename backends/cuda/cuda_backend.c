@@ -364,6 +364,7 @@ static const backend_ops cuda_ops = {
     .swiglu_forward = cuda_swiglu_forward,
     .swiglu_backward = cuda_swiglu_backward,
     .rope = cuda_rope,
+    .rope_freqs = cuda_rope_freqs,
     .attention_forward = cuda_attention_forward,
     .attention_backward = cuda_attention_backward,
     .attention_decode = cuda_attention_decode,

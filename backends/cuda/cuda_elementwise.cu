@@ -309,6 +309,34 @@ void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int
     cuda_check_launch(be, "rope_rows");
 }
 
+/* The same rotation with pair i's inverse frequency from freqs[i] (device, D/2 floats). */
+__global__ void cuda_rope_freqs_kernel(float *x, size_t pairs, int T, int H, int D, const float *freqs,
+                                       float sgn)
+{
+    const int half = D / 2;
+    GRID_STRIDE(p, pairs)
+    {
+        int i = (int)(p % (size_t)half);
+        size_t row = p / (size_t)half;             /* (b, t, h) */
+        int t = (int)((row / (size_t)H) % (size_t)T);
+        double a = (double)t * (double)freqs[i];
+        float c = (float)cos(a), s = sgn * (float)sin(a);
+        float *v = x + row * (size_t)D + 2 * i;
+        float x0 = v[0], x1 = v[1];
+        v[0] = x0 * c - x1 * s;
+        v[1] = x0 * s + x1 * c;
+    }
+}
+
+void cuda_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse)
+{
+    size_t pairs = (size_t)B * T * H * (D / 2);
+    if (pairs == 0 || cuda_broken(be)) return;
+    cuda_rope_freqs_kernel<<<cuda_grid_for(be, pairs), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+        x, pairs, T, H, D, freqs, inverse ? -1.0f : 1.0f);
+    cuda_check_launch(be, "rope_freqs");
+}
+
 void cuda_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
 {
     size_t pairs = (size_t)B * T * H * (D / 2);

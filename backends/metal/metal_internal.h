@@ -25,6 +25,8 @@ typedef struct metal_ctx {
     size_t rope_tcap;
     int rope_d;
     float rope_theta;
+    float rope_key[512];  /* rope_freqs: the D/2 frequencies the table holds (rope_keyed) */
+    int rope_keyed;
     float *dummy;         /* bound in place of an absent optional tensor */
 } metal_ctx;
 

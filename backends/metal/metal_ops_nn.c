@@ -158,16 +158,24 @@ static void metal_swiglu_backward(backend *be, float *dgate, float *dup, const f
 
 /* --- rotary positions --- */
 
-/* The (T, D/2) table of (cos, sin)(t theta^(-2i/D)) in double, rounded to float. Rebuilt only when
- * D or theta change or T grows (then queued work is waited for, since it may read the table). */
-static const float *metal_rope_table(metal_ctx *c, int T, int D, float theta)
+/* The (T, D/2) table of (cos, sin)(t f_i) in double, rounded to float, f_i = theta^(-2i/D) or
+ * freqs[i] (unified memory: the host reads it). Rebuilt only when D, theta or the frequencies
+ * change or T grows (then queued work is waited for, since it may read the table). */
+static const float *metal_rope_table(metal_ctx *c, int T, int D, float theta, const float *freqs)
 {
-    if (c->rope_tab && c->rope_d == D && c->rope_theta == theta && (size_t)T <= c->rope_tcap) return c->rope_tab;
+    int half = D / 2;
+    if (freqs && half > (int)(sizeof c->rope_key / sizeof c->rope_key[0])) {
+        log_warn("metal: rope_freqs with head dim %d above 1024", D);
+        return NULL;
+    }
+    if (freqs) c->dev->sync(c->ds); /* the frequencies may still be in flight */
+    int same = freqs ? c->rope_keyed && memcmp(c->rope_key, freqs, (size_t)half * sizeof(float)) == 0
+                     : !c->rope_keyed && c->rope_theta == theta;
+    if (c->rope_tab && c->rope_d == D && same && (size_t)T <= c->rope_tcap) return c->rope_tab;
     size_t tcap = (size_t)T;
-    if (c->rope_d == D && c->rope_theta == theta && c->rope_tcap > tcap) tcap = c->rope_tcap;
+    if (c->rope_d == D && same && c->rope_tcap > tcap) tcap = c->rope_tcap;
     c->dev->sync(c->ds);
     if (c->rope_tab) c->dev->free(c->ds, c->rope_tab);
-    int half = D / 2;
     c->rope_tab = c->dev->alloc(c->ds, tcap * (size_t)half * 2 * sizeof(float));
     c->rope_tcap = c->rope_tab ? tcap : 0;
     if (!c->rope_tab) {
@@ -176,8 +184,10 @@ static const float *metal_rope_table(metal_ctx *c, int T, int D, float theta)
     }
     c->rope_d = D;
     c->rope_theta = theta;
+    c->rope_keyed = freqs != NULL;
+    if (freqs) memcpy(c->rope_key, freqs, (size_t)half * sizeof(float));
     for (int i = 0; i < half; i++) {
-        double inv_freq = pow((double)theta, -2.0 * i / (double)D);
+        double inv_freq = freqs ? (double)freqs[i] : pow((double)theta, -2.0 * i / (double)D);
         for (size_t t = 0; t < tcap; t++) {
             double a = (double)t * inv_freq;
             c->rope_tab[(t * half + i) * 2] = (float)cos(a);
@@ -187,12 +197,13 @@ static const float *metal_rope_table(metal_ctx *c, int T, int D, float theta)
     return c->rope_tab;
 }
 
-static void metal_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
+static void metal_rope_run(backend *be, float *x, int B, int T, int H, int D, float theta,
+                           const float *freqs, int inverse)
 {
     metal_ctx *c = metal_c(be);
     if (B <= 0 || T <= 0 || H <= 0 || D < 2) return;
     if (D % 2) log_warn("metal: rope with odd head dim %d: the last element is left as it is", D);
-    const float *tab = metal_rope_table(c, T, D, theta);
+    const float *tab = metal_rope_table(c, T, D, theta, freqs);
     if (!tab) return;
     metal_p_rope p = {(unsigned)B, (unsigned)T, (unsigned)H, (unsigned)D, inverse != 0};
     metal_launch(c, MK_ROPE, (size_t)B * T * H * (D / 2), (void *[]){x, MB(tab)}, 2, &p, sizeof p);
@@ -208,10 +219,21 @@ static void metal_rope_rows(backend *be, float *x, const int32_t *pos, int R, in
     int top = 0;
     for (int r = 0; r < R; r++)
         if (pos[r] > top) top = pos[r];
-    const float *tab = metal_rope_table(c, top + 1, D, theta);
+    const float *tab = metal_rope_table(c, top + 1, D, theta, NULL);
     if (!tab) return;
     metal_p_decode p = {(unsigned)R, 0, (unsigned)H, 0, (unsigned)D, 0, 0.0f};
     metal_launch(c, MK_ROPE_ROWS, (size_t)R * H * (D / 2), (void *[]){x, MB(tab), MB(pos)}, 3, &p, sizeof p);
+}
+
+static void metal_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
+{
+    metal_rope_run(be, x, B, T, H, D, theta, NULL, inverse);
+}
+
+static void metal_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
+                             int inverse)
+{
+    metal_rope_run(be, x, B, T, H, D, 0.0f, freqs, inverse);
 }
 
 /* --- attention --- */
@@ -316,6 +338,7 @@ void metal_ops_nn_fill(backend_ops *o)
     o->swiglu_forward = metal_swiglu_forward;
     o->swiglu_backward = metal_swiglu_backward;
     o->rope = metal_rope;
+    o->rope_freqs = metal_rope_freqs;
     o->attention_forward = metal_attention_forward;
     o->attention_backward = metal_attention_backward;
     o->rope_rows = metal_rope_rows;

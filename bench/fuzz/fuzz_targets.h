@@ -23,7 +23,13 @@ int fuzz_ckpt(const uint8_t *data, size_t n);
  * success. */
 int fuzz_ckpt_seed(const char *path);
 
-/* Look a target up by name ("config", "jsonl", "ckpt"); NULL if unknown. */
+/* A .safetensors file: st_open's header checks, then every tensor (up to 4096 elements)
+ * converted to fp32. */
+int fuzz_safetensors(const uint8_t *data, size_t n);
+/* Write a small valid model.safetensors (bf16, 3 tensors) into folder `dir`. 0 on success. */
+int fuzz_safetensors_seed(const char *dir);
+
+/* Look a target up by name ("config", "jsonl", "ckpt", "safetensors"); NULL if unknown. */
 typedef int (*fuzz_target_fn)(const uint8_t *data, size_t n);
 fuzz_target_fn fuzz_target_by_name(const char *name);
 

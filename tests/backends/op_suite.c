@@ -351,6 +351,56 @@ static check_tol attention_tol(const suite *s, int T, int D, double S)
     return t;
 }
 
+/* rope_freqs: a frequency table (Llama 3's scaled one, say) instead of theta; with the plain
+ * table theta^(-2i/D) it must also agree with rope itself on the backend under test. */
+static void suite_rope_freqs(suite *s)
+{
+    const int B = 2, T = 100, H = 3, D = 64;
+    float f[32];
+    for (int i = 0; i < D / 2; i++) f[i] = (float)(pow(500000.0, -2.0 * i / D) / (i % 3 ? 1.0 : 8.0));
+    pair fr = pair_new(s, f, sizeof f), x = pair_rand(s, (size_t)B * T * H * D, 1);
+    /* as suite_rope: cos, sin of t freq (double angles, or fp32 on a side: T rad), two products
+     * and a cancelling sum of |x| < 1 */
+    check_tol rope_freqs_tol = suite_tol(s, 2, 2, 3, 0);
+    if (s->u_dot != 0.0) rope_freqs_tol.atol += 2 * T * CHECK_U_FP32;
+    FOR_SIDES (be) be->ops->rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 0);
+    pair_check(s, "rope_freqs (scaled table)", &x, rope_freqs_tol);
+    FOR_SIDES (be) be->ops->rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 1);
+    pair_check(s, "rope_freqs inverse", &x, tol_times(rope_freqs_tol, 2));
+    pair_free(s, &fr);
+    for (int i = 0; i < D / 2; i++) f[i] = (float)pow(10000.0, -2.0 * i / D);
+    fr = pair_new(s, f, sizeof f);
+    /* both sides on the test backend: rope_freqs(plain table) vs rope(theta) */
+    pair y = pair_new(s, NULL, x.bytes);
+    s->t->ops->copy_d2d(s->t, y.t, x.t, x.bytes);
+    s->t->ops->rope_freqs(s->t, (float *)x.t, B, T, H, D, (const float *)fr.t, 0);
+    s->t->ops->rope(s->t, (float *)y.t, B, T, H, D, 10000.0f, 0);
+    float *a = malloc(x.bytes), *b = malloc(x.bytes);
+    s->t->ops->copy_d2h(s->t, a, x.t, x.bytes);
+    s->t->ops->copy_d2h(s->t, b, y.t, x.bytes);
+    /* on one backend, so no u_dot: the float table differs from theta^(-2i/D) in double by an
+     * ulp, i.e. t u rad at position t < T, times |x| < 1 on both outputs, plus rope's roundings */
+    size_t n = x.bytes / 4;
+    double *want = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) want[i] = b[i];
+    check_tol same = check_tol_sum(2, 2, 3, CHECK_U_FP32);
+    same.atol += 2 * T * CHECK_U_FP32;
+    suite_count(s, check_allclose_v("op_suite rope_freqs(theta table) == rope(theta)", a, want, n,
+                                    same, s->verbose));
+    free(want);
+    free(a), free(b);
+    pair_free(s, &fr), pair_free(s, &x), pair_free(s, &y);
+}
+
+/* Qwen3's per-head q/k RMSNorm is rmsnorm over (N * heads, head_dim) rows with a head_dim
+ * weight: the shapes the model uses (short rows, many of them). */
+static void suite_qk_norm(suite *s)
+{
+    suite_norm_one(s, 2 * 16 * 8, 64, 1);
+    suite_norm_one(s, 3 * 5 * 2, 128, 1);
+    suite_norm_one(s, 12 * 4, 8, 1);
+}
+
 static void suite_attention_one(suite *s, int B, int T, int H, int Hkv, int D)
 {
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D;
@@ -529,6 +579,8 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_norms(&s);
     suite_activations(&s);
     suite_rope(&s);
+    suite_rope_freqs(&s);
+    suite_qk_norm(&s);
     suite_attention(&s);
     suite_attention_decode(&s);
     suite_decode_rows(&s);

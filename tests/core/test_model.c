@@ -36,6 +36,12 @@ static model_config variant(int llama)
         strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
         m.tied_embeddings = 0; m.bias = 0;
     }
+    if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
+        m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
+        strcpy(m.rope_scaling, "llama3");
+        m.head_dim = 8;               /* queries 32 wide on a 16-wide residual (Qwen3-0.6B's shape) */
+        m.rope_original_max_seq = 16; /* head dim 8: smoothed and fully scaled bands */
+    }
     m.init_std = 0.3f; /* large weights so every path carries signal */
     return m;
 }
@@ -135,7 +141,7 @@ static void check_gradients(int llama)
     const char *worst_name = "";
     double worst = fd_check(m, grad, 6, 99, llama ? "llama" : "gpt2", &worst_name);
     printf("gradient check (%s): %d tensors, worst error %.2f of its bound in %s\n",
-           llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
+           llama == 2 ? "qkv_bias/qk_norm/llama3 rope/head_dim 8" : llama ? "rmsnorm/swiglu/rope/gqa/untied" : "layernorm/gelu/learned/tied", m->ntensors,
            worst, worst_name);
     free(grad);
     free(host);
@@ -411,9 +417,11 @@ int main(void)
     check_init_windows();
     check_decode(0);
     check_decode(1);
+    check_decode(2);
     check_lora();
     check_gradients(0);
     check_gradients(1);
+    check_gradients(2);
     check_overfit(0);
     check_overfit(1);
     if (failures) printf("%d check(s) failed\n", failures);

@@ -41,19 +41,22 @@ static int replay_file(const char *path, fuzz_target_fn fn)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--ckpt-seed") == 0) return fuzz_ckpt_seed(argv[2]) == 0 ? 0 : 1;
+    if (argc == 3 && strcmp(argv[1], "--safetensors-seed") == 0)
+        return fuzz_safetensors_seed(argv[2]) == 0 ? 0 : 1;
     if (argc == 3 && strcmp(argv[1], "--ckpt-seal") == 0) {
         if (ckpt_seal(argv[2]) >= 0) return 0;
         fprintf(stderr, "fuzz_replay: %s\n", loom_error());
         return 1;
     }
     if (argc != 2) {
-        fprintf(stderr, "usage: fuzz_replay DIR | fuzz_replay --ckpt-seed FILE | fuzz_replay --ckpt-seal FILE\n");
+        fprintf(stderr, "usage: fuzz_replay DIR | fuzz_replay --ckpt-seed FILE | fuzz_replay --ckpt-seal FILE | "
+                        "fuzz_replay --safetensors-seed DIR\n");
         return 2;
     }
     log_set_quiet(1);
-    const char *targets[] = {"config", "jsonl", "ckpt"};
+    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors"};
     int total = 0;
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         char dir[4096], path[8192];
         snprintf(dir, sizeof dir, "%s/%s", argv[1], targets[t]);
         DIR *d = opendir(dir);

@@ -218,6 +218,46 @@ static void test_rope(backend *be, int B, int T, int H, int D, size_t samples)
     free(x), free(w), free(y), free(c.x), free(c.w), free(c.out), free(c.cs);
 }
 
+/* rope_freqs: a given frequency table (Llama 3's scaled one here: every third frequency slowed
+ * 8x) against the double reference, its inverse, and its backward against finite differences;
+ * then plain rope again, which must not reuse the frequency table's cached angles. */
+static void test_rope_freqs(backend *be, int B, int T, int H, int D, size_t samples)
+{
+    size_t n = (size_t)B * T * H * D;
+    float *x = frand(n, 1), *w = frand(n, 1), *y = fcopy(x, n), *f = malloc((size_t)D / 2 * sizeof(float));
+    for (int i = 0; i < D / 2; i++) f[i] = (float)(pow(500000.0, -2.0 * i / D) / (i % 3 ? 1.0 : 8.0));
+    rope_ctx c = {todbl(x, n), todbl(w, n), malloc(n * sizeof(double)), malloc((size_t)T * D * sizeof(double)),
+                  B, T, H, D, 0.0};
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < D / 2; i++) {
+            double a = t * (double)f[i];
+            c.cs[((size_t)t * D / 2 + i) * 2] = cos(a);
+            c.cs[((size_t)t * D / 2 + i) * 2 + 1] = sin(a);
+        }
+    ref_rope(&c);
+    char name[80];
+    /* as test_rope: cos, sin rounded once from double, two products, a cancelling sum */
+    const check_tol rope_tol = tol32(2, 2, 3), twice = {2 * rope_tol.atol, 2 * rope_tol.rtol};
+    be->ops->rope_freqs(be, y, B, T, H, D, f, 0);
+    snprintf(name, sizeof name, "rope_freqs fwd B=%d T=%d H=%d D=%d", B, T, H, D);
+    check_close(name, y, c.out, n, rope_tol);
+    be->ops->rope_freqs(be, y, B, T, H, D, f, 1);
+    check_close("rope_freqs inverse undoes forward", y, c.x, n, twice);
+    be->ops->rope_freqs(be, w, B, T, H, D, f, 1);
+    check_grad("rope_freqs bwd = inverse(dout)", rope_f, &c, c.x, n, w, NULL, samples, rope_tol);
+    free(y);
+    y = fcopy(x, n);
+    be->ops->rope(be, y, B, T, H, D, 500000.0f, 0);
+    be->ops->rope_freqs(be, y, B, T, H, D, f, 1); /* differs: the tables must not be confused */
+    double diff = 0;
+    for (size_t i = 0; i < n; i++) diff = fmax(diff, fabs((double)y[i] - x[i]));
+    int stale = T >= 2 && diff <= 1e-3;
+    printf("%s rope(theta) then rope_freqs inverse differ from x by %.3g (a stale table would give 0)\n",
+           stale ? "FAIL" : "ok  ", diff);
+    failures += stale;
+    free(x), free(w), free(y), free(f), free(c.x), free(c.w), free(c.out), free(c.cs);
+}
+
 typedef struct {
     double *wte, *wpe, *w;
     const int32_t *tok;
@@ -285,6 +325,8 @@ int main(int argc, char **argv)
     test_rope(be, 2, 7, 3, 8, 0);
     test_rope(be, 2, 300, 4, 64, 200);
     test_rope(be, 1, 33, 2, 64, 0); /* a shorter T after a longer one: the cached table serves */
+    test_rope_freqs(be, 2, 40, 3, 16, 200);
+    test_rope(be, 2, 7, 3, 8, 0); /* plain theta again after a frequency table */
     test_embedding(be, 2, 5, 9, 7, 1, 0);
     test_embedding(be, 2, 5, 9, 7, 0, 0);
     test_embedding(be, 4, 64, 256, 50, 1, 200);

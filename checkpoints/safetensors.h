@@ -1,0 +1,86 @@
+/* safetensors.h: read and write the safetensors format (an 8-byte little-endian header length, a
+ * JSON header naming each tensor's dtype, shape and byte range, then the raw data), as Hugging
+ * Face folders hold weights. Reading memory-maps the file and converts one tensor at a time to
+ * fp32; every length and offset is checked at open, so a lying file is one error, never a crash
+ * or a huge allocation. Knows nothing about models or their names. */
+#ifndef LOOM_SAFETENSORS_H
+#define LOOM_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_MAX_DIMS 8
+
+typedef enum { ST_F32 = 0, ST_F16 = 1, ST_BF16 = 2 } st_dtype;
+
+typedef struct st_tensor {
+    char *name;                  /* owned by the file */
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t numel;
+    uint64_t begin, end;         /* byte range inside the data section */
+} st_tensor;
+
+/* One open .safetensors file (mapped read-only). */
+typedef struct st_file {
+    char *path;
+    uint8_t *map;
+    size_t size, data_start;
+    int ntensors;
+    st_tensor *t;                /* sorted by begin */
+} st_file;
+
+/* Open, map and validate: header length within the file, a JSON object, known dtypes, byte
+ * ranges inside the data section that match dtype x shape, no overlaps, no duplicate names.
+ * NULL + loom_fail("FILE: tensor NAME: ...") on any lie. */
+st_file *st_open(const char *path);
+void st_close(st_file *f);
+/* Index of tensor `name`, -1 when absent. */
+int st_find(const st_file *f, const char *name);
+/* Tensor i converted to fp32 into out[0 .. numel) (numel must match), then its pages released
+ * from memory (so an import holds one tensor at a time). */
+int st_read_f32(st_file *f, int i, float *out, size_t numel);
+
+/* Parse a dtype name ("F32", "BF16", "F16"); -1 for any other. */
+int st_dtype_parse(const char *s);
+const char *st_dtype_name(st_dtype d);
+size_t st_dtype_size(st_dtype d);
+
+/* Round-to-nearest-even conversions (NaN stays NaN), as torch converts. */
+uint16_t st_f32_to_bf16(float x);
+uint16_t st_f32_to_f16(float x);
+float st_bf16_to_f32(uint16_t h);
+float st_f16_to_f32(uint16_t h);
+
+/* --- a set of files: model.safetensors, or the shards model.safetensors.index.json names --- */
+typedef struct st_set {
+    int nfiles;
+    st_file **files;
+} st_set;
+
+/* Open the weights of folder `dir`: model.safetensors if present, else the index and every shard
+ * it names (an index naming a missing file or a tensor not in its shard is an error). NULL +
+ * loom_fail. */
+st_set *st_set_open(const char *dir);
+void st_set_close(st_set *s);
+/* Find `name`: its file and index there; -1 when absent. */
+int st_set_find(const st_set *s, const char *name, st_file **file, int *index);
+
+/* --- writing --- */
+typedef struct st_wtensor {
+    const char *name;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+} st_wtensor;
+
+/* Tensor k's fp32 contents (numel of its shape), asked once per tensor in order; NULL aborts. */
+typedef const float *(*st_fetch_fn)(void *ctx, int k);
+
+/* Write tensors [0, n) in `dtype` into `dir`: one model.safetensors (named `stem`.safetensors)
+ * when the data fits in max_shard_bytes, else stem-0000i-of-0000N.safetensors files plus
+ * stem.safetensors.index.json (the HF layout). Each file goes to a temporary name first. */
+int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
+                 st_fetch_fn fetch, void *ctx, uint64_t max_shard_bytes);
+
+#endif

@@ -1,0 +1,179 @@
+/* cmd_export.c: `loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]` and
+ * `loom export peft CKPT OUT_DIR`: a loom checkpoint -> a Hugging Face folder or a PEFT adapter.
+ * The tensors are the checkpoint's logical fp32 ones (a LoRA checkpoint's base comes from its
+ * finetune.base: a loom checkpoint or an HF folder); the mapping is checkpoints/hf*.c's. */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/backend.h"
+#include "base/error.h"
+#include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
+#include "core/model.h"
+#include "core/session.h"
+#include "launch/cli.h"
+
+typedef struct export_src {
+    const model_tensor *t;
+    int n;
+    const float *host;
+} export_src;
+
+static const float *export_get(void *ctx, const char *name)
+{
+    const export_src *s = ctx;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->t[i].name, name) == 0) return s->host + s->t[i].offset;
+    return NULL;
+}
+
+/* Group `grp` of checkpoint `path` laid out as (t, n) into host. */
+static int export_read_group(const char *path, const char *grp, const model_tensor *t, int n, float *host)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    int rc = ckpt_has_group(r, grp) ? 0 : loom_fail("%s: no /%s group", file, grp);
+    ckpt_tensor *ct = session_ckpt_table_of(t, n);
+    ckpt_group g = {grp, ct, n, host, NULL, NULL};
+    if (rc == 0) rc = ct ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
+    free(ct);
+    ckpt_close(r);
+    return rc;
+}
+
+/* The base weights of a job (an HF folder or a loom checkpoint) into host (table t, n). */
+static int export_read_base(const char *base, const model_tensor *t, int n, float *host)
+{
+    if (!hf_is_folder(base)) return export_read_group(base, "model", t, n, host);
+    hf_model *h = hf_open(base);
+    int rc = h ? 0 : -1;
+    for (int i = 0; rc == 0 && i < n; i++) rc = hf_read(h, t[i].name, host + t[i].offset, t[i].numel);
+    hf_close(h);
+    return rc;
+}
+
+/* Where the tokenizer files and the source config.json are: beside the checkpoint (an import),
+ * else finetune.base (an HF folder, or an import folder). NULL when nowhere. */
+static const char *export_side_dir(const char *ckpt_file, const job_config *cfg, char *buf, size_t len)
+{
+    char tmp[1024], probe[1200];
+    snprintf(tmp, sizeof tmp, "%s", ckpt_file);
+    snprintf(buf, len, "%s", dirname(tmp));
+    snprintf(probe, sizeof probe, "%s/hf_config.json", buf);
+    if (access(probe, F_OK) == 0) return buf;
+    const char *b = cfg->finetune.base;
+    if (!b[0]) return NULL;
+    if (hf_is_folder(b)) { snprintf(buf, len, "%s", b); return buf; }
+    snprintf(probe, sizeof probe, "%s/hf_config.json", b);
+    if (access(probe, F_OK) == 0) { snprintf(buf, len, "%s", b); return buf; }
+    return NULL;
+}
+
+typedef struct export_args {
+    const char *kind, *ckpt, *out;
+    st_dtype dtype;
+    int merge;
+    double shard_mb;
+} export_args;
+
+static int export_parse(int argc, char **argv, export_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->dtype = ST_F32;
+    a->shard_mb = 2048;
+    if (argc < 5) return loom_fail("usage: loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N] | loom export peft CKPT OUT_DIR");
+    a->kind = argv[2];
+    a->ckpt = argv[3];
+    a->out = argv[4];
+    if (strcmp(a->kind, "hf") != 0 && strcmp(a->kind, "peft") != 0) return loom_fail("export: unknown kind '%s' (hf, peft)", a->kind);
+    for (int i = 5; i < argc; i++) {
+        if (strcmp(argv[i], "--merge") == 0) a->merge = 1;
+        else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "f32") == 0) a->dtype = ST_F32;
+            else if (strcmp(d, "bf16") == 0) a->dtype = ST_BF16;
+            else if (strcmp(d, "f16") == 0) a->dtype = ST_F16;
+            else return loom_fail("export: --dtype '%s' (f32, bf16, f16)", d);
+        } else if (strcmp(argv[i], "--shard-mb") == 0 && i + 1 < argc) {
+            a->shard_mb = atof(argv[++i]);
+            if (!(a->shard_mb > 0)) return loom_fail("export: --shard-mb must be positive");
+        } else return loom_fail("export: unexpected argument '%s'", argv[i]);
+    }
+    return 0;
+}
+
+/* The checkpoint's job config; *lora = 1 when it holds LoRA adapters. */
+static int export_job(const char *ckpt, char *file, size_t len, job_config *cfg, int *lora)
+{
+    if (ckpt_resolve(ckpt, file, len)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    ckpt_state st = {0};
+    int rc = ckpt_read_state(r, &st);
+    if (rc == 0) rc = config_load_string(cfg, st.job_config_json, file, NULL, 0);
+    if (rc == 0) rc = config_model_from_json(&cfg->model, st.model_config_json);
+    *lora = ckpt_has_group(r, "lora");
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    return rc;
+}
+
+static int export_run(const export_args *a)
+{
+    char file[1024], side[1024];
+    job_config cfg;
+    int lora = 0;
+    if (export_job(a->ckpt, file, sizeof file, &cfg, &lora)) return -1;
+    int peft = strcmp(a->kind, "peft") == 0;
+    if (peft && !lora) return loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
+    if (!peft && lora && !a->merge) return loom_fail("%s: a LoRA checkpoint: add --merge (adapters folded into the base) or use `loom export peft`", file);
+    lora_spec ls = {0};
+    if (lora && lora_spec_from_config(&cfg.finetune, &cfg.model, &ls)) return -1;
+    backend_config bc = {.threads = 1};
+    backend *be = backend_select("cpu", &bc, NULL, 0);
+    model *m = be ? model_create(&cfg.model, be, 1, 1, 0, 0, 0, lora ? &ls : NULL) : NULL;
+    const model_tensor *bt;
+    int nb;
+    size_t nbp;
+    float *base = NULL, *ad = NULL;
+    int rc = m ? 0 : -1;
+    if (rc == 0) {
+        model_base_table(m, &bt, &nb, &nbp);
+        base = peft ? NULL : malloc(nbp * sizeof(float));
+        ad = lora ? malloc(m->nparams * sizeof(float)) : NULL;
+        if ((!peft && !base) || (lora && !ad)) rc = loom_fail("export: out of host memory");
+    }
+    if (rc == 0 && !peft) rc = lora ? export_read_base(cfg.finetune.base, bt, nb, base) : export_read_group(file, "model", bt, nb, base);
+    if (rc == 0 && lora) rc = export_read_group(file, "lora", m->tensors, m->ntensors, ad);
+    if (rc == 0 && lora && !peft) rc = model_lora_merge(m, base, ad);
+    char *mj = rc == 0 ? config_model_to_json(&cfg.model) : NULL;
+    if (rc == 0 && !mj) rc = loom_fail("out of memory");
+    if (rc == 0) rc = session_mkdirs(a->out);
+    const char *sd = export_side_dir(file, &cfg, side, sizeof side);
+    if (rc == 0 && peft) {
+        export_src src = {m->tensors, m->ntensors, ad};
+        rc = hf_export_peft(a->out, mj, export_get, &src, ls.rank, ls.alpha, ls.targets, cfg.finetune.base);
+    } else if (rc == 0) {
+        export_src src = {bt, nb, base};
+        rc = hf_export(a->out, mj, export_get, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
+    }
+    free(mj);
+    free(base);
+    free(ad);
+    model_destroy(m);
+    backend_destroy(be);
+    return rc;
+}
+
+int cmd_export(int argc, char **argv)
+{
+    export_args a;
+    if (export_parse(argc, argv, &a) || export_run(&a)) return cli_fail();
+    printf("%s -> %s\n", a.ckpt, a.out);
+    return 0;
+}

@@ -1,0 +1,108 @@
+/* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint, the folder
+ * OUT (OUT/step_00000000.h5 + latest) or, for OUT.h5, that one file; the /model group only, with
+ * the folder's tokenizer files and config.json (as hf_config.json) copied beside it for export.
+ * One tensor in memory at a time (the ckpt writer's fetch callback pulls from the mapped files). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
+#include "core/model.h"
+#include "core/session.h"
+#include "launch/cli.h"
+
+typedef struct import_ctx {
+    hf_model *h;
+    const model *m;
+    float *buf;
+} import_ctx;
+
+static const float *import_fetch(void *ctx, int k)
+{
+    import_ctx *ic = ctx;
+    const model_tensor *t = &ic->m->tensors[k];
+    return hf_read(ic->h, t->name, ic->buf, t->numel) ? NULL : ic->buf;
+}
+
+/* Write the checkpoint: loom's table laid out from the folder's config, filled from the folder. */
+static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    int rc = model_layout(&m, &cfg->model), n;
+    hf_tensors(h, &n);
+    if (rc == 0 && n != m.ntensors) rc = loom_fail("import: the folder maps to %d tensors, loom's model has %d", n, m.ntensors);
+    size_t maxn = 1;
+    for (int i = 0; rc == 0 && i < m.ntensors; i++) maxn = m.tensors[i].numel > maxn ? m.tensors[i].numel : maxn;
+    import_ctx ic = {h, &m, rc == 0 ? malloc(maxn * sizeof(float)) : NULL};
+    ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(m.tensors, m.ntensors) : NULL;
+    char *model_json = config_model_to_json(&cfg->model), *job_json = config_to_json(cfg);
+    if (rc == 0 && (!ic.buf || !table || !model_json || !job_json)) rc = loom_fail("import: out of host memory");
+    if (rc == 0) {
+        ckpt_group g = {"model", table, m.ntensors, NULL, import_fetch, &ic};
+        ckpt_state st = {0};
+        st.model_config_json = model_json;
+        st.job_config_json = job_json;
+        st.world_size = 1;
+        st.backend = "import";
+        rc = ckpt_save(out_dir, &st, &g, 1, 0);
+    }
+    if (rc == 0) log_info("imported %s: %d tensors, %zu parameters", hf_arch_name(h), m.ntensors, m.nparams);
+    free(ic.buf);
+    free(table);
+    free(model_json);
+    free(job_json);
+    free(m.tensors);
+    free(m.region_offset);
+    return rc;
+}
+
+/* OUT ending in .h5: the checkpoint as that one file (saved in OUT.d, then moved), its side files
+ * in OUT's folder; else OUT is a checkpoint folder. */
+static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *out)
+{
+    size_t n = strlen(out);
+    if (n < 4 || strcmp(out + n - 3, ".h5") != 0) {
+        if (session_mkdirs(out) || import_write(h, cfg, out)) return -1;
+        return hf_copy_side_files(dir, out, 1);
+    }
+    char tmp[1100], file[1200], parent[1100];
+    snprintf(tmp, sizeof tmp, "%s.d", out);
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash) *slash = '\0';
+    else snprintf(parent, sizeof parent, ".");
+    if (session_mkdirs(parent) || import_write(h, cfg, tmp)) return -1;
+    snprintf(file, sizeof file, "%s/step_00000000.h5", tmp);
+    if (rename(file, out) != 0) return loom_fail("%s: cannot move the checkpoint here", out);
+    snprintf(file, sizeof file, "%s/latest", tmp);
+    unlink(file);
+    rmdir(tmp);
+    return hf_copy_side_files(dir, parent, 1);
+}
+
+int cmd_import(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: loom import HF_DIR OUT_DIR|OUT.h5   (a Hugging Face model folder -> a loom checkpoint)\n");
+        return 2;
+    }
+    const char *dir = argv[2], *out = argv[3];
+    hf_model *h = hf_open(dir);
+    if (!h) return cli_fail();
+    job_config cfg;
+    config_defaults(&cfg);
+    snprintf(cfg.name, sizeof cfg.name, "import");
+    snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", dir);
+    int rc = session_model_from_hf(&cfg.model, dir);
+    if (cfg.train.seq_len > cfg.model.max_seq) cfg.train.seq_len = cfg.model.max_seq; /* a valid job */
+    if (rc == 0) rc = import_to(h, &cfg, dir, out);
+    hf_close(h);
+    if (rc) return cli_fail();
+    printf("%s -> %s\n", dir, out);
+    return 0;
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# hf_cli.sh LOOM FIXTURES TMP [MPIRUN...]: the Hugging Face workflow of docs/hf.md through the real
+# binary on the committed fixtures: for each family `loom import`, `loom train --init HF_DIR`
+# (one step), `loom export hf` (f32 and bf16) and re-import; a LoRA fine-tune with finetune.base =
+# an HF folder and HF target names, exported as a PEFT adapter and merged; bad folders exit
+# non-zero with one line; with MPIRUN: 2 ranks ZeRO-3 from an HF folder, resumed on 1 rank, exported.
+set -euo pipefail
+loom=$1 fix=$2 tmp=$3
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+shift 3
+rm -rf "$tmp" && mkdir -p "$tmp"
+cd "$tmp"
+head -c 20000 "$repo/configs/data/corpus.txt" >corpus.txt
+head -n 6 "$repo/configs/data/tools.jsonl" >tools.jsonl
+cat >train.json <<JSON
+{"name": "hf", "train": {"steps": 1, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "log_every": 1},
+ "data": {"train": "corpus.txt"}, "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
+JSON
+cat >lora.json <<JSON
+{"name": "hf-lora", "train": {"batch_size": 2, "lr": 1e-2, "log_every": 1},
+ "data": {"train": "tools.jsonl", "val_split": 0, "max_len": 32},
+ "finetune": {"method": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "epochs": 1},
+ "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
+JSON
+run() { timeout 120 "$@" >>log.txt 2>&1 || { echo "FAIL: $*"; tail -5 log.txt; exit 1; }; }
+for a in gpt2 llama mistral qwen2 qwen3; do
+    run "$loom" import "$fix/$a" "imp_$a"
+    run "$loom" train train.json --init "$fix/$a" --out "run_$a" --quiet
+    run "$loom" export hf "run_$a/ckpt" "out_$a"
+    run "$loom" export hf "imp_$a" "out16_$a" --dtype bf16
+    run "$loom" import "out_$a" "back_$a"
+    for f in config.json model.safetensors; do [ -f "out_$a/$f" ] || { echo "FAIL: out_$a/$f missing"; exit 1; }; done
+    [ -f "out16_$a/tokenizer.json" ] || { echo "FAIL: $a: tokenizer.json not carried through import + export"; exit 1; }
+    grep -q '"bfloat16"' "out16_$a/config.json" || { echo "FAIL: $a: bf16 export's config.json dtype"; exit 1; }
+    echo "ok: $a import, train --init, export, re-import"
+done
+# import into one .h5 file, train from it, export (tokenizer found beside the file)
+run "$loom" import "$fix/qwen3" one/qwen3.h5
+run "$loom" train train.json --init one/qwen3.h5 --out run_one --quiet
+run "$loom" export hf one/qwen3.h5 out_one
+[ -f out_one/tokenizer.json ] && [ -f one/hf_config.json ] || { echo "FAIL: side files of an .h5 import"; exit 1; }
+echo "ok: import to a file, --init from it, export"
+# LoRA from an HF base, PEFT adapter and merged export
+run "$loom" finetune lora.json --set finetune.base="$fix/qwen2" --out run_lora --quiet
+run "$loom" export peft run_lora/ckpt peft_qwen2
+run "$loom" export hf run_lora/ckpt merged_qwen2 --merge
+grep -q '"target_modules"' peft_qwen2/adapter_config.json && grep -q '"down_proj"' peft_qwen2/adapter_config.json ||
+    { echo "FAIL: adapter_config.json"; exit 1; }
+grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' peft_qwen2/adapter_model.safetensors ||
+    { echo "FAIL: PEFT tensor names"; exit 1; }
+if "$loom" export hf run_lora/ckpt nomerge 2>err.txt; then echo "FAIL: LoRA export without --merge accepted"; exit 1; fi
+echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder"
+# bad input: one line, non-zero exit
+mkdir -p empty
+for bad in empty "$fix/does-not-exist"; do
+    if "$loom" import "$bad" x 2>err.txt; then echo "FAIL: import $bad accepted"; exit 1; fi
+    [ "$(wc -l <err.txt)" -eq 1 ] || { echo "FAIL: import $bad: not one line:"; cat err.txt; exit 1; }
+done
+echo "ok: bad folders refused with one line"
+# resume and reshard: 2 ranks ZeRO-3 from an HF folder, checkpoint, resume on 1 rank, export
+if [ $# -gt 0 ]; then
+    timeout 180 "$@" -np 2 "$loom" train train.json --init "$fix/llama" --out run_z3 --quiet \
+        --set parallel.zero_stage=3 --set train.steps=2 --set checkpoint.every=1 --set checkpoint.keep=3 >>log.txt 2>&1 ||
+        { echo "FAIL: 2-rank ZeRO-3 run"; tail -5 log.txt; exit 1; }
+    run "$loom" train train.json --init "$fix/llama" --out run_z3 --quiet --set train.steps=3 --resume run_z3/ckpt
+    run "$loom" export hf run_z3/ckpt out_z3
+    [ -f out_z3/model.safetensors ] || { echo "FAIL: export after resume"; exit 1; }
+    echo "ok: 2 ranks ZeRO-3 -> resume on 1 rank -> export"
+fi
