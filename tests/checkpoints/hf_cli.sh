@@ -11,14 +11,17 @@ shift 3
 rm -rf "$tmp" && mkdir -p "$tmp"
 cd "$tmp"
 head -c 20000 "$repo/configs/data/corpus.txt" >corpus.txt
-head -n 6 "$repo/configs/data/tools.jsonl" >tools.jsonl
+# tool calls short enough that prompt + answer fit the fixtures' 64 positions (byte tokens)
+for q in a b c d e f; do
+    echo "{\"query\":\"$q\",\"tools\":[{\"name\":\"f\"}],\"answers\":[{\"name\":\"f\",\"arguments\":{}}]}"
+done >tools.jsonl
 cat >train.json <<JSON
 {"name": "hf", "train": {"steps": 1, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "log_every": 1},
  "data": {"train": "corpus.txt"}, "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
 JSON
 cat >lora.json <<JSON
 {"name": "hf-lora", "train": {"batch_size": 2, "lr": 1e-2, "log_every": 1},
- "data": {"train": "tools.jsonl", "val_split": 0, "max_len": 32},
+ "data": {"train": "tools.jsonl", "val_split": 0, "max_len": 64},
  "finetune": {"method": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "epochs": 1},
  "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
 JSON
