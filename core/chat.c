@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "core/tokenizer.h"
 
 static char *chat_strdup(const char *s)
 {
@@ -154,13 +153,36 @@ void chat_example_free(sft_example *ex)
     memset(ex, 0, sizeof *ex);
 }
 
+int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
+{
+    static const char *const names[] = {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>",
+                                        "<|tools|>", "<|call|>", "<|think|>"};
+    memset(ct, 0, sizeof *ct);
+    ct->tok = tok;
+    if (format && format[0] && strcmp(format, "loom") != 0)
+        return loom_fail("data.chat_format: unknown format \"%s\" (known: loom)", format);
+    ct->format = "loom";
+    int32_t *ids[] = {&ct->system, &ct->user, &ct->assistant, &ct->end, &ct->tools, &ct->call, &ct->think};
+    for (int i = 0; i < 7; i++) {
+        *ids[i] = tokenizer_special(tok, names[i]);
+        if (*ids[i] < 0)
+            return loom_fail("chat format loom: the tokenizer (%s) has no special token %s",
+                             tokenizer_describe(tok), names[i]);
+    }
+    ct->eot = ct->end;
+    ct->pad = tokenizer_pad(tok);
+    return 0;
+}
+
 /* Appends tokens while there is room and counts all of them, so one pass both renders (cut at
  * cap) and measures the full length. */
 typedef struct chat_writer {
+    const chat_template *ct;
     int32_t *tokens;
     uint8_t *mask;
     int cap;
     int n;
+    int err;
 } chat_writer;
 
 static void chat_put(chat_writer *w, int32_t id, uint8_t m)
@@ -172,49 +194,51 @@ static void chat_put(chat_writer *w, int32_t id, uint8_t m)
     w->n++;
 }
 
+/* Text through the tokenizer: special tokens inside it stay text. */
 static void chat_put_text(chat_writer *w, const char *s, uint8_t m)
 {
-    for (; *s; s++) {
-        int32_t id;
-        tokenizer_encode(s, 1, &id, 1);
-        chat_put(w, id, m);
-    }
+    size_t count;
+    int32_t *ids = tokenizer_encode_alloc(w->ct->tok, s, strlen(s), &count);
+    if (!ids) { w->err = 1; return; }
+    for (size_t i = 0; i < count; i++) chat_put(w, ids[i], m);
+    free(ids);
 }
 
 /* Everything through <|assistant|>: never in the loss. */
 static void chat_write_prompt(chat_writer *w, const sft_example *ex)
 {
+    const chat_template *ct = w->ct;
     if (ex->system) {
-        chat_put(w, TOK_SYSTEM, 0);
+        chat_put(w, ct->system, 0);
         chat_put_text(w, ex->system, 0);
-        chat_put(w, TOK_END, 0);
+        chat_put(w, ct->end, 0);
     }
-    chat_put(w, TOK_USER, 0);
-    chat_put(w, TOK_TOOLS, 0);
+    chat_put(w, ct->user, 0);
+    chat_put(w, ct->tools, 0);
     chat_put_text(w, ex->tools_json ? ex->tools_json : "[]", 0);
     chat_put_text(w, "\n", 0);
     chat_put_text(w, ex->query ? ex->query : "", 0);
-    chat_put(w, TOK_END, 0);
-    chat_put(w, TOK_ASSISTANT, 0);
+    chat_put(w, ct->end, 0);
+    chat_put(w, ct->assistant, 0);
 }
 
-int chat_render(const sft_example *ex, int32_t *tokens, uint8_t *loss_mask, int cap)
+int chat_render(const chat_template *ct, const sft_example *ex, int32_t *tokens, uint8_t *loss_mask, int cap)
 {
-    chat_writer w = {tokens, loss_mask, cap, 0};
+    chat_writer w = {ct, tokens, loss_mask, cap, 0, 0};
     chat_write_prompt(&w, ex);
     if (ex->reasoning) {
-        chat_put(&w, TOK_THINK, 1);
+        chat_put(&w, ct->think, 1);
         chat_put_text(&w, ex->reasoning, 1);
     }
-    chat_put(&w, TOK_CALL, 1);
+    chat_put(&w, ct->call, 1);
     chat_put_text(&w, ex->answers_json ? ex->answers_json : "[]", 1);
-    chat_put(&w, TOK_END, 1);
-    return w.n;
+    chat_put(&w, ct->end, 1);
+    return w.err ? -1 : w.n;
 }
 
-int chat_render_prompt(const sft_example *ex, int32_t *tokens, int cap)
+int chat_render_prompt(const chat_template *ct, const sft_example *ex, int32_t *tokens, int cap)
 {
-    chat_writer w = {tokens, NULL, cap, 0};
+    chat_writer w = {ct, tokens, NULL, cap, 0, 0};
     chat_write_prompt(&w, ex);
-    return w.n;
+    return w.err ? -1 : w.n;
 }

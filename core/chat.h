@@ -9,6 +9,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/tokenizer.h"
+
 /* Layout (docs/finetune-data.md), markers are single special tokens, the rest is UTF-8 bytes:
  *
  *   [<|system|>SYSTEM<|end|>]<|user|><|tools|>TOOLS\nQUERY<|end|>
@@ -40,13 +42,26 @@ int chat_example_parse(const char *text, size_t n, sft_example *ex, int flags);
 /* Free what ex owns and zero it (safe on a zeroed or already freed example). */
 void chat_example_free(sft_example *ex);
 
+/* How examples become tokens: a tokenizer and a chat format with its marker ids resolved. */
+typedef struct chat_template {
+    tokenizer *tok;          /* not owned */
+    const char *format;      /* "loom" */
+    int32_t system, user, assistant, end, tools, call, think; /* loom's markers */
+    int32_t eot;             /* generation stops at this id (end of the assistant turn) */
+    int32_t pad;             /* padding id (never a target) */
+} chat_template;
+
+/* Resolve format ("" or "loom") on tok: -1 + loom_fail naming a marker the tokenizer lacks. */
+int chat_template_init(chat_template *ct, tokenizer *tok, const char *format);
+
 /* Render the whole example. Writes the first min(len, cap) tokens to tokens and their mask bits to
  * loss_mask (either may be NULL to only measure) and returns the full length len, which may
- * exceed cap (then the rendering was cut at cap). Requires ex->answers_json. */
-int chat_render(const sft_example *ex, int32_t *tokens, uint8_t *loss_mask, int cap);
+ * exceed cap (then the rendering was cut at cap), or -1 + loom_fail (the tokenizer failed).
+ * Requires ex->answers_json. */
+int chat_render(const chat_template *ct, const sft_example *ex, int32_t *tokens, uint8_t *loss_mask, int cap);
 
 /* Render the prompt: everything up to and including <|assistant|> (what generation starts
  * from). Same conventions as chat_render; needs no answers. */
-int chat_render_prompt(const sft_example *ex, int32_t *tokens, int cap);
+int chat_render_prompt(const chat_template *ct, const sft_example *ex, int32_t *tokens, int cap);
 
 #endif

@@ -9,7 +9,6 @@
 
 #include "base/error.h"
 #include "base/rng.h"
-#include "core/tokenizer.h"
 
 static uint32_t le32(const unsigned char *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
 static uint64_t le64(const unsigned char *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
@@ -41,29 +40,37 @@ static unsigned char *data_read_file(const char *path, size_t *len)
     return buf;
 }
 
-static int data_parse_tokfile(token_data *d, const char *path, const unsigned char *buf, size_t len)
+static int data_parse_tokfile(token_data *d, const char *path, const unsigned char *buf, size_t len,
+                              const tokenizer *tok)
 {
-    if (len < TOKFILE_HEADER_BYTES) return loom_fail("%s: truncated token file header", path);
-    uint32_t version = le32(buf + 8), width = le32(buf + 12);
+    uint32_t version = len >= 12 ? le32(buf + 8) : 0;
+    size_t hdr = version == 1 ? 24 : TOKFILE_HEADER_BYTES;
+    if (len < hdr) return loom_fail("%s: truncated token file header", path);
+    uint32_t width = le32(buf + 12);
     uint64_t count = le64(buf + 16);
-    if (version != TOKFILE_VERSION)
-        return loom_fail("%s: token file version %u, this loom reads %d", path, version, TOKFILE_VERSION);
+    if (version != 1 && version != TOKFILE_VERSION)
+        return loom_fail("%s: token file version %u, this loom reads 1 and %d", path, version, TOKFILE_VERSION);
+    uint64_t made_by = version == 1 ? TOKENIZER_BYTE_HASH : le64(buf + 24); /* v1: byte tokenizer only */
+    if (made_by != tokenizer_hash(tok))
+        return loom_fail("%s: made by tokenizer %016llx, the model uses %s (%016llx): re-run loom tokenize "
+                         "with this model's job", path, (unsigned long long)made_by, tokenizer_describe(tok),
+                         (unsigned long long)tokenizer_hash(tok));
     if (width != 2 && width != 4)
         return loom_fail("%s: token width %u bytes (must be 2 or 4)", path, width);
-    size_t have = (len - TOKFILE_HEADER_BYTES) / width;
+    size_t have = (len - hdr) / width;
     if (count > have)
         return loom_fail("%s: truncated: header says %llu tokens, file holds %zu", path,
                          (unsigned long long)count, have);
     d->tokens = malloc((count ? count : 1) * sizeof(int32_t));
     if (!d->tokens) return loom_fail("%s: out of memory for %llu tokens", path, (unsigned long long)count);
-    const unsigned char *p = buf + TOKFILE_HEADER_BYTES;
+    const unsigned char *p = buf + hdr;
     for (uint64_t i = 0; i < count; i++)
         d->tokens[i] = width == 2 ? (int32_t)(p[2 * i] | p[2 * i + 1] << 8) : (int32_t)le32(p + 4 * i);
     d->n = count;
     return 0;
 }
 
-int token_data_load(token_data *d, const char *path, int vocab)
+int token_data_load(token_data *d, const char *path, tokenizer *tok, int vocab)
 {
     memset(d, 0, sizeof *d);
     size_t len;
@@ -71,11 +78,10 @@ int token_data_load(token_data *d, const char *path, int vocab)
     if (!buf) return -1;
     int rc = 0;
     if (len >= 8 && memcmp(buf, TOKFILE_MAGIC, 8) == 0) {
-        rc = data_parse_tokfile(d, path, buf, len);
-    } else { /* plain text: one token per byte */
-        d->tokens = malloc((len ? len : 1) * sizeof(int32_t));
-        if (!d->tokens) rc = loom_fail("%s: out of memory", path);
-        else d->n = tokenizer_encode((const char *)buf, len, d->tokens, len);
+        rc = data_parse_tokfile(d, path, buf, len, tok);
+    } else { /* plain text: the model's tokenizer */
+        d->tokens = tokenizer_encode_alloc(tok, (const char *)buf, len, &d->n);
+        if (!d->tokens) rc = loom_fail("%s: %s", path, loom_error());
     }
     free(buf);
     for (size_t i = 0; rc == 0 && i < d->n; i++)
@@ -93,7 +99,7 @@ void token_data_free(token_data *d)
     d->n = 0;
 }
 
-int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width)
+int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width, uint64_t tok_hash)
 {
     if (width != 2 && width != 4) return loom_fail("%s: token width must be 2 or 4", path);
     FILE *f = fopen(path, "wb");
@@ -103,6 +109,7 @@ int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width)
     put32(hdr + 8, TOKFILE_VERSION);
     put32(hdr + 12, (uint32_t)width);
     put64(hdr + 16, n);
+    put64(hdr + 24, tok_hash);
     int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     for (size_t i = 0; ok && i < n; i++) {
         unsigned char b[4];

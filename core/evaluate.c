@@ -9,7 +9,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
-#include "core/tokenizer.h"
 #include "core/toolcall.h"
 
 int evaluate_loss(session *s, const sft_data *d, double *val_loss)
@@ -69,11 +68,11 @@ static int32_t evaluate_pick(const float *logits, int V, float temperature, int 
     return best;
 }
 
-int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, float temperature,
-                      int top_k, uint64_t seed, int32_t *out)
+int evaluate_generate(session *s, const chat_template *ct, const int32_t *prompt, int n, int max_new,
+                      float temperature, int top_k, uint64_t seed, int32_t *out)
 {
     model *m = s->model;
-    int V = m->cfg.vocab < TOKENIZER_VOCAB ? m->cfg.vocab : TOKENIZER_VOCAB;
+    int V = m->cfg.vocab < tokenizer_vocab(ct->tok) ? m->cfg.vocab : tokenizer_vocab(ct->tok);
     float *logits = malloc((size_t)m->cfg.vocab * sizeof(float));
     if (!logits) return loom_fail("generate: out of host memory");
     if (n < 1 || n >= m->T) {
@@ -84,7 +83,7 @@ int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, flo
     for (int pos = n; rc == 0 && made < max_new; pos++) {
         int32_t next = evaluate_pick(logits, V, temperature, top_k, seed, (uint64_t)pos);
         out[made++] = next;
-        if (next == TOK_END || pos + 1 >= m->T) break;
+        if (next == ct->eot || pos + 1 >= m->T) break;
         rc = model_decode(m, next, pos, logits);
     }
     free(logits);
@@ -116,13 +115,13 @@ int evaluate_accuracy(session *s, const sft_data *d, double *accuracy, double *n
         int plen = d->val.prompt_len[i];
         if (plen >= T) continue; /* the prompt alone fills the window: a miss */
         int room = T - plen < longest + 16 ? T - plen : longest + 16;
-        int made = evaluate_generate(s, d->val.tokens + (size_t)i * T, plen, room, 0.0f, 0, 0, gen);
+        int made = evaluate_generate(s, d->chat, d->val.tokens + (size_t)i * T, plen, room, 0.0f, 0, 0, gen);
         if (made < 0) {
             free(gen);
             free(text);
             return -1;
         }
-        if (toolcall_extract(gen, made, text, (size_t)T * 8 + 16) < 0) continue;
+        if (toolcall_extract(d->chat, gen, made, text, (size_t)T * 8 + 16) < 0) continue;
         toolcall_grade g = toolcall_grade_text(text, d->val.ex[i].answers);
         stats[0] += g.exact;
         stats[1] += g.names;

@@ -14,10 +14,11 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss);
  * `names` (may be NULL) receives the fraction with the right tool names. Collective. */
 int evaluate_accuracy(session *s, const sft_data *d, double *accuracy, double *names);
 
-/* Greedy (temperature 0) or sampled continuation of prompt[0..n) until <|end|>, `max_new` tokens
- * or the model's length; writes the new tokens to out and returns their count (-1 on error).
- * Sampling: temperature > 0 with top_k (0 = all) is deterministic in (seed). Local (one rank). */
-int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, float temperature,
-                      int top_k, uint64_t seed, int32_t *out);
+/* Greedy (temperature 0) or sampled continuation of prompt[0..n) until ct's end of turn, `max_new`
+ * tokens or the model's length, over the tokenizer's ids only; writes the new tokens to out and
+ * returns their count (-1 on error). Sampling: temperature > 0 with top_k (0 = all) is
+ * deterministic in (seed). Local (one rank). */
+int evaluate_generate(session *s, const chat_template *ct, const int32_t *prompt, int n, int max_new,
+                      float temperature, int top_k, uint64_t seed, int32_t *out);
 
 #endif

@@ -10,7 +10,6 @@
 
 #include "base/error.h"
 #include "base/rng.h"
-#include "core/tokenizer.h"
 
 /* Independent streams from one seed: the split and the epoch order never share draws. */
 #define SFT_SPLIT_KEY 0x5E1EC7ED5A11D47Aull
@@ -155,7 +154,7 @@ static int sft_bucket(int longest, int max_len)
 }
 
 /* Render list l into set s with rows of T tokens; counts examples cut at T. */
-static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
+static int sft_render_set(const chat_template *ct, sft_list *l, sft_set *s, int T, int *n_truncated)
 {
     size_t rows = l->n ? (size_t)l->n : 1;
     s->tokens = malloc(rows * (size_t)T * sizeof *s->tokens);
@@ -167,11 +166,12 @@ static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
     for (int i = 0; i < l->n; i++) {
         int32_t *row = s->tokens + (size_t)i * T;
         uint8_t *mask = s->loss_mask + (size_t)i * T;
-        int full = chat_render(&l->ex[i], row, mask, T);
+        int full = chat_render(ct, &l->ex[i], row, mask, T);
         int len = full < T ? full : T;
-        for (int t = len; t < T; t++) { row[t] = TOK_PAD; mask[t] = 0; }
+        for (int t = len; t < T; t++) { row[t] = ct->pad; mask[t] = 0; }
         s->len[i] = len;
-        s->prompt_len[i] = chat_render_prompt(&l->ex[i], NULL, 0);
+        s->prompt_len[i] = chat_render_prompt(ct, &l->ex[i], NULL, 0);
+        if (full < 0 || s->prompt_len[i] < 0) return -1;
         if (full > T) (*n_truncated)++;
     }
     s->n = l->n;
@@ -180,11 +180,12 @@ static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
     return 0;
 }
 
-static int sft_longest(const sft_list *l)
+static int sft_longest(const chat_template *ct, const sft_list *l)
 {
     int m = 0;
     for (int i = 0; i < l->n; i++) {
-        int n = chat_render(&l->ex[i], NULL, NULL, 0);
+        int n = chat_render(ct, &l->ex[i], NULL, NULL, 0);
+        if (n < 0) return -1;
         if (n > m) m = n;
     }
     return m;
@@ -193,11 +194,12 @@ static int sft_longest(const sft_list *l)
 /* Both lists parsed and split: bucket, render, and set up the order cache. */
 static int sft_finish(sft_data *d, sft_list *train, sft_list *val)
 {
-    int lt = sft_longest(train), lv = sft_longest(val);
+    int lt = sft_longest(d->chat, train), lv = sft_longest(d->chat, val);
+    if (lt < 0 || lv < 0) return -1;
     d->longest = lt > lv ? lt : lv;
     d->T = sft_bucket(d->longest, d->T);
-    if (sft_render_set(train, &d->train, d->T, &d->n_truncated) ||
-        sft_render_set(val, &d->val, d->T, &d->n_truncated))
+    if (sft_render_set(d->chat, train, &d->train, d->T, &d->n_truncated) ||
+        sft_render_set(d->chat, val, &d->val, d->T, &d->n_truncated))
         return -1;
     d->perm = calloc(1, sizeof *d->perm);
     if (d->perm) d->perm->perm = malloc((size_t)d->train.n * sizeof(int));
@@ -205,9 +207,10 @@ static int sft_finish(sft_data *d, sft_list *train, sft_list *val)
     return 0;
 }
 
-int sft_data_load(sft_data *d, const data_config *cfg, uint64_t seed)
+int sft_data_load(sft_data *d, const data_config *cfg, const chat_template *ct, uint64_t seed)
 {
     memset(d, 0, sizeof *d);
+    d->chat = ct;
     sft_list all = {0}, train = {0}, val = {0};
     int rc = sft_parse_file(cfg->train, cfg->skip_bad_lines, &all, &d->bad);
     if (rc == 0 && cfg->val[0]) {
@@ -282,14 +285,15 @@ int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g)
 }
 
 /* One row of T: tokens from example idx of s (rows of T_data), or all padding when idx < 0. */
-static long sft_fill_row(const sft_set *s, int T_data, int idx, int T, int32_t *tokens, int32_t *targets)
+static long sft_fill_row(const sft_set *s, int T_data, int32_t pad, int idx, int T, int32_t *tokens,
+                         int32_t *targets)
 {
     const int32_t *row = idx >= 0 ? s->tokens + (size_t)idx * T_data : NULL;
     const uint8_t *mask = idx >= 0 ? s->loss_mask + (size_t)idx * T_data : NULL;
     long count = 0;
     for (int t = 0; t < T; t++) {
         int has = row && t < T_data, next = row && t + 1 < T_data && mask[t + 1];
-        if (tokens) tokens[t] = has ? row[t] : TOK_PAD;
+        if (tokens) tokens[t] = has ? row[t] : pad;
         if (targets) targets[t] = next ? row[t + 1] : -1;
         count += next;
     }
@@ -302,7 +306,7 @@ long sft_batch(const sft_data *d, uint64_t seed, int epoch, uint64_t first_globa
     long count = 0;
     for (int i = 0; i < n; i++) {
         int idx = sft_sample_index(d, seed, epoch, first_global_index + (uint64_t)i);
-        count += sft_fill_row(&d->train, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+        count += sft_fill_row(&d->train, d->T, d->chat->pad, idx, T, tokens ? tokens + (size_t)i * T : NULL,
                               targets ? targets + (size_t)i * T : NULL);
     }
     return count;
@@ -319,7 +323,7 @@ long sft_val_batch(const sft_data *d, int first, int n, int T, int32_t *tokens, 
     long count = 0;
     for (int i = 0; i < n; i++) {
         int idx = first + i >= 0 && first + i < d->val.n ? first + i : -1;
-        count += sft_fill_row(&d->val, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+        count += sft_fill_row(&d->val, d->T, d->chat->pad, idx, T, tokens ? tokens + (size_t)i * T : NULL,
                               targets ? targets + (size_t)i * T : NULL);
     }
     return count;

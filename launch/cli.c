@@ -58,6 +58,8 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     cli_resolve_path(cfg->data.train, sizeof cfg->data.train, a->job_path);
     cli_resolve_path(cfg->data.val, sizeof cfg->data.val, a->job_path);
     cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
+    if (strcmp(cfg->model.tokenizer, "byte") != 0)
+        cli_resolve_path(cfg->model.tokenizer, sizeof cfg->model.tokenizer, a->job_path);
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);
     if (a->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", a->backend);
     return config_validate(cfg);

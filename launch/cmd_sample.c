@@ -44,9 +44,12 @@ static int sample_parse(int *argc, char **argv, sample_args *sa)
 }
 
 /* The prompt's tokens: raw text, or the chat rendering of a query + tools up to <|assistant|>. */
-static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
+static int sample_prompt(const sample_args *sa, const chat_template *ct, int32_t *tokens, int cap)
 {
-    if (sa->prompt) return (int)tokenizer_encode(sa->prompt, strlen(sa->prompt), tokens, (size_t)cap);
+    if (sa->prompt) {
+        long n = tokenizer_encode(ct->tok, sa->prompt, strlen(sa->prompt), tokens, (size_t)cap);
+        return n > cap ? cap : (int)n;
+    }
     char json[8192];
     snprintf(json, sizeof json, "{\"query\": %s, \"tools\": %s}", "\"\"", sa->tools ? sa->tools : "[]");
     sft_example ex;
@@ -59,7 +62,7 @@ static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
     int rc = chat_example_parse(text, strlen(text), &ex, CHAT_PARSE_PROMPT_ONLY);
     free(text);
     if (rc) return -1;
-    int n = chat_render_prompt(&ex, tokens, cap);
+    int n = chat_render_prompt(ct, &ex, tokens, cap);
     chat_example_free(&ex);
     return n;
 }
@@ -77,18 +80,25 @@ int cmd_sample(int argc, char **argv)
     int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *out = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);
     int finetune = cfg.finetune.base[0] != 0;
-    session *s = tokens && out && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
-    int n = s ? sample_prompt(&sa, tokens, T) : -1;
+    tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
+    chat_template ct;
+    if (tok && chat_template_init(&ct, tok, cfg.data.chat_format)) {
+        tokenizer_free(tok);
+        tok = NULL;
+    }
+    session *s = tok && tokens && out && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
+    int n = s ? sample_prompt(&sa, &ct, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;
-    int made = rc == 0 ? evaluate_generate(s, tokens, n, sa.max_new, sa.temperature, sa.top_k, sa.seed, out) : -1;
+    int made = rc == 0 ? evaluate_generate(s, &ct, tokens, n, sa.max_new, sa.temperature, sa.top_k, sa.seed, out) : -1;
     if (made >= 0 && c->rank == 0) {
-        tokenizer_decode(out, (size_t)made, text, (size_t)T * 16 + 1, 0);
+        tokenizer_decode(tok, out, (size_t)made, text, (size_t)T * 16 + 1, 0);
         printf("%s\n", text);
     }
     free(tokens);
     free(out);
     free(text);
     session_close(s);
+    tokenizer_free(tok);
     if (made < 0) return cli_job_failed(c);
     comm_destroy(c);
     return 0;

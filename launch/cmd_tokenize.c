@@ -1,26 +1,53 @@
-/* cmd_tokenize.c: `loom tokenize IN.txt OUT.bin [--width 2|4]`: text to a token file. */
+/* cmd_tokenize.c: `loom tokenize [JOB.json] IN.txt OUT.bin [--width 2|4] [--tokenizer SPEC]`: text
+ * to a token file with the model's tokenizer (the job's model.tokenizer, or --tokenizer, else
+ * "byte"); the file records that tokenizer's hash (docs/token-format.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/data.h"
 #include "base/error.h"
+#include "core/config.h"
+#include "core/data.h"
 #include "core/tokenizer.h"
 #include "launch/cli.h"
 
+static int tokenize_usage(void)
+{
+    fprintf(stderr, "usage: loom tokenize [JOB.json] IN.txt OUT.bin [--width 2|4] [--tokenizer byte|FILE|DIR]\n");
+    return 2;
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
-    if (argc < 4) {
-        fprintf(stderr, "usage: loom tokenize IN.txt OUT.bin [--width 2|4]\n");
-        return 2;
+    const char *pos[3] = {0}, *spec = NULL;
+    int npos = 0, width = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--width") == 0 && i + 1 < argc) width = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tokenizer") == 0 && i + 1 < argc) spec = argv[++i];
+        else if (npos < 3 && argv[i][0] != '-') pos[npos++] = argv[i];
+        else return tokenize_usage();
     }
-    int width = 2;
-    if (argc >= 6 && strcmp(argv[4], "--width") == 0) width = atoi(argv[5]);
+    if (npos < 2) return tokenize_usage();
+    const char *in = pos[npos - 2], *out = pos[npos - 1];
+    static job_config cfg;
+    if (npos == 3) { /* the job names the tokenizer */
+        cli_job a = {0};
+        a.job_path = pos[0];
+        if (cli_load_config(&a, &cfg)) return cli_fail();
+        if (!spec) spec = cfg.model.tokenizer;
+    }
+    tokenizer *tok = tokenizer_open(spec ? spec : "byte");
+    if (!tok) return cli_fail();
+    if (!width) width = tokenizer_vocab(tok) <= 65536 ? 2 : 4;
     token_data d;
-    /* a text file loads as bytes; a token file would load as its tokens (re-encoding it) */
-    if (token_data_load(&d, argv[2], TOKENIZER_VOCAB)) return cli_fail();
-    int rc = tokfile_write(argv[3], d.tokens, d.n, width);
-    if (rc == 0) printf("%s: %zu tokens (%d bytes each)\n", argv[3], d.n, width);
-    token_data_free(&d);
+    /* a text file is encoded; a token file loads as its tokens (if this tokenizer made it) */
+    int rc = token_data_load(&d, in, tok, tokenizer_vocab(tok));
+    if (rc == 0) {
+        rc = tokfile_write(out, d.tokens, d.n, width, tokenizer_hash(tok));
+        if (rc == 0) printf("%s: %zu tokens (%d bytes each, tokenizer %s, hash %016llx)\n", out, d.n, width,
+                            tokenizer_describe(tok), (unsigned long long)tokenizer_hash(tok));
+        token_data_free(&d);
+    }
+    tokenizer_free(tok);
     return rc ? cli_fail() : 0;
 }
