@@ -215,7 +215,7 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
         return rc;
     }
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
-    size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & b->mmask;
+    size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 32) & b->mmask;
     while (b->mkey[h] != UINT64_MAX && b->mkey[h] != key) h = (h + 1) & b->mmask;
     if (b->mkey[h] == UINT64_MAX) { /* a repeated merge keeps its first (best) rank */
         b->mkey[h] = key;

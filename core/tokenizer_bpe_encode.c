@@ -210,7 +210,7 @@ static int bpe_pretokenize(bpe *b, bpe_pieces *p, int first)
 static int bpe_merge_find(const bpe *b, int32_t l, int32_t r)
 {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
-    for (size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & b->mmask;; h = (h + 1) & b->mmask) {
+    for (size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 32) & b->mmask;; h = (h + 1) & b->mmask) {
         if (b->mkey[h] == key) return (int)h;
         if (b->mkey[h] == UINT64_MAX) return -1;
     }

@@ -4,8 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "core/config.h"
 #include "core/data.h"
 #include "core/tokenizer.h"
@@ -40,9 +43,16 @@ int cmd_tokenize(int argc, char **argv)
     if (!tok) return cli_fail();
     if (!width) width = tokenizer_vocab(tok) <= 65536 ? 2 : 4;
     token_data d;
+    struct timespec t0, t1;
+    struct stat st;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     /* a text file is encoded; a token file loads as its tokens (if this tokenizer made it) */
     int rc = token_data_load(&d, in, tok, tokenizer_vocab(tok));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == 0) {
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double mb = stat(in, &st) == 0 ? (double)st.st_size / 1e6 : 0.0;
+        log_info("tokenize: read and encoded %.2f MB in %.3f s (%.2f MB/s, one thread)", mb, s, s > 0 ? mb / s : 0.0);
         rc = tokfile_write(out, d.tokens, d.n, width, tokenizer_hash(tok));
         if (rc == 0) printf("%s: %zu tokens (%d bytes each, tokenizer %s, hash %016llx)\n", out, d.n, width,
                             tokenizer_describe(tok), (unsigned long long)tokenizer_hash(tok));
