@@ -98,6 +98,7 @@ char *tok_utf8_repair(const char *text, size_t n, size_t *out_n, int *err)
             i += (size_t)bad;
         }
     }
+    o[w] = '\0'; /* a C string too */
     *out_n = w;
     return o;
 }

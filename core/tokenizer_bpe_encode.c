@@ -241,8 +241,9 @@ static uint64_t heap_pop(bpe *b, size_t *hn)
 
 static void bpe_push_pair(bpe *b, size_t *hn, int32_t pos)
 {
+    if (pos < 0) return;
     int32_t nx = b->next[pos];
-    if (pos < 0 || nx < 0) return;
+    if (nx < 0) return;
     int m = bpe_merge_find(b, b->sym[pos], b->sym[nx]);
     if (m >= 0) heap_push(b, hn, (uint64_t)b->mrank[m] << 32 | (uint32_t)pos);
 }

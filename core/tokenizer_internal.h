@@ -33,7 +33,7 @@ struct tokenizer {
 };
 
 /* Valid UTF-8 of text: NULL when text already is (nothing to do), else a malloc'd copy with each
- * maximal invalid subpart replaced by U+FFFD, length in *out_n. *err set on out of memory. */
+ * maximal invalid subpart replaced by U+FFFD, NUL-terminated, length in *out_n. *err set on out of memory. */
 char *tok_utf8_repair(const char *text, size_t n, size_t *out_n, int *err);
 
 /* FNV-1a 64 of n bytes. */

@@ -8,14 +8,7 @@
 
 int toolcall_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap)
 {
-    int start = -1, end;
-    for (int i = 0; i < n && start < 0; i++)
-        if (tokens[i] == ct->call) start = i + 1;
-    if (cap) out[0] = '\0';
-    if (start < 0 || cap == 0) return start < 0 ? -1 : 0;
-    for (end = start; end < n && tokens[end] >= 0 && !tokenizer_is_special(ct->tok, tokens[end]); end++)
-        continue;
-    return (int)tokenizer_decode(ct->tok, tokens + start, (size_t)(end - start), out, cap, 1);
+    return chat_extract_calls(ct, tokens, n, out, cap);
 }
 
 /* 1 when some object at any depth repeats a key (cJSON keeps duplicates, and cJSON_Compare would

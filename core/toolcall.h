@@ -18,10 +18,8 @@ typedef struct toolcall_grade {
     int exact;  /* names, and each call's arguments equal to the answer's as JSON values */
 } toolcall_grade;
 
-/* The call text of generated tokens (what followed <|assistant|>): the text after the first
- * call marker (ct->call) up to the next special token (normally <|end|>) or the end of tokens,
- * decoded by ct->tok into out NUL-terminated (cut at a token boundary before cap). Returns its
- * length, or -1 when there is no call marker. */
+/* The calls of generated tokens (what followed the assistant opener) as JSON array text, in
+ * the template's format: see chat_extract_calls. -1 when loom's <|call|> is missing. */
 int toolcall_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap);
 
 /* Parse call text (surrounding whitespace allowed) into a cJSON array of calls, or NULL when it

@@ -3,6 +3,7 @@
 # shipped configs/data/tools.jsonl. Built from the sources alone so it does not wait on loom_core.
 add_library(loom_sft_only STATIC
   ${PROJECT_SOURCE_DIR}/core/chat.c
+  ${PROJECT_SOURCE_DIR}/core/chat_format.c
   ${PROJECT_SOURCE_DIR}/core/sft_data.c
   ${PROJECT_SOURCE_DIR}/core/toolcall.c)
 target_link_libraries(loom_sft_only PUBLIC loom_tokenizer loom_util loom_deps)

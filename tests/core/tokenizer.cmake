@@ -12,3 +12,7 @@ add_test(NAME cli_tokenizer_unsupported COMMAND ${TOK_EXPECT} "wordpiece.json: u
          --tokenizer ${CMAKE_CURRENT_BINARY_DIR}/wordpiece.json)
 add_test(NAME cli_tokenizer_mismatch COMMAND ${PROJECT_SOURCE_DIR}/tests/core/tokenizer_mismatch.sh
          $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+
+# Chat formats against transformers' apply_chat_template (fixtures by chat_fixtures.py).
+loom_add_test(test_chat ${PROJECT_SOURCE_DIR}/tests/core/test_chat.c loom_sft_only)
+set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
