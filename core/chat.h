@@ -65,7 +65,7 @@ void chat_example_free(sft_example *ex);
 typedef struct chat_template {
     tokenizer *tok;          /* not owned */
     const struct chat_format *fmt;
-    const char *format;      /* its name: "loom", "qwen2.5", "chatml" */
+    const char *format;      /* its name: "loom", "qwen2.5", "chatml", "llama3" */
     int32_t system, user, assistant, end, tools, call, think; /* loom's markers */
     int32_t im_start, im_end; /* ChatML's */
     int32_t eot;             /* generation stops at this id (end of the assistant turn) */
@@ -73,7 +73,8 @@ typedef struct chat_template {
 } chat_template;
 
 /* Resolve format on tok: "loom", "qwen2.5" (ChatML, Hermes tools, Qwen2.5's default system),
- * "chatml" (the same without a default system: Qwen3, SmolLM), or "" = picked from the model
+ * "chatml" (the same without a default system: Qwen3, SmolLM), "llama3" (Llama 3.1+), or "" =
+ * picked from the model
  * folder's chat_template by its markers, else loom's. -1 + loom_fail naming a marker the
  * tokenizer lacks or an unknown format. */
 int chat_template_init(chat_template *ct, tokenizer *tok, const char *format);

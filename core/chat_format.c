@@ -1,5 +1,5 @@
 /* chat_format.c: the table of chat formats (loom's own; ChatML with the Hermes tool format of
- * Qwen2.5 / Qwen3 / SmolLM), each a renderer with its loss mask and a tool-call extractor. Must
+ * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+), each a renderer with its loss mask and call extractor. Must
  * never turn data text into a marker: markers are special ids placed here, text is encoded. */
 #include "core/chat.h"
 
@@ -288,10 +288,139 @@ static int chatml_render(chat_writer *w, const sft_example *ex, int prompt_only)
     return chatml_render_sys(w, ex, prompt_only, NULL);
 }
 
+/* ---- Llama 3.1 / 3.2 (tools in the first user turn, one call per assistant turn) ---- */
+
+static void py_indent(chat_buf *b, int level)
+{
+    buf_str(b, "\n");
+    for (int i = 0; i < level * 4; i++) buf_str(b, " ");
+}
+
+/* json.dumps(v, indent=4) */
+static void py_json_indent(chat_buf *b, const cJSON *v, int level)
+{
+    if (!(cJSON_IsObject(v) || cJSON_IsArray(v)) || !v->child) {
+        if (cJSON_IsObject(v)) buf_str(b, "{}");
+        else if (cJSON_IsArray(v)) buf_str(b, "[]");
+        else py_json(b, v);
+        return;
+    }
+    int obj = cJSON_IsObject(v);
+    buf_str(b, obj ? "{" : "[");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, v) {
+        py_indent(b, level + 1);
+        if (obj) { py_string(b, c->string); buf_str(b, ": "); }
+        py_json_indent(b, c, level + 1);
+        if (c->next) buf_str(b, ",");
+    }
+    py_indent(b, level);
+    buf_str(b, obj ? "}" : "]");
+}
+
+/* Jinja's |trim: surrounding whitespace off. */
+static char *chat_trim(const char *s)
+{
+    const char *e = s + strlen(s);
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r')) e--;
+    char *t = malloc((size_t)(e - s) + 1);
+    if (t) { memcpy(t, s, (size_t)(e - s)); t[e - s] = '\0'; }
+    return t;
+}
+
+static void llama3_header(chat_writer *w, const char *role)
+{
+    chat_put(w, tokenizer_special(w->ct->tok, "<|start_header_id|>"), 0);
+    chat_put_text(w, role, 0);
+    chat_put(w, tokenizer_special(w->ct->tok, "<|end_header_id|>"), 0);
+    chat_put_text(w, "\n\n", 0);
+}
+
+static void llama3_system(chat_writer *w, const sft_example *ex, const char *sys)
+{
+    int tools = ex->tools && cJSON_GetArraySize(ex->tools) > 0;
+    chat_put(w, tokenizer_special(w->ct->tok, "<|begin_of_text|>"), 0);
+    llama3_header(w, "system");
+    if (tools) chat_put_text(w, "Environment: ipython\n", 0);
+    chat_put_text(w, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n", 0);
+    char *t = sys ? chat_trim(sys) : NULL;
+    chat_put_text(w, t ? t : "", 0);
+    free(t);
+    chat_put(w, w->ct->eot, 0);
+}
+
+static void llama3_tools_turn(chat_writer *w, const sft_example *ex, const char *first_user)
+{
+    chat_buf b = {0};
+    buf_str(&b, "Given the following functions, please respond with a JSON for a function call with its "
+                "proper arguments that best answers the given prompt.\n\nRespond in the format {\"name\": "
+                "function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, ex->tools) { py_json_indent(&b, t, 0); buf_str(&b, "\n\n"); }
+    char *u = chat_trim(first_user ? first_user : "");
+    if (u) buf_str(&b, u);
+    free(u);
+    llama3_header(w, "user");
+    chat_put_text(w, b.s ? b.s : "", 0);
+    chat_put(w, w->ct->eot, 0);
+    free(b.s);
+}
+
+static int llama3_render(chat_writer *w, const sft_example *ex, int prompt_only)
+{
+    int stop = prompt_only ? chat_last_assistant(ex) : ex->n_msgs, i = 0;
+    int tools = ex->tools && cJSON_GetArraySize(ex->tools) > 0;
+    const char *sys = ex->n_msgs && ex->msgs[0].role == CHAT_SYSTEM ? ex->msgs[i++].content : NULL;
+    llama3_system(w, ex, sys);
+    if (tools) {
+        if (i >= ex->n_msgs || ex->msgs[i].role != CHAT_USER)
+            return loom_fail("chat format llama3 puts the tools in the first user turn, and there is none");
+        llama3_tools_turn(w, ex, ex->msgs[i++].content);
+    }
+    for (; i < stop; i++) {
+        const chat_msg *m = &ex->msgs[i];
+        if (m->role == CHAT_ASSISTANT && m->calls && cJSON_GetArraySize(m->calls) > 0) {
+            if (cJSON_GetArraySize(m->calls) != 1)
+                return loom_fail("chat format llama3 has one tool call per assistant turn; messages[%d] has %d", i,
+                                 cJSON_GetArraySize(m->calls));
+            const cJSON *c = m->calls->child;
+            chat_buf b = {0};
+            buf_str(&b, "{\"name\": \"");
+            buf_str(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+            buf_str(&b, "\", \"parameters\": ");
+            py_json(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+            buf_str(&b, "}");
+            llama3_header(w, "assistant");
+            chat_put_text(w, b.s ? b.s : "", 1);
+            chat_put(w, w->ct->eot, 1);
+            free(b.s);
+            continue;
+        }
+        static const char *const names[] = {"system", "user", "assistant", "ipython"};
+        int a = m->role == CHAT_ASSISTANT;
+        llama3_header(w, names[m->role]);
+        if (m->role == CHAT_TOOL) { /* the template's `content is iterable` holds for a string: tojson */
+            chat_buf q = {0};
+            py_string(&q, m->content ? m->content : "");
+            chat_put_text(w, q.s ? q.s : "", 0);
+            free(q.s);
+        } else { /* the template writes message['content'] | trim */
+            char *t = chat_trim(m->content ? m->content : "");
+            chat_put_text(w, t ? t : "", (uint8_t)a);
+            free(t);
+        }
+        chat_put(w, w->ct->eot, (uint8_t)a);
+    }
+    if (prompt_only) llama3_header(w, "assistant");
+    return 0;
+}
+
 static const chat_format chat_formats[] = {
     {"loom", loom_render},
     {"qwen2.5", qwen25_render},
     {"chatml", chatml_render},
+    {"llama3", llama3_render},
 };
 
 /* ---- the template ---- */
@@ -309,6 +438,7 @@ static const char *chat_detect(const tokenizer *tok)
 {
     const char *t = tokenizer_chat_template(tok);
     if (t && strstr(t, "<|im_start|>")) return strstr(t, "You are Qwen, created by Alibaba Cloud") ? "qwen2.5" : "chatml";
+    if (t && strstr(t, "<|start_header_id|>")) return "llama3";
     return "loom";
 }
 
@@ -319,7 +449,7 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
     if (!format || !format[0]) format = chat_detect(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];
-    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml)", format);
+    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3)", format);
     ct->format = ct->fmt->name;
     ct->pad = tokenizer_pad(tok);
     if (ct->fmt->render == loom_render) {
@@ -329,6 +459,14 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
             chat_need(ct, &ct->think, "<|think|>"))
             return -1;
         ct->eot = ct->end;
+        return 0;
+    }
+    if (ct->fmt->render == llama3_render) {
+        int32_t id;
+        if (chat_need(ct, &id, "<|begin_of_text|>") || chat_need(ct, &id, "<|start_header_id|>") ||
+            chat_need(ct, &id, "<|end_header_id|>") || chat_need(ct, &ct->eot, "<|eot_id|>"))
+            return -1;
+        ct->call = -1;
         return 0;
     }
     if (chat_need(ct, &ct->im_start, "<|im_start|>") || chat_need(ct, &ct->im_end, "<|im_end|>")) return -1;
@@ -359,6 +497,32 @@ int chat_render_prompt(const chat_template *ct, const sft_example *ex, int32_t *
 
 /* ---- reading calls back ---- */
 
+/* Llama 3: the turn is one {"name": .., "parameters": {..}} object, or text (no call). */
+static int llama3_extract(char *text, char *out, size_t cap)
+{
+    cJSON *o = cJSON_Parse(text), *arr = cJSON_CreateArray();
+    free(text);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+    if (cJSON_IsObject(o) && cJSON_IsString(name) && params && cJSON_GetArraySize(o) == 2) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToObject(c, "name", cJSON_Duplicate(name, 1));
+        cJSON_AddItemToObject(c, "arguments", cJSON_Duplicate(params, 1));
+        cJSON_AddItemToArray(arr, c);
+    } else if (o) {
+        cJSON_AddItemToArray(arr, cJSON_CreateString("not a call")); /* JSON, but not a call: a miss */
+    }
+    char *s = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(o);
+    cJSON_Delete(arr);
+    size_t len = s ? strlen(s) : 0;
+    if (len >= cap) len = cap - 1;
+    if (s) memcpy(out, s, len);
+    out[len] = '\0';
+    cJSON_free(s);
+    return (int)len;
+}
+
 int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap)
 {
     if (cap) out[0] = '\0';
@@ -378,6 +542,7 @@ int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, ch
     char *text = malloc(tcap);
     if (!text) return -1;
     tokenizer_decode(ct->tok, tokens, (size_t)end, text, tcap, 1);
+    if (ct->fmt->render == llama3_render) return llama3_extract(text, out, cap);
     chat_buf b = {0};
     buf_str(&b, "[");
     int k = 0;

@@ -341,3 +341,10 @@ long sft_count_loss_tokens(const int32_t *targets, size_t n)
     for (size_t i = 0; i < n; i++) count += targets[i] >= 0;
     return count;
 }
+
+double sft_padding_share(const sft_data *d, uint64_t seed, uint64_t first_global_index, long n)
+{
+    double real = 0.0;
+    for (long i = 0; i < n; i++) real += d->train.len[sft_sample_index(d, seed, 0, first_global_index + (uint64_t)i)];
+    return n > 0 ? 1.0 - real / ((double)n * d->T) : 0.0;
+}

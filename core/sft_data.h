@@ -74,6 +74,10 @@ long sft_val_batch(const sft_data *d, int first, int n, int T, int32_t *tokens, 
 /* Optimizer steps for one pass over the training examples: ceil(n_train / global_batch). */
 long sft_steps_per_epoch(const sft_data *d, int global_batch);
 
+/* The share of padding in the rows of global samples first_global_index .. + n - 1 (epoch 0
+ * numbering, as the trainer's running index): what one epoch's batches spend on nothing. */
+double sft_padding_share(const sft_data *d, uint64_t seed, uint64_t first_global_index, long n);
+
 /* Count targets >= 0 in n entries. */
 long sft_count_loss_tokens(const int32_t *targets, size_t n);
 

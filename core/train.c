@@ -172,6 +172,11 @@ static int trainer_maybe_validate(trainer *t, int step, train_report *rep)
 {
     if (!t->finetune || t->sft.val.n == 0) return 0;
     if (step % t->steps_per_epoch != 0 && step != t->cfg.train.steps) return 0;
+    const train_config *tc = &t->cfg.train;
+    long epoch = (step - 1) / t->steps_per_epoch, n = t->steps_per_epoch * tc->batch_size;
+    if (t->s->comm->rank == 0)
+        log_info("epoch %ld: padding is %.1f%% of the tokens in its batches (rows of %d)", epoch + 1,
+                 100.0 * sft_padding_share(&t->sft, tc->seed, (uint64_t)(epoch * n), n), t->T);
     double val;
     if (evaluate_loss(t->s, &t->sft, &val)) return -1;
     metrics_val(t->log, step, val);

@@ -59,16 +59,19 @@ static void check_conversation(const chat_template *ct, int k, const char *row, 
     chat_example_free(&ex);
 }
 
-static void check_chatml(void)
+/* Every conversation of rows_file rendered in format on tok_file equals want_file's line. */
+static void check_fixture(const char *tok_file, const char *format, const char *rows_file, const char *want_file,
+                          const char *eot)
 {
-    tokenizer *tok = tokenizer_open(fixture("qwen2.json"));
+    tokenizer *tok = tokenizer_open(fixture(tok_file));
     chat_template ct;
-    CHECK(tok && chat_template_init(&ct, tok, "qwen2.5") == 0 && ct.eot == tokenizer_special(tok, "<|im_end|>"),
-          "qwen2.5 template: %s", loom_error());
-    FILE *rows = fopen(fixture("chat.jsonl"), "r");
-    FILE *want = fopen(fixture("chat_qwen2.5.jsonl"), "r");
-    CHECK(rows && want, "chat fixtures");
+    CHECK(tok && chat_template_init(&ct, tok, format) == 0 && ct.eot == tokenizer_special(tok, eot),
+          "%s template: %s", format, loom_error());
+    FILE *rows = fopen(fixture(rows_file), "r");
+    FILE *want = fopen(fixture(want_file), "r");
+    CHECK(rows && want, "chat fixtures %s", rows_file);
     char *r, row[1 << 16];
+    printf("%s:\n", format);
     for (int k = 0; tok && rows && want && (r = next_line(rows)) != NULL; k++) {
         snprintf(row, sizeof row, "%s", r);
         char *wl = next_line(want);
@@ -77,6 +80,16 @@ static void check_chatml(void)
     }
     if (rows) fclose(rows);
     if (want) fclose(want);
+    tokenizer_free(tok);
+}
+
+static void check_chatml(void)
+{
+    check_fixture("qwen2.json", "qwen2.5", "chat.jsonl", "chat_qwen2.5.jsonl", "<|im_end|>");
+    check_fixture("llama3.json", "llama3", "chat_llama3_rows.jsonl", "chat_llama3.jsonl", "<|eot_id|>");
+    tokenizer *tok = tokenizer_open(fixture("qwen2.json"));
+    chat_template ct;
+    CHECK(tok && chat_template_init(&ct, tok, "qwen2.5") == 0, "qwen2.5: %s", loom_error());
     /* a text reply has no calls: "[]"; two blocks join into one array */
     const char *gen = "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
                       "{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>";
