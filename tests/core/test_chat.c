@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "core/chat.h"
+#include "core/sft_data.h"
 #include "core/tokenizer.h"
 #include "core/toolcall.h"
 
@@ -157,8 +158,40 @@ static void check_bad_rows(void)
     }
 }
 
+/* OpenAI rows load through sft_data like Needle rows; the padding share is what the rows waste. */
+static void check_load_and_padding(void)
+{
+    tokenizer *tok = tokenizer_open("byte");
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, "loom")) { CHECK(0, "loom: %s", loom_error()); return; }
+    FILE *f = fopen("test_chat_rows.jsonl", "wb");
+    if (!f) { CHECK(0, "write rows"); return; }
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"
+          "{\"query\": \"q\", \"tools\": [], \"answers\": []}\n"
+          "{\"messages\": [{\"role\": \"user\"}]}\n", f);
+    fclose(f);
+    data_config dc;
+    memset(&dc, 0, sizeof dc);
+    snprintf(dc.train, sizeof dc.train, "test_chat_rows.jsonl");
+    dc.max_len = 1024;
+    sft_data d;
+    CHECK(sft_data_load(&d, &dc, &ct, 1) != 0 && strstr(loom_error(), "test_chat_rows.jsonl:3: 'messages' has no assistant turn"),
+          "bad OpenAI row named by line: %s", loom_error());
+    dc.skip_bad_lines = 1;
+    CHECK(sft_data_load(&d, &dc, &ct, 1) == 0 && d.train.n == 2 && d.bad.count == 1, "load: %s", loom_error());
+    if (d.train.n == 2) {
+        double want = 1.0 - (double)(d.train.len[0] + d.train.len[1]) / (2.0 * d.T);
+        double got = sft_padding_share(&d, 1, 0, 2);
+        CHECK(got > want - 1e-12 && got < want + 1e-12, "padding share %g, want %g", got, want);
+        sft_data_free(&d);
+    }
+    remove("test_chat_rows.jsonl");
+    tokenizer_free(tok);
+}
+
 int main(void)
 {
+    check_load_and_padding();
     check_chatml();
     check_loom_multiturn();
     check_bad_rows();
