@@ -180,21 +180,21 @@ static int sft_render_set(const chat_template *ct, sft_list *l, sft_set *s, int 
     return 0;
 }
 
-static int sft_longest(const chat_template *ct, const sft_list *l)
+static int sft_longest(const chat_template *ct, const sft_list *l, const char *path)
 {
     int m = 0;
     for (int i = 0; i < l->n; i++) {
         int n = chat_render(ct, &l->ex[i], NULL, NULL, 0);
-        if (n < 0) return -1;
+        if (n < 0) return loom_fail("%s:%d: %s", path, l->ex[i].line, loom_error()); /* the format cannot write it */
         if (n > m) m = n;
     }
     return m;
 }
 
 /* Both lists parsed and split: bucket, render, and set up the order cache. */
-static int sft_finish(sft_data *d, sft_list *train, sft_list *val)
+static int sft_finish(sft_data *d, sft_list *train, sft_list *val, const data_config *cfg)
 {
-    int lt = sft_longest(d->chat, train), lv = sft_longest(d->chat, val);
+    int lt = sft_longest(d->chat, train, cfg->train), lv = lt < 0 ? -1 : sft_longest(d->chat, val, cfg->val[0] ? cfg->val : cfg->train);
     if (lt < 0 || lv < 0) return -1;
     d->longest = lt > lv ? lt : lv;
     d->T = sft_bucket(d->longest, d->T);
@@ -223,7 +223,7 @@ int sft_data_load(sft_data *d, const data_config *cfg, const chat_template *ct, 
                            "data.val_split or set data.val", cfg->train, val.n, cfg->val_split);
     }
     d->T = cfg->max_len; /* sft_finish turns the cap into the bucket */
-    if (rc == 0) rc = sft_finish(d, &train, &val);
+    if (rc == 0) rc = sft_finish(d, &train, &val, cfg);
     sft_list_free(&all);
     sft_list_free(&train);
     sft_list_free(&val);

@@ -16,3 +16,8 @@ add_test(NAME cli_tokenizer_mismatch COMMAND ${PROJECT_SOURCE_DIR}/tests/core/to
 # Chat formats against transformers' apply_chat_template (fixtures by chat_fixtures.py).
 loom_add_test(test_chat ${PROJECT_SOURCE_DIR}/tests/core/test_chat.c loom_sft_only)
 set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
+# A fine-tune on OpenAI-style rows in ChatML with a tokenizer.json, end to end.
+add_test(NAME finetune_chatml COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_chatml.sh
+         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+set_tests_properties(finetune_chatml PROPERTIES TIMEOUT 300)
