@@ -2,7 +2,7 @@
 # install-deps.sh: the Debian packages loom builds and tests with. Idempotent: installs only what
 # is missing, so running it again costs a second. Uses sudo when not root.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev
+pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libpcre2-dev libutf8proc-dev
       openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools)
 # EXTRA_PKGS: more for CI only (valgrind), so a newcomer's install stays what the build needs
 read -r -a extra <<<"${EXTRA_PKGS:-}"

@@ -33,6 +33,7 @@ typedef struct model_config {
     int max_seq;
     float norm_eps;
     float init_std;      /* N(0, init_std) for matrices; output projections scaled 1/sqrt(2 L) */
+    char tokenizer[CONFIG_STR]; /* "byte" or a tokenizer.json / model folder */
 } model_config;
 
 typedef struct train_config {
@@ -59,6 +60,7 @@ typedef struct data_config {
     float val_split;         /* held-out fraction when val is empty (finetune) */
     int max_len;             /* finetune: cap on padded example length */
     int skip_bad_lines;
+    char chat_format[32];    /* finetune: "" = loom */
 } data_config;
 
 typedef struct parallel_config {

@@ -79,6 +79,9 @@
       "Epsilon added to the variance (or mean square) inside the norms.") \
     X("model.init_std", CFG_FLOAT, model.init_std, "0.02", POS, \
       "Weights start as N(0, init_std); output projections use init_std / sqrt(2 n_layer).") \
+    X("model.tokenizer", CFG_STRING, model.tokenizer, "\"byte\"", ANY, \
+      "Tokenizer: `byte` (ids 0-255 + loom's specials) or a `tokenizer.json` file or a model " \
+      "folder holding one (docs/tokenizers.md); a relative path is tried from the job file's folder.") \
     X("train.steps", CFG_INT, train.steps, "20", POS, "Optimizer steps to run.") \
     X("train.batch_size", CFG_INT, train.batch_size, "8", POS, \
       "Global batch: sequences per optimizer step, summed over ranks and micro-batches.") \
@@ -112,9 +115,9 @@
       "and max_bad_steps (or `data.val_split`, `data.max_len`) differs from the checkpoint's; " \
       "the data order or schedule then differ from the original run. Without it, refused.") \
     X("data.train", CFG_STRING, data.train, "\"\"", ANY, \
-      "Training data: a file named `*.txt` is text (byte-tokenized, at most 256 MiB); any " \
-      "other name must be a token file (`loom tokenize`), memory-mapped; finetune reads JSONL " \
-      "(at most 1 GiB, strict UTF-8).") \
+      "Training data: a file named `*.txt` is text (tokenized on load by the model's tokenizer, " \
+      "at most 256 MiB); any other name must be a token file (`loom tokenize`), memory-mapped; " \
+      "finetune reads JSONL (at most 1 GiB, strict UTF-8).") \
     X("data.val", CFG_STRING, data.val, "\"\"", ANY, \
       "Validation file; `\"\"` = hold out `val_split` of the training examples (finetune).") \
     X("data.val_split", CFG_FLOAT, data.val_split, "0.1", UNIT, \
@@ -123,6 +126,9 @@
       "Finetune: cap on an example's padded length (the model's `max_seq` also caps it).") \
     X("data.skip_bad_lines", CFG_BOOL, data.skip_bad_lines, "false", ANY, \
       "Finetune: skip malformed JSONL lines with a warning instead of stopping.") \
+    X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
+      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`; docs/finetune-data.md); `\"\"` = from " \
+      "the model folder's chat_template, else `loom`.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \
     X("parallel.zero_stage", CFG_INT, parallel.zero_stage, "0", RANGE(0, 3), \

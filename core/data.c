@@ -48,30 +48,39 @@ static int data_is_text_name(const char *path)
     return n >= 4 && strcasecmp(path + n - 4, ".txt") == 0;
 }
 
-/* Check the header of a mapped token file and point d at its ids. */
-static int data_parse_tokfile(token_data *d, const char *path, const unsigned char *buf, size_t len)
+/* Check the header of a mapped token file and point d at its ids: version 1 (24 bytes, the byte
+ * tokenizer's) or 2 (32 bytes, with the hash of the tokenizer that made it, which must be tok). */
+static int data_parse_tokfile(token_data *d, const char *path, const unsigned char *buf, size_t len,
+                              const tokenizer *tok)
 {
     if (len < 8 || memcmp(buf, TOKFILE_MAGIC, 8) != 0)
         return loom_fail("%s: not a loom token file (it does not start with \"%s\"); a text file "
                          "must be named *.txt, or converted with `loom tokenize`", path, TOKFILE_MAGIC);
-    if (len < TOKFILE_HEADER_BYTES) return loom_fail("%s: truncated token file header", path);
-    uint32_t version = le32(buf + 8), width = le32(buf + 12);
+    uint32_t version = len >= 12 ? le32(buf + 8) : 0;
+    size_t hdr = version == 1 ? 24 : TOKFILE_HEADER_BYTES;
+    if (len < hdr) return loom_fail("%s: truncated token file header", path);
+    uint32_t width = le32(buf + 12);
     uint64_t count = le64(buf + 16);
-    if (version != TOKFILE_VERSION)
-        return loom_fail("%s: token file version %u, this loom reads %d", path, version, TOKFILE_VERSION);
+    if (version != 1 && version != TOKFILE_VERSION)
+        return loom_fail("%s: token file version %u, this loom reads 1 and %d", path, version, TOKFILE_VERSION);
+    uint64_t made_by = version == 1 ? TOKENIZER_BYTE_HASH : le64(buf + 24); /* v1: byte tokenizer only */
+    if (made_by != tokenizer_hash(tok))
+        return loom_fail("%s: made by tokenizer %016llx, the model uses %s (%016llx): re-run loom tokenize "
+                         "with this model's job", path, (unsigned long long)made_by, tokenizer_describe(tok),
+                         (unsigned long long)tokenizer_hash(tok));
     if (width != 2 && width != 4)
         return loom_fail("%s: token width %u bytes (must be 2 or 4)", path, width);
-    size_t have = (len - TOKFILE_HEADER_BYTES) / width;
+    size_t have = (len - hdr) / width;
     if (count > have)
         return loom_fail("%s: truncated: header says %llu tokens, file holds %zu", path,
                          (unsigned long long)count, have);
-    d->payload = buf + TOKFILE_HEADER_BYTES;
+    d->payload = buf + hdr;
     d->width = (int)width;
     d->n = (size_t)count;
     return 0;
 }
 
-static int data_map_tokfile(token_data *d, const char *path)
+static int data_map_tokfile(token_data *d, const char *path, const tokenizer *tok)
 {
     size_t len;
     int fd = data_open_regular(path, &len);
@@ -83,11 +92,11 @@ static int data_map_tokfile(token_data *d, const char *path)
     d->map = map;
     d->map_len = len;
     static const unsigned char none[1];
-    return data_parse_tokfile(d, path, map ? map : none, len);
+    return data_parse_tokfile(d, path, map ? map : none, len, tok);
 }
 
-/* Read a text file whole (at most TOKDATA_TEXT_MAX bytes) and byte-tokenize it. */
-static int data_read_text(token_data *d, const char *path)
+/* Read a text file whole (at most TOKDATA_TEXT_MAX bytes) and encode it with the model's tokenizer. */
+static int data_read_text(token_data *d, const char *path, tokenizer *tok)
 {
     size_t len;
     int fd = data_open_regular(path, &len);
@@ -98,9 +107,8 @@ static int data_read_text(token_data *d, const char *path)
                          "`loom tokenize` (a token file is memory-mapped)", path, len >> 20, TOKDATA_TEXT_MAX >> 20);
     }
     char *buf = malloc(len ? len : 1);
-    d->tokens = malloc((len ? len : 1) * sizeof(int32_t));
     size_t n = 0;
-    int rc = buf && d->tokens ? 0 : loom_fail("%s: out of memory for %zu bytes of text", path, len);
+    int rc = buf ? 0 : loom_fail("%s: out of memory for %zu bytes of text", path, len);
     while (rc == 0 && n < len) { /* a file that grows meanwhile is read up to the size seen */
         ssize_t got = read(fd, buf + n, len - n);
         if (got < 0 && errno == EINTR) continue;
@@ -109,7 +117,10 @@ static int data_read_text(token_data *d, const char *path)
         n += (size_t)got;
     }
     close(fd);
-    if (rc == 0) d->n = tokenizer_encode(buf, n, d->tokens, len);
+    if (rc == 0) {
+        d->tokens = tokenizer_encode_alloc(tok, buf, n, &d->n);
+        if (!d->tokens) rc = loom_fail("%s: %s", path, loom_error());
+    }
     free(buf);
     return rc;
 }
@@ -127,21 +138,24 @@ static int data_check_vocab(const token_data *d, const char *path, int vocab)
     return 0;
 }
 
-static int data_load(token_data *d, const char *path, int vocab, int text)
+static int data_load(token_data *d, const char *path, tokenizer *tok, int vocab, int text)
 {
     memset(d, 0, sizeof *d);
-    int rc = text ? data_read_text(d, path) : data_map_tokfile(d, path);
+    int rc = text ? data_read_text(d, path, tok) : data_map_tokfile(d, path, tok);
     if (rc == 0) rc = data_check_vocab(d, path, vocab);
     if (rc) token_data_free(d);
     return rc;
 }
 
-int token_data_load(token_data *d, const char *path, int vocab)
+int token_data_load(token_data *d, const char *path, tokenizer *tok, int vocab)
 {
-    return data_load(d, path, vocab, data_is_text_name(path));
+    return data_load(d, path, tok, vocab, data_is_text_name(path));
 }
 
-int token_data_load_text(token_data *d, const char *path, int vocab) { return data_load(d, path, vocab, 1); }
+int token_data_load_text(token_data *d, const char *path, tokenizer *tok, int vocab)
+{
+    return data_load(d, path, tok, vocab, 1);
+}
 
 void token_data_free(token_data *d)
 {
@@ -150,7 +164,7 @@ void token_data_free(token_data *d)
     memset(d, 0, sizeof *d);
 }
 
-int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width)
+int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width, uint64_t tok_hash)
 {
     if (width != 2 && width != 4) return loom_fail("%s: token width must be 2 or 4", path);
     FILE *f = fopen(path, "wb");
@@ -160,6 +174,7 @@ int tokfile_write(const char *path, const int32_t *tokens, size_t n, int width)
     put32(hdr + 8, TOKFILE_VERSION);
     put32(hdr + 12, (uint32_t)width);
     put64(hdr + 16, n);
+    put64(hdr + 24, tok_hash);
     int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
     for (size_t i = 0; ok && i < n; i++) {
         unsigned char b[4];

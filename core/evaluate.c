@@ -39,12 +39,8 @@ static void eval_loss_progress(const session *s, int done, int rounds, double t0
         fprintf(stderr, "eval val loss: %d batches, done in %.1f s\n", rounds, dt);
 }
 
-/* Where a row's turn ends: the one place that knows the stop token (chat formats will add theirs). */
-static int evaluate_is_stop(const session *s, int32_t tok)
-{
-    (void)s;
-    return tok == TOK_END;
-}
+/* Where a row's turn ends: the chat format's end-of-turn token (the one place that knows it). */
+static int evaluate_is_stop(const chat_template *ct, int32_t tok) { return tok == ct->eot; }
 
 /* Models without activations (inference sessions): the same loss through a generation context. */
 static int evaluate_loss_gen(session *s, const sft_data *d, int rounds, double *stats)
@@ -162,11 +158,13 @@ static void eval_meter_show(eval_meter *mt, double partial, int final)
 
 /* Decode R prompts on context g until every row has stopped (see evaluate_generate_batch);
  * limit[r] (>= 1) caps row r's new tokens. */
-static int eval_decode(session *s, model_gen *g, int R, const int32_t *const *prompts, const int *lens,
-                       const int *limit, float temperature, int top_k, uint64_t seed,
-                       int32_t *const *out, int *made, eval_meter *mt)
+static int eval_decode(session *s, const chat_template *ct, model_gen *g, int R,
+                       const int32_t *const *prompts, const int *lens, const int *limit,
+                       float temperature, int top_k, uint64_t seed, int32_t *const *out, int *made,
+                       eval_meter *mt)
 {
-    int V = s->model->cfg.vocab, Vpick = V < TOKENIZER_VOCAB ? V : TOKENIZER_VOCAB;
+    /* pick among the tokenizer's ids only (a padded vocab's extra rows are never tokens) */
+    int V = s->model->cfg.vocab, tv = tokenizer_vocab(ct->tok), Vpick = V < tv ? V : tv;
     float *logits = malloc((size_t)R * V * sizeof(float));
     int *row = malloc((size_t)R * sizeof(int));
     int32_t *next = malloc((size_t)R * sizeof(int32_t));
@@ -184,7 +182,7 @@ static int eval_decode(session *s, model_gen *g, int R, const int32_t *const *pr
         if (mt) mt->tokens += live;
         /* from the top down: the row that moves into a dropped slot has been checked already */
         for (int i = live - 1; rc == 0 && i >= 0; i--) {
-            if (!evaluate_is_stop(s, next[i]) && made[row[i]] < limit[row[i]]) continue;
+            if (!evaluate_is_stop(ct, next[i]) && made[row[i]] < limit[row[i]]) continue;
             int last = model_gen_live(g) - 1;
             rc = model_gen_drop(g, i);
             row[i] = row[last];
@@ -226,25 +224,29 @@ static int eval_fwd_tokens(int R, const int *lens)
     return want < EVAL_FWD_TOKENS ? (int)want : EVAL_FWD_TOKENS;
 }
 
-int evaluate_generate_batch(session *s, int R, const int32_t *const *prompts, const int *lens,
-                            const int *max_new, float temperature, int top_k, uint64_t seed,
-                            int32_t *const *out, int *made)
+int evaluate_generate_batch(session *s, const chat_template *ct, int R,
+                            const int32_t *const *prompts, const int *lens, const int *max_new,
+                            float temperature, int top_k, uint64_t seed, int32_t *const *out,
+                            int *made)
 {
     int *limit = malloc((size_t)(R > 0 ? R : 1) * sizeof(int));
     if (!limit) return loom_fail("generate: out of host memory");
     int cap = eval_limits(s, R, lens, max_new, limit);
     model_gen *g = cap > 0 ? model_gen_create(s->model, R, cap, eval_fwd_tokens(R, lens)) : NULL;
-    int rc = g ? eval_decode(s, g, R, prompts, lens, limit, temperature, top_k, seed, out, made, NULL) : -1;
+    int rc = g ? eval_decode(s, ct, g, R, prompts, lens, limit, temperature, top_k, seed, out, made,
+                             NULL)
+               : -1;
     model_gen_destroy(g);
     free(limit);
     return rc;
 }
 
-int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, float temperature,
-                      int top_k, uint64_t seed, int32_t *out)
+int evaluate_generate(session *s, const chat_template *ct, const int32_t *prompt, int n, int max_new,
+                      float temperature, int top_k, uint64_t seed, int32_t *out)
 {
     int made = 0;
-    if (evaluate_generate_batch(s, 1, &prompt, &n, &max_new, temperature, top_k, seed, &out, &made))
+    if (evaluate_generate_batch(s, ct, 1, &prompt, &n, &max_new, temperature, top_k, seed, &out,
+                                &made))
         return -1;
     return made;
 }
@@ -310,10 +312,10 @@ static int eval_run(session *s, const sft_data *d, eval_work *w, eval_meter *mt,
     if (!g) rc = -1;
     for (int j0 = 0; rc == 0 && j0 < w->n; j0 += B) {
         int R = w->n - j0 < B ? w->n - j0 : B;
-        rc = eval_decode(s, g, R, w->prompts + j0, w->lens + j0, limit + j0, 0.0f, 0, 0, w->out + j0,
-                         w->made + j0, mt);
+        rc = eval_decode(s, d->chat, g, R, w->prompts + j0, w->lens + j0, limit + j0, 0.0f, 0, 0,
+                         w->out + j0, w->made + j0, mt);
         for (int j = j0; rc == 0 && j < j0 + R; j++) {
-            if (toolcall_extract(w->out[j], w->made[j], text, (size_t)T * 8 + 16) < 0) continue;
+            if (toolcall_extract(d->chat, w->out[j], w->made[j], text, (size_t)T * 8 + 16) < 0) continue;
             toolcall_grade gr = toolcall_grade_text(text, d->val.ex[w->ex[j]].answers);
             stats[0] += gr.exact;
             stats[1] += gr.names;

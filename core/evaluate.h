@@ -5,6 +5,7 @@
 #define LOOM_EVALUATE_H
 
 #include "core/session.h"
+#include "core/chat.h"
 #include "core/sft_data.h"
 
 /* Mean loss per answer token over the validation set. Collective. */
@@ -28,16 +29,18 @@ int evaluate_accuracy(session *s, const sft_data *d, const char *what, eval_resu
  * when max_examples is 0, else max_examples of them spread evenly (deterministic). */
 int evaluate_select(int nval, int max_examples, int *idx);
 
-/* Batched continuation of R prompts (prompts[r][0..lens[r])) together: row r stops at its
- * end-of-turn token, after max_new[r] tokens or at the model's length; out[r] receives its new
- * tokens and made[r] their count. Greedy at temperature 0, else seeded top-k (0 = all) sampling,
- * row r from seed + r (so row 0 of a batch is what a batch of one gives). Local (one rank). */
-int evaluate_generate_batch(session *s, int R, const int32_t *const *prompts, const int *lens,
-                            const int *max_new, float temperature, int top_k, uint64_t seed,
-                            int32_t *const *out, int *made);
+/* Batched continuation of R prompts (prompts[r][0..lens[r])) together, over the tokenizer's ids
+ * only: row r stops at ct's end-of-turn token, after max_new[r] tokens or at the model's length;
+ * out[r] receives its new tokens and made[r] their count. Greedy at temperature 0, else seeded
+ * top-k (0 = all) sampling, row r from seed + r (so row 0 of a batch is what a batch of one
+ * gives). Local (one rank). */
+int evaluate_generate_batch(session *s, const chat_template *ct, int R,
+                            const int32_t *const *prompts, const int *lens, const int *max_new,
+                            float temperature, int top_k, uint64_t seed, int32_t *const *out,
+                            int *made);
 
 /* One prompt: the batch of one above; returns the count of new tokens (-1 on error). */
-int evaluate_generate(session *s, const int32_t *prompt, int n, int max_new, float temperature,
-                      int top_k, uint64_t seed, int32_t *out);
+int evaluate_generate(session *s, const chat_template *ct, const int32_t *prompt, int n, int max_new,
+                      float temperature, int top_k, uint64_t seed, int32_t *out);
 
 #endif

@@ -17,8 +17,12 @@ struct model_gen {
     layer_acts *acts;      /* n_layer views of one layer's scratch; x alternates X[0], X[1] */
     float *X[2], *tmp, *last, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *kv;             /* per layer: k cache (rows, cap, kvC) then v cache */
+    float *rope_freq;      /* rope_scaling: its own copy of the frequency table (device, D/2) */
     int32_t *tokens, *targets, *pos, *idx; /* device */
+    int32_t *rgather, *rback;              /* rope_scaling: row gather/scatter indices (device) */
     int32_t *pos_h, *idx_h;                /* host, rows */
+    int32_t *rgather_h, *rback_h;          /* host: nf, rows */
+    int rope_T, rope_per;                  /* rope_scaling: positions and rows per rope pass */
     float *host_losses;                    /* host, lc */
     int live;
     void *arena;           /* own device memory, or NULL when borrowed */
@@ -39,7 +43,7 @@ static size_t gen_carve(model_gen *g, char *base)
 {
     const model_config *c = &g->m->cfg;
     size_t used = 0, N = (size_t)g->nf, C = c->d_model, F = c->d_ff, Hn = c->n_head;
-    size_t kvC = C / Hn * c->n_kv_head, lc = (size_t)g->lc;
+    size_t D = (size_t)config_head_dim(c), qC = D * Hn, kvC = D * c->n_kv_head, lc = (size_t)g->lc;
     int ln = strcmp(c->norm, "layernorm") == 0, sw = model_uses_swiglu(c);
     layer_acts s = {0};
     g->X[0] = gen_take(base, &used, N * C);
@@ -47,10 +51,16 @@ static size_t gen_carve(model_gen *g, char *base)
     s.ln1 = gen_take(base, &used, N * C);
     s.ln1_mean = ln ? gen_take(base, &used, N) : NULL;
     s.ln1_rstd = gen_take(base, &used, N);
-    s.q = gen_take(base, &used, N * C);
+    s.q = gen_take(base, &used, N * qC);
     s.k = gen_take(base, &used, N * kvC);
     s.v = gen_take(base, &used, N * kvC);
-    s.att = gen_take(base, &used, N * C);
+    if (c->qk_norm) {
+        s.qr = gen_take(base, &used, N * qC);
+        s.kr = gen_take(base, &used, N * kvC);
+        s.q_rstd = gen_take(base, &used, N * Hn);
+        s.k_rstd = gen_take(base, &used, N * (size_t)c->n_kv_head);
+    }
+    s.att = gen_take(base, &used, N * qC); /* also the scratch of the scaled rope of a step */
     s.lse = gen_take(base, &used, N * Hn);
     s.xm = gen_take(base, &used, N * C);
     s.ln2 = gen_take(base, &used, N * C);
@@ -77,13 +87,18 @@ static size_t gen_carve(model_gen *g, char *base)
     g->targets = (int32_t *)gen_take(base, &used, N);
     g->pos = (int32_t *)gen_take(base, &used, (size_t)g->rows);
     g->idx = (int32_t *)gen_take(base, &used, lc);
+    if (model_uses_rope_freq(c)) {
+        g->rope_freq = gen_take(base, &used, D / 2);
+        g->rgather = (int32_t *)gen_take(base, &used, N);
+        g->rback = (int32_t *)gen_take(base, &used, (size_t)g->rows);
+    }
     return used;
 }
 
 static size_t gen_kv_floats(const model_gen *g)
 {
     const model_config *c = &g->m->cfg;
-    return (size_t)g->rows * g->cap * (size_t)(c->d_model / c->n_head * c->n_kv_head);
+    return (size_t)g->rows * g->cap * (size_t)(config_head_dim(c) * c->n_kv_head);
 }
 static float *gen_kc(const model_gen *g, int l) { return g->kv + 2 * (size_t)l * gen_kv_floats(g); }
 static float *gen_vc(const model_gen *g, int l) { return gen_kc(g, l) + gen_kv_floats(g); }
@@ -108,6 +123,15 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
     g->pos_h = calloc((size_t)g->lc, sizeof(int32_t));
     g->idx_h = calloc((size_t)g->lc, sizeof(int32_t));
     g->host_losses = calloc((size_t)g->lc, sizeof(float));
+    if (model_uses_rope_freq(&m->cfg)) {
+        g->rgather_h = calloc((size_t)g->nf, sizeof(int32_t));
+        g->rback_h = calloc((size_t)rows, sizeof(int32_t));
+        if (!g->rgather_h || !g->rback_h) {
+            loom_fail("generate: out of host memory");
+            model_gen_destroy(g);
+            return NULL;
+        }
+    }
     if (!g->acts || !g->pos_h || !g->idx_h || !g->host_losses) {
         loom_fail("generate: out of host memory");
         model_gen_destroy(g);
@@ -129,6 +153,18 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
     }
     g->kv = (float *)(base + act_bytes);
     gen_carve(g, base);
+    if (g->rope_freq) {
+        /* the context's own copy of the scaled frequencies: an inference model has none, and a
+         * borrowed arena may overwrite the model's (model_gen_destroy restores it) */
+        float *own = m->rope_freq;
+        m->rope_freq = g->rope_freq;
+        int rc = model_upload_rope_freq(m);
+        m->rope_freq = own;
+        if (rc) {
+            model_gen_destroy(g);
+            return NULL;
+        }
+    }
     return g;
 }
 
@@ -137,6 +173,10 @@ void model_gen_destroy(model_gen *g)
     if (!g) return;
     backend *be = g->m->be;
     if (g->arena) be->ops->free(be, g->arena);
+    /* a borrowed arena may have covered the model's own frequency table: upload it again */
+    if (g->borrowed && g->m->rope_freq) model_upload_rope_freq(g->m);
+    free(g->rgather_h);
+    free(g->rback_h);
     free(g->acts);
     free(g->pos_h);
     free(g->idx_h);
@@ -149,12 +189,13 @@ int model_gen_live(const model_gen *g) { return g->live; }
 int model_gen_pos(const model_gen *g, int i) { return g->pos_h[i]; }
 
 /* The generation views stand in for the model's activations while one of its passes runs. */
-typedef struct gen_swap { layer_acts *acts; int B, T; } gen_swap;
+typedef struct gen_swap { layer_acts *acts; float *rope_freq; int B, T; } gen_swap;
 
 static gen_swap gen_enter(model_gen *g, int B, int T)
 {
-    gen_swap s = {g->m->acts, g->m->B, g->m->T};
+    gen_swap s = {g->m->acts, g->m->rope_freq, g->m->B, g->m->T};
     g->m->acts = g->acts;
+    g->m->rope_freq = g->rope_freq;
     g->m->B = B;
     g->m->T = T;
     return s;
@@ -163,6 +204,7 @@ static gen_swap gen_enter(model_gen *g, int B, int T)
 static void gen_leave(model_gen *g, gen_swap s)
 {
     g->m->acts = s.acts;
+    g->m->rope_freq = s.rope_freq;
     g->m->B = s.B;
     g->m->T = s.T;
 }
@@ -175,7 +217,7 @@ static int gen_trunk(model_gen *g, int B, int T, int r0, int cache)
     model *m = g->m;
     backend *be = m->be;
     const model_config *c = &m->cfg;
-    int L = c->n_layer, kvC = c->d_model / c->n_head * c->n_kv_head;
+    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head;
     gen_swap sw = gen_enter(g, B, T);
     int rc = model_begin(m, 0, 0);
     if (rc == 0) be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, m->p.wpe, B, T, c->d_model);
@@ -263,6 +305,45 @@ static void gen_adapt(model_gen *g, int l, int t, float *y, const float *x, int 
     gen_leave(g, sw);
 }
 
+/* rope_scaling: the positions of one step's rows for gen_rope (host, then device). rope_freqs
+ * rotates rows 0..T-1 of (B, T) sequences, so each row is gathered into every position of a
+ * scratch sequence (rope_per rows of rope_T positions fit the nf-row scratch), rotated there, and
+ * the row at its own position gathered back: the same table bits as the training forward. */
+static void gen_rope_index(model_gen *g, int R)
+{
+    backend *be = g->m->be;
+    int top = 0;
+    for (int r = 0; r < R; r++)
+        if (g->pos_h[r] > top) top = g->pos_h[r];
+    g->rope_T = top + 1;
+    g->rope_per = g->nf / g->rope_T; /* >= 1: positions < cap <= nf */
+    if (g->rope_per > R) g->rope_per = R;
+    for (int j = 0; j < g->rope_per; j++)
+        for (int t = 0; t < g->rope_T; t++) g->rgather_h[(size_t)j * g->rope_T + t] = j;
+    for (int r = 0; r < R; r++) g->rback_h[r] = (r % g->rope_per) * g->rope_T + g->pos_h[r];
+    be->ops->copy_h2d(be, g->rgather, g->rgather_h, (size_t)g->rope_per * g->rope_T * sizeof(int32_t));
+    be->ops->copy_h2d(be, g->rback, g->rback_h, (size_t)R * sizeof(int32_t));
+}
+
+/* RoPE on R rows of x (R, H, D), row r at position pos[r]; `scratch` holds nf rows of H*D. */
+static void gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D)
+{
+    model *m = g->m;
+    backend *be = m->be;
+    if (!g->rope_freq) {
+        be->ops->rope_rows(be, x, g->pos, R, H, D, m->cfg.rope_theta);
+        return;
+    }
+    int W = H * D, Tp = g->rope_T;
+    for (int r0 = 0; r0 < R; r0 += g->rope_per) {
+        int n = R - r0 < g->rope_per ? R - r0 : g->rope_per;
+        float *xr = x + (size_t)r0 * W;
+        be->ops->embedding_forward(be, scratch, g->rgather, xr, NULL, 1, n * Tp, W);
+        be->ops->rope_freqs(be, scratch, n, Tp, H, D, g->rope_freq, 0);
+        be->ops->embedding_forward(be, xr, g->rback + r0, scratch, NULL, 1, n, W);
+    }
+}
+
 /* Layer l for the R live rows, each one token at its own position (g->pos). */
 static void gen_layer_step(model_gen *g, int l, int R)
 {
@@ -271,26 +352,33 @@ static void gen_layer_step(model_gen *g, int l, int R)
     const model_config *c = &m->cfg;
     const layer_params *p = &m->p.layer[l];
     const layer_acts *a = &g->acts[l];
-    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = C / H, kvC = D * Hkv;
+    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
+    int qC = D * H, kvC = D * Hkv;
     const float *x = g->X[l % 2];
     float *x_out = g->X[(l + 1) % 2], eps = c->norm_eps;
 
     if (a->ln1_mean) be->ops->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, R, C, eps);
     else be->ops->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, p->ln1_w, R, C, eps);
-    model_linear(m, a->q, a->ln1, p->q_w, p->q_b, R, C, C);
-    gen_adapt(g, l, LORA_Q, a->q, a->ln1, R);
-    model_linear(m, a->k, a->ln1, p->k_w, p->k_b, R, C, kvC);
-    gen_adapt(g, l, LORA_K, a->k, a->ln1, R);
+    /* with qk_norm the projections land in qr, kr and the per-head norm writes q, k */
+    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
+    model_linear(m, q, a->ln1, p->q_w, p->q_b, R, C, qC);
+    gen_adapt(g, l, LORA_Q, q, a->ln1, R);
+    model_linear(m, k, a->ln1, p->k_w, p->k_b, R, C, kvC);
+    gen_adapt(g, l, LORA_K, k, a->ln1, R);
     model_linear(m, a->v, a->ln1, p->v_w, p->v_b, R, C, kvC);
     gen_adapt(g, l, LORA_V, a->v, a->ln1, R);
-    if (model_uses_rope(c)) {
-        be->ops->rope_rows(be, a->q, g->pos, R, H, D, c->rope_theta);
-        be->ops->rope_rows(be, a->k, g->pos, R, Hkv, D, c->rope_theta);
+    if (c->qk_norm) { /* RMSNorm of each head's D values: rows of D in the (R*H, D) view */
+        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, R * H, D, eps);
+        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, R * Hkv, D, eps);
+    }
+    if (model_uses_rope(c)) { /* att is free until attention writes it */
+        gen_rope(g, a->q, a->att, R, H, D);
+        gen_rope(g, a->k, a->att, R, Hkv, D);
     }
     be->ops->attention_decode_rows(be, a->att, a->q, a->k, a->v, gen_kc(g, l), gen_vc(g, l), g->pos,
                                    R, g->cap, H, Hkv, D);
     be->ops->copy_d2d(be, a->xm, x, (size_t)R * C * sizeof(float));
-    be->ops->matmul(be, a->xm, a->att, p->o_w, R, C, C, 0, 1, 1.0f, 1.0f);
+    be->ops->matmul(be, a->xm, a->att, p->o_w, R, C, qC, 0, 1, 1.0f, 1.0f);
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
     gen_adapt(g, l, LORA_O, a->xm, a->att, R);
 
@@ -320,13 +408,14 @@ int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
     const model_config *c = &m->cfg;
     int R = g->live, L = c->n_layer, C = c->d_model;
     if (R < 1) return loom_fail("generate: no live sequence to step");
-    if (!be->ops->rope_rows || !be->ops->attention_decode_rows)
+    if (!be->ops->attention_decode_rows || (model_uses_rope(c) && !g->rope_freq && !be->ops->rope_rows))
         return loom_fail("generate: backend %s has no batched decode ops", be->ops->name);
     for (int i = 0; i < R; i++)
         if (g->pos_h[i] >= g->cap)
             return loom_fail("generate: row %d reached the cache's %d positions", i, g->cap);
     be->ops->copy_h2d(be, g->tokens, tokens, (size_t)R * sizeof(int32_t));
     be->ops->copy_h2d(be, g->pos, g->pos_h, (size_t)R * sizeof(int32_t));
+    if (g->rope_freq) gen_rope_index(g, R);
     if (model_begin(m, 0, 0)) return -1;
     be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, NULL, 1, R, C);
     if (m->p.wpe) { /* learned positions: each row's own wpe row, gathered the same way */
@@ -352,7 +441,7 @@ int model_gen_drop(model_gen *g, int i)
     if (i == last) return 0;
     backend *be = g->m->be;
     const model_config *c = &g->m->cfg;
-    size_t kvC = (size_t)(c->d_model / c->n_head * c->n_kv_head), n = (size_t)g->pos_h[last] * kvC;
+    size_t kvC = (size_t)(config_head_dim(c) * c->n_kv_head), n = (size_t)g->pos_h[last] * kvC;
     for (int l = 0; l < c->n_layer; l++) {
         size_t dst = (size_t)i * g->cap * kvC, src = (size_t)last * g->cap * kvC;
         be->ops->copy_d2d(be, gen_kc(g, l) + dst, gen_kc(g, l) + src, n * sizeof(float));

@@ -13,7 +13,6 @@
 
 #include "base/error.h"
 #include "base/rng.h"
-#include "core/tokenizer.h"
 
 /* Independent streams from one seed: the split and the epoch order never share draws. */
 #define SFT_SPLIT_KEY 0x5E1EC7ED5A11D47Aull
@@ -214,7 +213,7 @@ static int sft_bucket(int longest, int max_len)
 }
 
 /* Render list l into set s with rows of T tokens; counts examples cut at T. */
-static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
+static int sft_render_set(const chat_template *ct, sft_list *l, sft_set *s, int T, int *n_truncated)
 {
     size_t rows = l->n ? (size_t)l->n : 1;
     s->tokens = malloc(rows * (size_t)T * sizeof *s->tokens);
@@ -226,11 +225,12 @@ static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
     for (int i = 0; i < l->n; i++) {
         int32_t *row = s->tokens + (size_t)i * T;
         uint8_t *mask = s->loss_mask + (size_t)i * T;
-        int full = chat_render(&l->ex[i], row, mask, T);
+        int full = chat_render(ct, &l->ex[i], row, mask, T);
         int len = full < T ? full : T;
-        for (int t = len; t < T; t++) { row[t] = TOK_PAD; mask[t] = 0; }
+        for (int t = len; t < T; t++) { row[t] = ct->pad; mask[t] = 0; }
         s->len[i] = len;
-        s->prompt_len[i] = chat_render_prompt(&l->ex[i], NULL, 0);
+        s->prompt_len[i] = chat_render_prompt(ct, &l->ex[i], NULL, 0);
+        if (full < 0 || s->prompt_len[i] < 0) return -1;
         if (full > T) (*n_truncated)++;
     }
     s->n = l->n;
@@ -239,11 +239,12 @@ static int sft_render_set(sft_list *l, sft_set *s, int T, int *n_truncated)
     return 0;
 }
 
-static int sft_longest(const sft_list *l)
+static int sft_longest(const chat_template *ct, const sft_list *l, const char *path)
 {
     int m = 0;
     for (int i = 0; i < l->n; i++) {
-        int n = chat_render(&l->ex[i], NULL, NULL, 0);
+        int n = chat_render(ct, &l->ex[i], NULL, NULL, 0);
+        if (n < 0) return loom_fail("%s:%d: %s", path, l->ex[i].line, loom_error()); /* the format cannot write it */
         if (n > m) m = n;
     }
     return m;
@@ -265,11 +266,12 @@ static int sft_check_targets(const sft_set *s, int T, const char *path, const ch
 /* Both lists parsed and split: bucket, render, and set up the order cache. */
 static int sft_finish(sft_data *d, sft_list *train, sft_list *val, const data_config *cfg)
 {
-    int lt = sft_longest(train), lv = sft_longest(val);
+    int lt = sft_longest(d->chat, train, cfg->train), lv = lt < 0 ? -1 : sft_longest(d->chat, val, cfg->val[0] ? cfg->val : cfg->train);
+    if (lt < 0 || lv < 0) return -1;
     d->longest = lt > lv ? lt : lv;
     d->T = sft_bucket(d->longest, d->T);
-    if (sft_render_set(train, &d->train, d->T, &d->n_truncated) ||
-        sft_render_set(val, &d->val, d->T, &d->n_truncated))
+    if (sft_render_set(d->chat, train, &d->train, d->T, &d->n_truncated) ||
+        sft_render_set(d->chat, val, &d->val, d->T, &d->n_truncated))
         return -1;
     if (sft_check_targets(&d->train, d->T, cfg->train, "training") ||
         sft_check_targets(&d->val, d->T, cfg->val[0] ? cfg->val : cfg->train, "validation"))
@@ -280,9 +282,10 @@ static int sft_finish(sft_data *d, sft_list *train, sft_list *val, const data_co
     return 0;
 }
 
-int sft_data_load(sft_data *d, const data_config *cfg, uint64_t seed)
+int sft_data_load(sft_data *d, const data_config *cfg, const chat_template *ct, uint64_t seed)
 {
     memset(d, 0, sizeof *d);
+    d->chat = ct;
     sft_list all = {0}, train = {0}, val = {0};
     int rc = sft_parse_file(cfg->train, cfg->skip_bad_lines, &all, &d->bad);
     if (rc == 0 && cfg->val[0]) {
@@ -357,14 +360,15 @@ int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g)
 }
 
 /* One row of T: tokens from example idx of s (rows of T_data), or all padding when idx < 0. */
-static long sft_fill_row(const sft_set *s, int T_data, int idx, int T, int32_t *tokens, int32_t *targets)
+static long sft_fill_row(const sft_set *s, int T_data, int32_t pad, int idx, int T, int32_t *tokens,
+                         int32_t *targets)
 {
     const int32_t *row = idx >= 0 ? s->tokens + (size_t)idx * T_data : NULL;
     const uint8_t *mask = idx >= 0 ? s->loss_mask + (size_t)idx * T_data : NULL;
     long count = 0;
     for (int t = 0; t < T; t++) {
         int has = row && t < T_data, next = row && t + 1 < T_data && mask[t + 1];
-        if (tokens) tokens[t] = has ? row[t] : TOK_PAD;
+        if (tokens) tokens[t] = has ? row[t] : pad;
         if (targets) targets[t] = next ? row[t + 1] : -1;
         count += next;
     }
@@ -377,7 +381,7 @@ long sft_batch(const sft_data *d, uint64_t seed, int epoch, uint64_t first_globa
     long count = 0;
     for (int i = 0; i < n; i++) {
         int idx = sft_sample_index(d, seed, epoch, first_global_index + (uint64_t)i);
-        count += sft_fill_row(&d->train, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+        count += sft_fill_row(&d->train, d->T, d->chat->pad, idx, T, tokens ? tokens + (size_t)i * T : NULL,
                               targets ? targets + (size_t)i * T : NULL);
     }
     return count;
@@ -394,7 +398,7 @@ long sft_val_batch(const sft_data *d, int first, int n, int T, int32_t *tokens, 
     long count = 0;
     for (int i = 0; i < n; i++) {
         int idx = first + i >= 0 && first + i < d->val.n ? first + i : -1;
-        count += sft_fill_row(&d->val, d->T, idx, T, tokens ? tokens + (size_t)i * T : NULL,
+        count += sft_fill_row(&d->val, d->T, d->chat->pad, idx, T, tokens ? tokens + (size_t)i * T : NULL,
                               targets ? targets + (size_t)i * T : NULL);
     }
     return count;
@@ -411,4 +415,11 @@ long sft_count_loss_tokens(const int32_t *targets, size_t n)
     long count = 0;
     for (size_t i = 0; i < n; i++) count += targets[i] >= 0;
     return count;
+}
+
+double sft_padding_share(const sft_data *d, uint64_t seed, uint64_t first_global_index, long n)
+{
+    double real = 0.0;
+    for (long i = 0; i < n; i++) real += d->train.len[sft_sample_index(d, seed, 0, first_global_index + (uint64_t)i)];
+    return n > 0 ? 1.0 - real / ((double)n * d->T) : 0.0;
 }

@@ -21,7 +21,7 @@ typedef struct sft_bad_lines {
     char first[512];               /* the first message, "file:line: problem" ("" if none) */
 } sft_bad_lines;
 
-/* One split, rendered: row i is tokens[i*T .. i*T+T), padded with TOK_PAD (mask 0). */
+/* One split, rendered: row i is tokens[i*T .. i*T+T), padded with the template's pad id (mask 0). */
 typedef struct sft_set {
     int n;
     int32_t *tokens;     /* n x T */
@@ -32,6 +32,7 @@ typedef struct sft_set {
 } sft_set;
 
 typedef struct sft_data {
+    const chat_template *chat; /* what the rows were rendered with (not owned; outlives d) */
     int T;               /* padded length of every row (train and val) */
     int longest;         /* longest full rendering seen, before the cap */
     int n_truncated;     /* examples longer than T, cut at T (the caller logs it) */
@@ -47,7 +48,7 @@ typedef struct sft_data {
  * Errors (-1 + loom_fail, d left empty): "FILE:LINE: problem" for the first bad line unless
  * cfg->skip_bad_lines (then d->bad / d->bad_val count them), "FILE: no examples" for a file with
  * none, no training examples left after the split. d is owned by the caller: sft_data_free. */
-int sft_data_load(sft_data *d, const data_config *cfg, uint64_t seed);
+int sft_data_load(sft_data *d, const data_config *cfg, const chat_template *ct, uint64_t seed);
 void sft_data_free(sft_data *d);
 
 /* The training example index that global sample g of epoch `epoch` reads: perm_e[g % n_train]
@@ -57,7 +58,7 @@ void sft_data_free(sft_data *d);
 int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g);
 
 /* Fill n rows of T: row i is sample first_global_index + i (see sft_sample_index);
- * tokens[t] = row[t] (TOK_PAD past the row), targets[t] = row[t+1] where loss_mask[t+1] else -1.
+ * tokens[t] = row[t] (the pad id past the row), targets[t] = row[t+1] where loss_mask[t+1] else -1.
  * Any split of a global batch over ranks gives the same rows. Returns the number of targets >= 0. */
 long sft_batch(const sft_data *d, uint64_t seed, int epoch, uint64_t first_global_index, int n,
                int T, int32_t *tokens, int32_t *targets);
@@ -68,11 +69,15 @@ long sft_batch_loss_tokens(const sft_data *d, uint64_t seed, int epoch, uint64_t
                            int n, int T);
 
 /* Validation rows first .. first+n-1 in file order, same filling as sft_batch; rows past the
- * end of the val set are all TOK_PAD / -1 (so a fixed batch size can cover it). */
+ * end of the val set are all padding / -1 (so a fixed batch size can cover it). */
 long sft_val_batch(const sft_data *d, int first, int n, int T, int32_t *tokens, int32_t *targets);
 
 /* Optimizer steps for one pass over the training examples: ceil(n_train / global_batch). */
 long sft_steps_per_epoch(const sft_data *d, int global_batch);
+
+/* The share of padding in the rows of global samples first_global_index .. + n - 1 (epoch 0
+ * numbering, as the trainer's running index): what one epoch's batches spend on nothing. */
+double sft_padding_share(const sft_data *d, uint64_t seed, uint64_t first_global_index, long n);
 
 /* Count targets >= 0 in n entries. */
 long sft_count_loss_tokens(const int32_t *targets, size_t n);

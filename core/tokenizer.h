@@ -1,33 +1,75 @@
-/* tokenizer.h: byte-level tokenizer: ids 0..255 are the bytes, special tokens follow.
- * Every UTF-8 text round-trips exactly; special tokens are only produced on purpose (by
- * tokenizer_special), never by encoding user text, so user text cannot forge a turn marker. */
+/* tokenizer.h: text <-> token ids behind one interface: loom's byte-level tokenizer ("byte") and
+ * Hugging Face tokenizer.json files (BPE, byte-level or byte-fallback), chosen by model.tokenizer.
+ * Special tokens are only produced on purpose (tokenizer_special), never by encoding user text. */
 #ifndef LOOM_TOKENIZER_H
 #define LOOM_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+/* The byte tokenizer's ids: 0..255 are the bytes, its special tokens follow. Only the byte
+ * tokenizer has these ids; other code looks specials up by name (tokenizer_special). */
 enum {
-    TOK_EOT = 256,       /* end of a document (pretraining) */
-    TOK_PAD,             /* padding (no loss) */
-    TOK_SYSTEM,          /* chat turn openers */
+    TOK_EOT = 256,       /* <|endoftext|>: end of a document (pretraining) */
+    TOK_PAD,             /* <|pad|>: padding (no loss) */
+    TOK_SYSTEM,          /* <|system|> <|user|> <|assistant|>: chat turn openers */
     TOK_USER,
     TOK_ASSISTANT,
-    TOK_END,             /* end of a turn */
-    TOK_TOOLS,           /* the tool schemas follow */
-    TOK_CALL,            /* a tool call follows */
-    TOK_THINK,           /* reasoning follows */
+    TOK_END,             /* <|end|>: end of a turn */
+    TOK_TOOLS,           /* <|tools|>: the tool schemas follow */
+    TOK_CALL,            /* <|call|>: a tool call follows */
+    TOK_THINK,           /* <|think|>: reasoning follows */
     TOKENIZER_VOCAB = 272 /* bytes + specials, rounded up to a multiple of 16 */
 };
 
-/* Encode n bytes of text into out (capacity cap); returns the number of tokens (== n). */
-size_t tokenizer_encode(const char *text, size_t n, int32_t *out, size_t cap);
+typedef struct tokenizer tokenizer; /* opaque; owned by whoever opened it */
 
-/* Decode tokens into text (capacity cap, NUL-terminated); specials are written as their names,
- * e.g. "<|user|>", unless skip_special. Returns bytes written (without the NUL). */
-size_t tokenizer_decode(const int32_t *tokens, size_t n, char *out, size_t cap, int skip_special);
+/* Open by spec: "byte" (or "") for the byte-level tokenizer, else a tokenizer.json file or a
+ * folder holding one (and optionally tokenizer_config.json, for eos_token and chat_template).
+ * NULL + loom_fail naming the file and the problem (unsupported model type, unknown token...). */
+tokenizer *tokenizer_open(const char *spec);
+void tokenizer_free(tokenizer *t);
 
-/* The printable name of a token id ("<|end|>" or the byte as a 1-char string in buf). */
-const char *tokenizer_name(int32_t id, char buf[16]);
+/* "byte" or "bpe" (with the tokenizer.json path after it in tokenizer_describe). */
+const char *tokenizer_kind(const tokenizer *t);
+const char *tokenizer_describe(const tokenizer *t);
+
+/* Ids run 0 .. vocab-1 (a model's vocab must be at least this). */
+int tokenizer_vocab(const tokenizer *t);
+
+/* A 64-bit hash naming the tokenizer exactly: the byte tokenizer's is fixed, a tokenizer.json's
+ * is FNV-1a of the file's bytes. Token files record it (docs/token-format.md). */
+uint64_t tokenizer_hash(const tokenizer *t);
+#define TOKENIZER_BYTE_HASH 0x6c6f6f6d62797465ull /* "loombyte" */
+
+/* Encode n bytes of text. Writes the first min(count, cap) ids to out (out may be NULL with cap
+ * 0 to measure) and returns count, or -1 + loom_fail. Text that is not valid UTF-8 is first
+ * repaired by replacing each maximal invalid subsequence with U+FFFD (as Python's
+ * bytes.decode("utf-8", "replace")), except by the byte tokenizer, which takes every byte as is.
+ * Special tokens in the text stay text; no BOS/EOS is added. Not thread-safe (a cache). */
+long tokenizer_encode(tokenizer *t, const char *text, size_t n, int32_t *out, size_t cap);
+
+/* The same into a malloc'd array (the caller frees it), *count ids; NULL + loom_fail on error. */
+int32_t *tokenizer_encode_alloc(tokenizer *t, const char *text, size_t n, size_t *count);
+
+/* Decode ids into out (capacity cap, NUL-terminated, cut at a token boundary when full); special
+ * tokens are written as their names unless skip_special. Returns the bytes written. */
+size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,
+                        int skip_special);
+
+/* The id of a special (or added) token by its text, e.g. "<|im_end|>"; -1 when it has none. */
+int32_t tokenizer_special(const tokenizer *t, const char *name);
+
+/* 1 when id is a special token (never produced from text: markers, end of text, padding). */
+int tokenizer_is_special(const tokenizer *t, int32_t id);
+
+/* End of a document (pretraining separator), end of a turn (generation stops there), padding
+ * (never a target). Each is -1 when the tokenizer has none; padding falls back to eos. */
+int32_t tokenizer_eos(const tokenizer *t);
+int32_t tokenizer_eot(const tokenizer *t);
+int32_t tokenizer_pad(const tokenizer *t);
+
+/* The chat_template text from the model folder's tokenizer_config.json, or NULL. */
+const char *tokenizer_chat_template(const tokenizer *t);
 
 #endif

@@ -5,22 +5,10 @@
 
 #include <string.h>
 
-#include "core/tokenizer.h"
 
-int toolcall_extract(const int32_t *tokens, int n, char *out, size_t cap)
+int toolcall_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap)
 {
-    int start = -1;
-    for (int i = 0; i < n && start < 0; i++)
-        if (tokens[i] == TOK_CALL) start = i + 1;
-    if (cap) out[0] = '\0';
-    if (start < 0) return -1;
-    size_t w = 0;
-    for (int i = start; i < n && tokens[i] >= 0 && tokens[i] < 256; i++) {
-        if (w + 1 < cap) out[w] = (char)tokens[i];
-        w++;
-    }
-    if (cap) out[w < cap ? w : cap - 1] = '\0';
-    return (int)(w < cap ? w : (cap ? cap - 1 : 0));
+    return chat_extract_calls(ct, tokens, n, out, cap);
 }
 
 /* 1 when some object at any depth repeats a key (cJSON keeps duplicates, and cJSON_Compare would

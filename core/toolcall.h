@@ -9,6 +9,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/chat.h"
+
 /* How a generation compares with the answers. Each level implies the one before. */
 typedef struct toolcall_grade {
     int valid;  /* a JSON array of {"name": string, "arguments": object}, nothing else */
@@ -16,10 +18,9 @@ typedef struct toolcall_grade {
     int exact;  /* names, and each call's arguments equal to the answer's as JSON values */
 } toolcall_grade;
 
-/* The call text of generated tokens (what followed <|assistant|>): the bytes after the first
- * <|call|> up to the next special token (normally <|end|>) or the end of tokens, written to out
- * NUL-terminated (cut at cap - 1). Returns its length, or -1 when there is no <|call|>. */
-int toolcall_extract(const int32_t *tokens, int n, char *out, size_t cap);
+/* The calls of generated tokens (what followed the assistant opener) as JSON array text, in
+ * the template's format: see chat_extract_calls. -1 when loom's <|call|> is missing. */
+int toolcall_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap);
 
 /* Parse call text (surrounding whitespace allowed) into a cJSON array of calls, or NULL when it
  * is not a valid call list (see toolcall_grade.valid; duplicate object keys are invalid too).

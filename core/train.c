@@ -37,6 +37,8 @@ typedef struct trainer {
     session *s;                /* backend, comm, model, dp, optimizer */
     token_data data;           /* pretraining */
     sft_data sft;              /* fine-tuning */
+    tokenizer *tok;            /* model.tokenizer */
+    chat_template chat;        /* how sft renders its examples (fine-tuning) */
     int T;
     int32_t *tokens, *targets; /* host, micro-batch */
     int accum;                 /* micro-batches per step on each rank */
@@ -83,7 +85,7 @@ static long trainer_fill_batch(trainer *t, int step, int k)
     }
     sft_batch(&t->sft, seed, 0, g, mb, T, t->tokens, t->targets);
     long real = 0;
-    for (size_t i = 0; i < (size_t)mb * T; i++) real += t->tokens[i] != TOK_PAD;
+    for (size_t i = 0; i < (size_t)mb * T; i++) real += t->tokens[i] != t->chat.pad;
     return real;
 }
 
@@ -129,16 +131,22 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
 static int trainer_load_data(trainer *t)
 {
     job_config *cfg = &t->cfg;
-    if (!t->finetune) {
+    if (!(t->tok = tokenizer_open(cfg->model.tokenizer))) return -1;
+    if (!t->finetune) { /* every id is checked against model.vocab as it loads */
         t->T = cfg->train.seq_len;
-        if (token_data_load(&t->data, cfg->data.train, cfg->model.vocab)) return -1;
+        if (token_data_load(&t->data, cfg->data.train, t->tok, cfg->model.vocab)) return -1;
         if (t->data.n <= (size_t)t->T)
             return loom_fail("%s: %zu tokens, need more than train.seq_len %d", cfg->data.train, t->data.n, t->T);
         return 0;
     }
     data_config dc = cfg->data;
     if (dc.max_len > cfg->model.max_seq) dc.max_len = cfg->model.max_seq;
-    if (sft_data_load(&t->sft, &dc, cfg->train.seed)) return -1;
+    if (tokenizer_vocab(t->tok) > cfg->model.vocab) /* the chat markers may be any of its ids */
+        return loom_fail("model.vocab %d is smaller than the tokenizer's %d ids (%s)", cfg->model.vocab,
+                         tokenizer_vocab(t->tok), tokenizer_describe(t->tok));
+    if (chat_template_init(&t->chat, t->tok, dc.chat_format) ||
+        sft_data_load(&t->sft, &dc, &t->chat, cfg->train.seed))
+        return -1;
     t->T = t->sft.T;
     t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
     cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
@@ -182,6 +190,7 @@ static void trainer_close(trainer *t)
     token_data_free(&t->data);
     if (t->finetune) sft_data_free(&t->sft);
     session_close(t->s);
+    tokenizer_free(t->tok);
 }
 
 /* Fine-tunes: validation loss at each epoch's end and at the end of the run. */
@@ -189,6 +198,11 @@ static int trainer_maybe_validate(trainer *t, int step, train_report *rep)
 {
     if (!t->finetune || t->sft.val.n == 0) return 0;
     if (step % t->steps_per_epoch != 0 && step != t->cfg.train.steps) return 0;
+    const train_config *tc = &t->cfg.train;
+    long epoch = (step - 1) / t->steps_per_epoch, n = t->steps_per_epoch * tc->batch_size;
+    if (t->s->comm->rank == 0)
+        log_info("epoch %ld: padding is %.1f%% of the tokens in its batches (rows of %d)", epoch + 1,
+                 100.0 * sft_padding_share(&t->sft, tc->seed, (uint64_t)(epoch * n), n), t->T);
     double val;
     if (evaluate_loss(t->s, &t->sft, &val)) return -1;
     metrics_val(t->log, step, val);

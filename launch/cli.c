@@ -88,6 +88,8 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init)) {
         return -1;
     }
+    if (strcmp(cfg->model.tokenizer, "byte") != 0)
+        cli_resolve_path(cfg->model.tokenizer, sizeof cfg->model.tokenizer, a->job_path);
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);
     if (a->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", a->backend);
     return config_validate(cfg);

@@ -18,7 +18,12 @@ int cmd_eval(int argc, char **argv)
     sft_data d;
     data_config dc = cfg.data;
     if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
-    if (sft_data_load(&d, &dc, cfg.train.seed)) return cli_job_failed(c);
+    tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || sft_data_load(&d, &dc, &ct, cfg.train.seed)) {
+        tokenizer_free(tok);
+        return cli_job_failed(c);
+    }
     session *s = session_open(&cfg, c, SESSION_INFER, 1, d.T);
     double loss = 0;
     eval_result ev;
@@ -32,6 +37,7 @@ int cmd_eval(int argc, char **argv)
                    100.0 * ev.names, ev.examples, ev.tokens, ev.seconds);
     session_close(s);
     sft_data_free(&d);
+    tokenizer_free(tok);
     if (rc) return cli_job_failed(c);
     comm_destroy(c);
     return 0;

@@ -88,9 +88,12 @@ static int sample_parse(int *argc, char **argv, sample_args *sa)
 }
 
 /* The prompt's tokens: raw text, or the chat rendering of a query + tools up to <|assistant|>. */
-static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
+static int sample_prompt(const sample_args *sa, const chat_template *ct, int32_t *tokens, int cap)
 {
-    if (sa->prompt) return (int)tokenizer_encode(sa->prompt, strlen(sa->prompt), tokens, (size_t)cap);
+    if (sa->prompt) {
+        long n = tokenizer_encode(ct->tok, sa->prompt, strlen(sa->prompt), tokens, (size_t)cap);
+        return n > cap ? cap : (int)n;
+    }
     char json[8192];
     snprintf(json, sizeof json, "{\"query\": %s, \"tools\": %s}", "\"\"", sa->tools ? sa->tools : "[]");
     sft_example ex;
@@ -103,13 +106,14 @@ static int sample_prompt(const sample_args *sa, int32_t *tokens, int cap)
     int rc = chat_example_parse(text, strlen(text), &ex, CHAT_PARSE_PROMPT_ONLY);
     free(text);
     if (rc) return -1;
-    int n = chat_render_prompt(&ex, tokens, cap);
+    int n = chat_render_prompt(ct, &ex, tokens, cap);
     chat_example_free(&ex);
     return n;
 }
 
 /* sa->batch continuations of the prompt, decoded together; printed one after another. */
-static int sample_batch(session *s, const sample_args *sa, const int32_t *tokens, int n, int T, char *text)
+static int sample_batch(session *s, const chat_template *ct, const sample_args *sa, const int32_t *tokens,
+                        int n, int T, char *text)
 {
     int B = sa->batch, rc = -1;
     const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
@@ -119,14 +123,14 @@ static int sample_batch(session *s, const sample_args *sa, const int32_t *tokens
     if (prompts && lens && max_new && made && out && outs) {
         for (int r = 0; r < B; r++)
             prompts[r] = tokens, lens[r] = n, max_new[r] = sa->max_new, out[r] = outs + (size_t)r * T;
-        rc = evaluate_generate_batch(s, B, prompts, lens, max_new, sa->temperature, sa->top_k, sa->seed, out, made);
+        rc = evaluate_generate_batch(s, ct, B, prompts, lens, max_new, sa->temperature, sa->top_k, sa->seed, out, made);
     } else {
         loom_fail("sample: out of host memory");
     }
     /* the continuations alone on stdout, every byte (a generated 0x00 included: fwrite, not
      * "%s"); logs went to stderr */
     for (int r = 0; rc == 0 && r < B && s->comm->rank == 0; r++) {
-        size_t len = tokenizer_decode(out[r], (size_t)made[r], text, (size_t)T * 16 + 1, 0);
+        size_t len = tokenizer_decode(ct->tok, out[r], (size_t)made[r], text, (size_t)T * 16 + 1, 0);
         if ((B > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
             fputc('\n', stdout) == EOF || fflush(stdout) != 0)
             rc = loom_fail("cannot write the sample to stdout: %s", strerror(errno));
@@ -148,13 +152,20 @@ int cmd_sample(int argc, char **argv)
     int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);
     int finetune = cfg.finetune.base[0] != 0;
-    session *s = tokens && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
-    int n = s ? sample_prompt(&sa, tokens, T) : -1;
+    tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
+    chat_template ct;
+    if (tok && chat_template_init(&ct, tok, cfg.data.chat_format)) {
+        tokenizer_free(tok);
+        tok = NULL;
+    }
+    session *s = tok && tokens && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
+    int n = s ? sample_prompt(&sa, &ct, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;
-    if (rc == 0) rc = sample_batch(s, &sa, tokens, n, T, text);
+    if (rc == 0) rc = sample_batch(s, &ct, &sa, tokens, n, T, text);
     free(tokens);
     free(text);
     session_close(s);
+    tokenizer_free(tok);
     if (rc) return cli_job_failed(c);
     comm_destroy(c);
     return 0;

@@ -62,6 +62,15 @@ int fuzz_config(const uint8_t *data, size_t n)
     return 0;
 }
 
+/* loom's format on the byte tokenizer (stateless: opened once, never changes) */
+static const chat_template *fuzz_chat(void)
+{
+    static chat_template ct;
+    static tokenizer *tok;
+    if (!tok && ((tok = tokenizer_open("byte")) == NULL || chat_template_init(&ct, tok, "loom"))) abort();
+    return &ct;
+}
+
 /* Each line on its own through chat.h, as `loom sample` and the evaluator use it. */
 static void fuzz_chat_lines(const char *s, int flags)
 {
@@ -72,8 +81,8 @@ static void fuzz_chat_lines(const char *s, int flags)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         sft_example ex;
         if (chat_example_parse(p, len, &ex, flags) == 0) {
-            if (ex.answers_json) chat_render(&ex, tokens, mask, 512);
-            chat_render_prompt(&ex, tokens, 512);
+            if (ex.answers_json) chat_render(fuzz_chat(), &ex, tokens, mask, 512);
+            chat_render_prompt(fuzz_chat(), &ex, tokens, 512);
             chat_example_free(&ex);
         }
         p += len + (e ? 1 : 0);
@@ -94,7 +103,7 @@ int fuzz_jsonl(const uint8_t *data, size_t n)
     dc.skip_bad_lines = data[0] & 1;
     if (fuzz_write(dc.train, data + 1, n - 1) == 0) {
         sft_data d;
-        if (sft_data_load(&d, &dc, 1234) == 0) {
+        if (sft_data_load(&d, &dc, fuzz_chat(), 1234) == 0) {
             int32_t tok[2 * 256], tgt[2 * 256];
             sft_batch(&d, 1234, 0, 0, 2, d.T, tok, tgt);
             sft_data_free(&d);

@@ -3,10 +3,10 @@
 # shipped configs/data/tools.jsonl. Built from the sources alone so it does not wait on loom_core.
 add_library(loom_sft_only STATIC
   ${PROJECT_SOURCE_DIR}/core/chat.c
+  ${PROJECT_SOURCE_DIR}/core/chat_format.c
   ${PROJECT_SOURCE_DIR}/core/sft_data.c
-  ${PROJECT_SOURCE_DIR}/core/toolcall.c
-  ${PROJECT_SOURCE_DIR}/core/tokenizer.c)
-target_link_libraries(loom_sft_only PUBLIC loom_util loom_deps)
+  ${PROJECT_SOURCE_DIR}/core/toolcall.c)
+target_link_libraries(loom_sft_only PUBLIC loom_tokenizer loom_util loom_deps)
 
 loom_add_test(test_sft ${PROJECT_SOURCE_DIR}/tests/core/test_sft.c loom_sft_only)
 set_tests_properties(test_sft PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

@@ -39,6 +39,12 @@ static model_config variant(int llama)
         strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
         m.tied_embeddings = 0; m.bias = 0;
     }
+    if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
+        m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
+        strcpy(m.rope_scaling, "llama3");
+        m.head_dim = 16;              /* queries 64 wide on a 32-wide residual (not d_model / n_head) */
+        m.rope_original_max_seq = 16; /* head dim 16: kept, smoothed and fully scaled bands */
+    }
     m.init_std = 0.3f;
     return m;
 }
@@ -64,6 +70,8 @@ static void load_weights(model *m, const model *plain)
         for (size_t j = 0; j < m->nparams; j++) h[j] = 0.2f * rng_normal(5, j);
     } else {
         model_init_values(m, 7, h);
+        /* qk_norm models: perturb everything so the biases and norm weights are not 0 and 1 */
+        for (size_t j = 0; m->cfg.qk_norm && j < m->nparams; j++) h[j] += 0.1f * rng_normal(9, j);
     }
     be->ops->copy_h2d(be, m->params, h, m->nparams * sizeof(float));
     free(h);
@@ -176,9 +184,12 @@ static void check_family(int llama, int lora)
     model_gen_destroy(lent);
     double borrowed = batched(big, rf, R);
     CHECK(borrowed < 1e-4, "a context in the model's arena differs by %.3g", borrowed);
+    /* the model's own state in that arena (its rope frequency table) survives the contexts */
+    double after = against_full(big, rf);
+    CHECK(after < 1e-4, "after lending its arena the model's forward differs by %.3g", after);
     model_destroy(big);
     printf("batched decode (%s%s): max |logit diff| vs single path: batch 1 %.2e, batch %d %.2e, "
-           "no-activation model %.2e; vs full forward %.2e\n", llama ? "llama" : "gpt2", lora ? " + LoRA" : "",
+           "no-activation model %.2e; vs full forward %.2e\n", llama == 2 ? "qwen" : llama ? "llama" : "gpt2", lora ? " + LoRA" : "",
            one, R, all, none, full);
     CHECK(one < 1e-4 && all < 1e-4 && none < 1e-4, "batched logits differ from the single path");
     CHECK(full < 1e-4, "decoded logits differ from a full forward by %.3g", full);
@@ -225,6 +236,8 @@ int main(void)
     check_family(0, 0);
     check_family(1, 0);
     check_family(1, 1);
+    check_family(2, 0); /* head_dim != d_model / n_head, qk_norm, qkv biases, llama3 rope scaling */
+    check_family(2, 1);
     if (failures) printf("%d check(s) failed\n", failures);
     else printf("all generation checks passed\n");
     return failures ? 1 : 0;

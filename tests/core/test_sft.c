@@ -9,6 +9,8 @@
 #include "base/error.h"
 #include "core/sft_data.h"
 #include "core/tokenizer.h"
+
+static chat_template g_ct; /* loom's format on the byte tokenizer */
 #include "core/toolcall.h"
 #include "tests/check.h"
 
@@ -51,7 +53,7 @@ static void check_render(const char *json, const expect *want, const char *what)
     if (rc) return;
     int32_t tok[512];
     uint8_t mask[512];
-    int n = chat_render(&ex, tok, mask, 512);
+    int n = chat_render(&g_ct, &ex, tok, mask, 512);
     CHECK(n == want->n, "%s: length %d, want %d", what, n, want->n);
     for (int t = 0; t < n && t < want->n; t++) {
         CHECK(tok[t] == want->tok[t], "%s: token %d is %d, want %d", what, t, tok[t], want->tok[t]);
@@ -59,14 +61,14 @@ static void check_render(const char *json, const expect *want, const char *what)
     }
     /* the prompt is exactly the prefix through <|assistant|> */
     int32_t ptok[512];
-    int pn = chat_render_prompt(&ex, ptok, 512);
+    int pn = chat_render_prompt(&g_ct, &ex, ptok, 512);
     CHECK(pn > 0 && pn <= n && tok[pn - 1] == TOK_ASSISTANT, "%s: prompt length %d", what, pn);
     CHECK(memcmp(ptok, tok, (size_t)pn * sizeof *tok) == 0, "%s: prompt differs from prefix", what);
     for (int t = 0; t < n; t++) CHECK(mask[t] == (t >= pn), "%s: mask %d vs prompt %d", what, t, pn);
     /* a cut rendering: the full length is still reported, nothing past cap written */
     int32_t small[8] = {0};
     small[5] = -7;
-    CHECK(chat_render(&ex, small, NULL, 5) == n && small[5] == -7, "%s: cut render", what);
+    CHECK(chat_render(&g_ct, &ex, small, NULL, 5) == n && small[5] == -7, "%s: cut render", what);
     chat_example_free(&ex);
 }
 
@@ -123,7 +125,7 @@ static void test_render(void)
           "answers required: %s", loom_error());
     CHECK(chat_example_parse(p, strlen(p), &ex, CHAT_PARSE_PROMPT_ONLY) == 0 && !ex.answers,
           "prompt only: %s", loom_error());
-    CHECK(chat_render_prompt(&ex, NULL, 0) == 2 + 2 + 1 + 2 + 2, "prompt-only length");
+    CHECK(chat_render_prompt(&g_ct, &ex, NULL, 0) == 2 + 2 + 1 + 2 + 2, "prompt-only length");
     chat_example_free(&ex);
 }
 
@@ -148,7 +150,7 @@ static void check_rows(const sft_data *d, const sft_set *s, int is_val)
         const uint8_t *mask = s->loss_mask + (size_t)i * T;
         int32_t full[1024];
         uint8_t fmask[1024];
-        int n = chat_render(&s->ex[i], full, fmask, 1024);
+        int n = chat_render(&g_ct, &s->ex[i], full, fmask, 1024);
         CHECK(s->len[i] == (n < T ? n : T), "row %d len %d vs %d", i, s->len[i], n);
         CHECK(memcmp(row, full, (size_t)s->len[i] * sizeof *row) == 0, "row %d tokens", i);
         long want = 0;
@@ -175,9 +177,9 @@ static void test_split(void)
     write_lines("sft_t_split.jsonl", 200, 0);
     data_config c = make_cfg("sft_t_split.jsonl", NULL, 0.25f, 1024, 0);
     sft_data a, b, s2;
-    CHECK(sft_data_load(&a, &c, 7) == 0, "load: %s", loom_error());
-    CHECK(sft_data_load(&b, &c, 7) == 0, "load again: %s", loom_error());
-    CHECK(sft_data_load(&s2, &c, 8) == 0, "load seed 8: %s", loom_error());
+    CHECK(sft_data_load(&a, &c, &g_ct, 7) == 0, "load: %s", loom_error());
+    CHECK(sft_data_load(&b, &c, &g_ct, 7) == 0, "load again: %s", loom_error());
+    CHECK(sft_data_load(&s2, &c, &g_ct, 8) == 0, "load seed 8: %s", loom_error());
     CHECK(a.train.n + a.val.n == 200, "split sizes %d + %d", a.train.n, a.val.n);
     CHECK(a.val.n >= 25 && a.val.n <= 75, "val fraction %d / 200", a.val.n);
     char where[201] = {0};
@@ -199,7 +201,7 @@ static void test_split(void)
     write_lines("sft_t_split2.jsonl", 250, 0);
     data_config c2 = make_cfg("sft_t_split2.jsonl", NULL, 0.25f, 1024, 0);
     sft_data big;
-    CHECK(sft_data_load(&big, &c2, 7) == 0, "load 250: %s", loom_error());
+    CHECK(sft_data_load(&big, &c2, &g_ct, 7) == 0, "load 250: %s", loom_error());
     for (int i = 0; i < big.val.n; i++)
         if (big.val.ex[i].line <= 200) CHECK(where[big.val.ex[i].line] == 2, "line %d moved", big.val.ex[i].line);
     sft_data_free(&big);
@@ -208,10 +210,10 @@ static void test_split(void)
     write_lines("sft_t_val.jsonl", 9, 500);
     data_config c3 = make_cfg("sft_t_split.jsonl", "sft_t_val.jsonl", 0.5f, 1024, 0);
     sft_data v;
-    CHECK(sft_data_load(&v, &c3, 7) == 0 && v.train.n == 200 && v.val.n == 9, "val file: %s", loom_error());
+    CHECK(sft_data_load(&v, &c3, &g_ct, 7) == 0 && v.train.n == 200 && v.val.n == 9, "val file: %s", loom_error());
     sft_data_free(&v);
     data_config c4 = make_cfg("sft_t_split.jsonl", NULL, 1.0f, 1024, 0);
-    CHECK(sft_data_load(&v, &c4, 7) != 0 && strstr(loom_error(), "all 200 examples went to validation"),
+    CHECK(sft_data_load(&v, &c4, &g_ct, 7) != 0 && strstr(loom_error(), "all 200 examples went to validation"),
           "val_split 1: %s", loom_error());
     sft_data_free(&a);
     sft_data_free(&b);
@@ -233,7 +235,7 @@ static int write_len_file(const char *path, const int *q_lens, int n)
         fprintf(f, "%s\n", line);
         sft_example ex;
         chat_example_parse(line, strlen(line), &ex, 0);
-        int len = chat_render(&ex, NULL, NULL, 0);
+        int len = chat_render(&g_ct, &ex, NULL, NULL, 0);
         if (len > longest) longest = len;
         chat_example_free(&ex);
     }
@@ -259,7 +261,7 @@ static void test_buckets(void)
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         int longest = write_len_file("sft_t_len.jsonl", cases[k].q, cases[k].n);
         data_config c = make_cfg("sft_t_len.jsonl", NULL, 0.0f, cases[k].max_len, 0);
-        CHECK(sft_data_load(&d, &c, 1) == 0, "%s: %s", cases[k].what, loom_error());
+        CHECK(sft_data_load(&d, &c, &g_ct, 1) == 0, "%s: %s", cases[k].what, loom_error());
         CHECK(d.T == cases[k].want_T, "%s: T %d", cases[k].what, d.T);
         CHECK(d.n_truncated == cases[k].want_cut, "%s: truncated %d", cases[k].what, d.n_truncated);
         CHECK(d.longest == longest, "%s: longest %d vs %d", cases[k].what, d.longest, longest);
@@ -269,7 +271,7 @@ static void test_buckets(void)
     /* an 11-token example still gets the minimum bucket */
     write_file("sft_t_len.jsonl", "{\"query\":\"\",\"tools\":[],\"answers\":[]}\n");
     data_config c = make_cfg("sft_t_len.jsonl", NULL, 0.0f, 1024, 0);
-    CHECK(sft_data_load(&d, &c, 1) == 0 && d.longest == 11 && d.T == SFT_MIN_LEN, "tiny: T %d longest %d (%s)",
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) == 0 && d.longest == 11 && d.T == SFT_MIN_LEN, "tiny: T %d longest %d (%s)",
           d.T, d.longest, loom_error());
     sft_data_free(&d);
 }
@@ -279,7 +281,7 @@ static void test_batches(void)
     write_lines("sft_t_batch.jsonl", 37, 0);
     data_config c = make_cfg("sft_t_batch.jsonl", NULL, 0.0f, 1024, 0);
     sft_data d;
-    if (sft_data_load(&d, &c, 3) != 0) { CHECK(0, "load: %s", loom_error()); return; }
+    if (sft_data_load(&d, &c, &g_ct, 3) != 0) { CHECK(0, "load: %s", loom_error()); return; }
     int n = d.train.n, T = d.T;
     CHECK(n == 37 && T == 128, "n %d T %d", n, T);
     /* each epoch is a permutation, and epochs differ */
@@ -349,9 +351,9 @@ static void check_bad(const char *bad, const char *want)
     sft_data d;
     char full[256];
     snprintf(full, sizeof full, "sft_t_bad.jsonl:4: %s", want);
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), full), "want \"%s\", got \"%s\"", full, loom_error());
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), full), "want \"%s\", got \"%s\"", full, loom_error());
     c.skip_bad_lines = 1;
-    CHECK(sft_data_load(&d, &c, 1) == 0, "skip: %s", loom_error());
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) == 0, "skip: %s", loom_error());
     CHECK(d.train.n == 3 && d.bad.count == 1 && d.bad.line[0] == 4 && strstr(d.bad.first, full),
           "skip: %d examples, %d bad (line %d: %s)", d.train.n, d.bad.count, d.bad.line[0], d.bad.first);
     sft_data_free(&d);
@@ -384,31 +386,31 @@ static void test_bad_lines(void)
     write_file("sft_t_bad.jsonl", text);
     data_config c = make_cfg("sft_t_bad.jsonl", NULL, 0.0f, 1024, 1);
     sft_data d;
-    CHECK(sft_data_load(&d, &c, 1) == 0, "skip several: %s", loom_error());
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) == 0, "skip several: %s", loom_error());
     CHECK(d.train.n == 2 && d.bad.count == 4, "skip several: %d good %d bad", d.train.n, d.bad.count);
     for (int i = 0; i < 4 && i < d.bad.count; i++) CHECK(d.bad.line[i] == 3 + i, "bad line %d is %d", i, d.bad.line[i]);
     CHECK(strstr(d.bad.first, "sft_t_bad.jsonl:3: invalid JSON") != NULL, "first: %s", d.bad.first);
     CHECK(d.train.n == 2 && d.train.ex[1].line == 7, "line of the last example");
     sft_data_free(&d);
     c.skip_bad_lines = 0;
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "sft_t_bad.jsonl:3: invalid JSON"),
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "sft_t_bad.jsonl:3: invalid JSON"),
           "no skip: %s", loom_error());
 
     /* empty, blank-only, all-bad and missing files */
     write_file("sft_t_empty.jsonl", "");
     c = make_cfg("sft_t_empty.jsonl", NULL, 0.1f, 1024, 0);
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl: no examples"), "empty: %s", loom_error());
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl: no examples"), "empty: %s", loom_error());
     write_file("sft_t_empty.jsonl", "\n  \n\n");
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl: no examples"), "blank: %s", loom_error());
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl: no examples"), "blank: %s", loom_error());
     write_file("sft_t_empty.jsonl", "{\n[\n");
     c.skip_bad_lines = 1;
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "no valid examples (2 bad lines skipped")
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "no valid examples (2 bad lines skipped")
           && d.bad.count == 2, "all bad: %s", loom_error());
     c = make_cfg("sft_t_split.jsonl", "sft_t_empty.jsonl", 0.1f, 1024, 0);
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl:1: invalid JSON"),
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "sft_t_empty.jsonl:1: invalid JSON"),
           "bad val file: %s", loom_error());
     c = make_cfg("sft_t_does_not_exist.jsonl", NULL, 0.1f, 1024, 0);
-    CHECK(sft_data_load(&d, &c, 1) != 0 && strstr(loom_error(), "sft_t_does_not_exist.jsonl: cannot open"),
+    CHECK(sft_data_load(&d, &c, &g_ct, 1) != 0 && strstr(loom_error(), "sft_t_does_not_exist.jsonl: cannot open"),
           "missing: %s", loom_error());
 }
 
@@ -453,10 +455,10 @@ static void test_toolcall(void)
     for (const char *s = "[1]"; *s; s++) gen[n++] = *s;
     gen[n++] = TOK_END; gen[n++] = 'z';
     char out[16];
-    CHECK(toolcall_extract(gen, n, out, sizeof out) == 3 && strcmp(out, "[1]") == 0, "extract: %s", out);
-    CHECK(toolcall_extract(gen, n - 2, out, sizeof out) == 3 && strcmp(out, "[1]") == 0, "extract to the end");
-    CHECK(toolcall_extract(gen, n, out, 3) == 2 && strcmp(out, "[1") == 0, "extract cut: %s", out);
-    CHECK(toolcall_extract(gen, 2, out, sizeof out) == -1 && out[0] == '\0', "no call token");
+    CHECK(toolcall_extract(&g_ct, gen, n, out, sizeof out) == 3 && strcmp(out, "[1]") == 0, "extract: %s", out);
+    CHECK(toolcall_extract(&g_ct, gen, n - 2, out, sizeof out) == 3 && strcmp(out, "[1]") == 0, "extract to the end");
+    CHECK(toolcall_extract(&g_ct, gen, n, out, 3) == 2 && strcmp(out, "[1") == 0, "extract cut: %s", out);
+    CHECK(toolcall_extract(&g_ct, gen, 2, out, sizeof out) == -1 && out[0] == '\0', "no call token");
 }
 
 static void test_shipped(void)
@@ -466,7 +468,7 @@ static void test_shipped(void)
     data_config c = make_cfg("", NULL, 0.1f, 1024, 0);
     snprintf(c.train, sizeof c.train, "%s/configs/data/tools.jsonl", src);
     sft_data d;
-    if (sft_data_load(&d, &c, 1234) != 0) { CHECK(0, "shipped data: %s", loom_error()); return; }
+    if (sft_data_load(&d, &c, &g_ct, 1234) != 0) { CHECK(0, "shipped data: %s", loom_error()); return; }
     CHECK(d.bad.count == 0 && d.train.n + d.val.n >= 500, "%d + %d examples", d.train.n, d.val.n);
     CHECK(d.T <= 512 && d.n_truncated == 0, "T %d (longest %d), %d cut", d.T, d.longest, d.n_truncated);
     int calls = 0, empty = 0;
@@ -483,6 +485,8 @@ static void test_shipped(void)
 
 int main(void)
 {
+    tokenizer *tok = tokenizer_open("byte");
+    if (!tok || chat_template_init(&g_ct, tok, "loom")) { printf("template: %s\n", loom_error()); return 1; }
     test_render();
     test_split();
     test_buckets();
@@ -490,6 +494,7 @@ int main(void)
     test_bad_lines();
     test_toolcall();
     test_shipped();
+    tokenizer_free(tok);
     if (failures) { printf("%d checks failed\n", failures); return 1; }
     printf("test_sft: all checks passed\n");
     return 0;

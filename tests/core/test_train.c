@@ -16,6 +16,8 @@
 
 #include "tests/check.h"
 
+static tokenizer *g_byte; /* the byte tokenizer, opened in main */
+
 static void tiny_job(job_config *cfg, const char *out)
 {
     char path[1024];
@@ -47,26 +49,40 @@ static void check_token_files(void)
 {
     int32_t toks[5] = {1, 2, 300, 4, 5};
     token_data d;
-    CHECK(tokfile_write("test_train_out/t.bin", toks, 5, 2) == 0, "write: %s", loom_error());
-    CHECK(token_data_load(&d, "test_train_out/t.bin", 512) == 0 && d.n == 5 && token_data_at(&d, 2) == 300,
+    CHECK(tokfile_write("test_train_out/t.bin", toks, 5, 2, TOKENIZER_BYTE_HASH) == 0, "write: %s", loom_error());
+    CHECK(token_data_load(&d, "test_train_out/t.bin", g_byte, 512) == 0 && d.n == 5 && token_data_at(&d, 2) == 300,
           "round trip: %s", loom_error());
     token_data_free(&d);
-    CHECK(token_data_load(&d, "test_train_out/t.bin", 256) != 0 && strstr(loom_error(), "vocab") &&
+    CHECK(token_data_load(&d, "test_train_out/t.bin", g_byte, 256) != 0 && strstr(loom_error(), "vocab") &&
               strstr(loom_error(), "t.bin"),
           "id >= vocab accepted or unclear: %s", loom_error());
     FILE *f = fopen("test_train_out/t.bin", "r+b");
     CHECK(f != NULL, "reopen");
     if (f) { fseek(f, 0, SEEK_END); fclose(f); }
     CHECK(truncate("test_train_out/t.bin", TOKFILE_HEADER_BYTES + 4) == 0, "truncate");
-    CHECK(token_data_load(&d, "test_train_out/t.bin", 512) != 0 && strstr(loom_error(), "truncated"),
+    CHECK(token_data_load(&d, "test_train_out/t.bin", g_byte, 512) != 0 && strstr(loom_error(), "truncated"),
           "truncated file accepted or unclear: %s", loom_error());
-    CHECK(token_data_load(&d, "test_train_out/missing.bin", 512) != 0 && strstr(loom_error(), "missing.bin"),
+    CHECK(token_data_load(&d, "test_train_out/missing.bin", g_byte, 512) != 0 && strstr(loom_error(), "missing.bin"),
           "missing file: %s", loom_error());
+    /* a file made by another tokenizer is refused, naming both */
+    CHECK(tokfile_write("test_train_out/other.bin", toks, 5, 2, 0x1234) == 0, "write other: %s", loom_error());
+    CHECK(token_data_load(&d, "test_train_out/other.bin", g_byte, 512) != 0 &&
+              strstr(loom_error(), "made by tokenizer 0000000000001234") && strstr(loom_error(), "byte"),
+          "tokenizer mismatch accepted or unclear: %s", loom_error());
+    /* version 1 files (24-byte header, no hash) were all made by the byte tokenizer */
+    unsigned char v1[24 + 4] = {'L', 'O', 'O', 'M', 'T', 'O', 'K', '1', 1, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0,
+                                'h', 0, 'i', 0};
+    f = fopen("test_train_out/v1.bin", "wb");
+    CHECK(f && fwrite(v1, 1, sizeof v1, f) == sizeof v1 && fclose(f) == 0, "write v1");
+    CHECK(token_data_load(&d, "test_train_out/v1.bin", g_byte, 512) == 0 && d.n == 2 && d.tokens[1] == 'i',
+          "version 1 file: %s", loom_error());
+    token_data_free(&d);
 }
 
 int main(int argc, char **argv)
 {
     log_set_quiet(1);
+    g_byte = tokenizer_open("byte");
     if (system("mkdir -p test_train_out") != 0) return 1;
     comm *c = comm_init("self", &argc, &argv, NULL);
     if (!c) { printf("FAIL: %s\n", loom_error()); return 1; }

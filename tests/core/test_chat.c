@@ -1,0 +1,201 @@
+/* test_chat.c: chat formats against transformers' apply_chat_template (fixtures from
+ * tests/fixtures/tokenizers/chat_fixtures.py): loom's ChatML/Hermes rendering of OpenAI-style
+ * conversations gives the same ids, its mask covers exactly the assistant spans, the prompt is a
+ * prefix, generated calls read back; loom's format on multi-turn rows; bad rows fail clearly. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "core/chat.h"
+#include "core/sft_data.h"
+#include "core/tokenizer.h"
+#include "core/toolcall.h"
+
+#include "tests/check.h"
+
+static const char *fixture(const char *name)
+{
+    static char path[1024];
+    const char *src = getenv("LOOM_SOURCE_DIR");
+    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", src ? src : ".", name);
+    return path;
+}
+
+static char *next_line(FILE *f)
+{
+    static char buf[1 << 16];
+    return fgets(buf, sizeof buf, f) ? buf : NULL;
+}
+
+/* Conversation k: rendering == the fixture's ids and mask; prompt + extraction. */
+static void check_conversation(const chat_template *ct, int k, const char *row, const char *want)
+{
+    sft_example ex;
+    CHECK(chat_example_parse(row, strlen(row), &ex, 0) == 0, "conv %d: parse: %s", k, loom_error());
+    cJSON *w = cJSON_Parse(want);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(w, "ids"), *mask = cJSON_GetObjectItemCaseSensitive(w, "mask");
+    int n = cJSON_GetArraySize(ids);
+    int32_t tok[4096];
+    uint8_t m[4096];
+    int got = chat_render(ct, &ex, tok, m, 4096);
+    int same = 0, same_mask = 0;
+    while (same < n && same < got && tok[same] == cJSON_GetArrayItem(ids, same)->valueint) same++;
+    while (same_mask < n && same_mask < got && m[same_mask] == cJSON_GetArrayItem(mask, same_mask)->valueint) same_mask++;
+    CHECK(got == n && same == n, "conv %d: %d tokens vs transformers' %d, first difference at %d", k, got, n, same);
+    CHECK(got == n && same_mask == n, "conv %d: mask differs at %d", k, same_mask);
+    /* the prompt is the prefix up to the last assistant turn's content */
+    int32_t p[4096];
+    int pn = chat_render_prompt(ct, &ex, p, 4096), last = -1;
+    for (int t = 0; t < got; t++)
+        if (m[t] && (t == 0 || !m[t - 1])) last = t;
+    CHECK(pn == last && memcmp(p, tok, (size_t)pn * sizeof *p) == 0, "conv %d: prompt %d, last span at %d", k, pn, last);
+    /* what the model would write after the prompt reads back as the answers */
+    char calls[4096];
+    CHECK(chat_extract_calls(ct, tok + pn, got - pn, calls, sizeof calls) >= 0 &&
+              toolcall_match(calls, ex.answers), "conv %d: extracted calls %s do not match", k, calls);
+    printf("conv %d: %d tokens equal to transformers': %s, mask: %s\n", k, got, same == n && got == n ? "yes" : "NO",
+           same_mask == n ? "yes" : "NO");
+    cJSON_Delete(w);
+    chat_example_free(&ex);
+}
+
+/* Every conversation of rows_file rendered in format on tok_file equals want_file's line. */
+static void check_fixture(const char *tok_file, const char *format, const char *rows_file, const char *want_file,
+                          const char *eot)
+{
+    tokenizer *tok = tokenizer_open(fixture(tok_file));
+    chat_template ct;
+    CHECK(tok && chat_template_init(&ct, tok, format) == 0 && ct.eot == tokenizer_special(tok, eot),
+          "%s template: %s", format, loom_error());
+    FILE *rows = fopen(fixture(rows_file), "r");
+    FILE *want = fopen(fixture(want_file), "r");
+    CHECK(rows && want, "chat fixtures %s", rows_file);
+    char *r, row[1 << 16];
+    printf("%s:\n", format);
+    for (int k = 0; tok && rows && want && (r = next_line(rows)) != NULL; k++) {
+        snprintf(row, sizeof row, "%s", r);
+        char *wl = next_line(want);
+        if (!wl) { CHECK(0, "fewer expected renderings than rows"); break; }
+        check_conversation(&ct, k, row, wl);
+    }
+    if (rows) fclose(rows);
+    if (want) fclose(want);
+    tokenizer_free(tok);
+}
+
+static void check_chatml(void)
+{
+    check_fixture("qwen2.json", "qwen2.5", "chat.jsonl", "chat_qwen2.5.jsonl", "<|im_end|>");
+    check_fixture("llama3.json", "llama3", "chat_llama3_rows.jsonl", "chat_llama3.jsonl", "<|eot_id|>");
+    tokenizer *tok = tokenizer_open(fixture("qwen2.json"));
+    chat_template ct;
+    CHECK(tok && chat_template_init(&ct, tok, "qwen2.5") == 0, "qwen2.5: %s", loom_error());
+    /* a text reply has no calls: "[]"; two blocks join into one array */
+    const char *gen = "Sure.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                      "{\"name\": \"b\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+    int32_t ids[256];
+    long n = tok ? tokenizer_encode(tok, gen, strlen(gen), ids, 256) : 0;
+    char out[256];
+    chat_extract_calls(&ct, ids, (int)n, out, sizeof out);
+    cJSON *want2 = cJSON_Parse("[{\"name\":\"a\",\"arguments\":{}},{\"name\":\"b\",\"arguments\":{\"x\":1}}]");
+    CHECK(toolcall_match(out, want2), "two calls: %s", out);
+    cJSON_Delete(want2);
+    n = tok ? tokenizer_encode(tok, "Hello", 5, ids, 256) : 0;
+    CHECK(chat_extract_calls(&ct, ids, (int)n, out, sizeof out) == 2 && strcmp(out, "[]") == 0, "no call: %s", out);
+    tokenizer_free(tok);
+}
+
+/* loom's format renders OpenAI rows too; every assistant turn is in the loss. */
+static void check_loom_multiturn(void)
+{
+    tokenizer *tok = tokenizer_open("byte");
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, "loom")) { CHECK(0, "loom template: %s", loom_error()); return; }
+    const char *row = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"},"
+                      " {\"role\": \"user\", \"content\": \"c\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"type\": "
+                      "\"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}}]}],"
+                      " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}";
+    sft_example ex;
+    CHECK(chat_example_parse(row, strlen(row), &ex, 0) == 0, "multi-turn parse: %s", loom_error());
+    int32_t t[256];
+    uint8_t m[256];
+    int n = chat_render(&ct, &ex, t, m, 256), spans = 0, masked = 0;
+    for (int i = 0; i < n; i++) {
+        spans += m[i] && (i == 0 || !m[i - 1]);
+        masked += m[i];
+    }
+    /* b<|call|>[]<|end|> = 1+1+2+1, then <|call|>[{"name":"f","arguments":{"x":1}}]<|end|> */
+    CHECK(spans == 2 && masked == 5 + 1 + 34 + 1, "two assistant spans: %d spans, %d masked", spans, masked);
+    CHECK(ex.answers && toolcall_match("[{\"name\":\"f\",\"arguments\":{\"x\":1}}]", ex.answers), "answers: last turn");
+    chat_example_free(&ex);
+    /* a tool result cannot be written in loom's format: one line */
+    const char *tool = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"tool\", \"content\": \"r\"},"
+                       " {\"role\": \"assistant\", \"content\": \"b\"}]}";
+    CHECK(chat_example_parse(tool, strlen(tool), &ex, 0) == 0, "tool row parses");
+    CHECK(chat_render(&ct, &ex, t, m, 256) < 0 && strstr(loom_error(), "cannot express a tool result"),
+          "loom + tool role: %s", loom_error());
+    chat_example_free(&ex);
+    tokenizer_free(tok);
+}
+
+static void check_bad_rows(void)
+{
+    static const struct { const char *row, *want; } cases[] = {
+        {"{\"messages\": []}", "'messages' must be a non-empty array"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}", "no assistant turn"},
+        {"{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}", "messages[0]: 'role' must be"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": 3}]}", "messages[0]: 'content' must be a string"},
+        {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"g\", \"arguments\": {}}}]}],"
+         " \"tools\": [{\"name\": \"f\"}]}", "messages[0].tool_calls: answer names tool 'g' which is not in 'tools'"},
+        {"{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"[1\"}}]}],"
+         " \"tools\": [{\"name\": \"f\"}]}", "'arguments' must be an object or a JSON string of one"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sft_example ex;
+        CHECK(chat_example_parse(cases[i].row, strlen(cases[i].row), &ex, 0) != 0 && strstr(loom_error(), cases[i].want),
+              "bad row %zu: want \"%s\", got \"%s\"", i, cases[i].want, loom_error());
+    }
+}
+
+/* OpenAI rows load through sft_data like Needle rows; the padding share is what the rows waste. */
+static void check_load_and_padding(void)
+{
+    tokenizer *tok = tokenizer_open("byte");
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, "loom")) { CHECK(0, "loom: %s", loom_error()); return; }
+    FILE *f = fopen("test_chat_rows.jsonl", "wb");
+    if (!f) { CHECK(0, "write rows"); return; }
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n"
+          "{\"query\": \"q\", \"tools\": [], \"answers\": []}\n"
+          "{\"messages\": [{\"role\": \"user\"}]}\n", f);
+    fclose(f);
+    data_config dc;
+    memset(&dc, 0, sizeof dc);
+    snprintf(dc.train, sizeof dc.train, "test_chat_rows.jsonl");
+    dc.max_len = 1024;
+    sft_data d;
+    CHECK(sft_data_load(&d, &dc, &ct, 1) != 0 && strstr(loom_error(), "test_chat_rows.jsonl:3: 'messages' has no assistant turn"),
+          "bad OpenAI row named by line: %s", loom_error());
+    dc.skip_bad_lines = 1;
+    CHECK(sft_data_load(&d, &dc, &ct, 1) == 0 && d.train.n == 2 && d.bad.count == 1, "load: %s", loom_error());
+    if (d.train.n == 2) {
+        double want = 1.0 - (double)(d.train.len[0] + d.train.len[1]) / (2.0 * d.T);
+        double got = sft_padding_share(&d, 1, 0, 2);
+        CHECK(got > want - 1e-12 && got < want + 1e-12, "padding share %g, want %g", got, want);
+        sft_data_free(&d);
+    }
+    remove("test_chat_rows.jsonl");
+    tokenizer_free(tok);
+}
+
+int main(void)
+{
+    check_load_and_padding();
+    check_chatml();
+    check_loom_multiturn();
+    check_bad_rows();
+    if (failures) { printf("%d checks failed\n", failures); return 1; }
+    printf("test_chat: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,23 @@
+# tests/core/tokenizer.cmake: the tokenizers (byte and tokenizer.json BPE) against the fixtures
+# tests/fixtures/tokenizers/make_fixtures.py made with the `tokenizers` library (no Python here).
+loom_add_test(test_tokenizer ${PROJECT_SOURCE_DIR}/tests/core/test_tokenizer.c loom_tokenizer)
+set_tests_properties(test_tokenizer PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
+# The CLI: a tokenizer.json loom cannot read ends `loom tokenize` with one line, non-zero exit;
+# a token file made by another tokenizer is refused by a job whose model uses a different one.
+set(TOK_EXPECT ${PROJECT_SOURCE_DIR}/tests/launch/expect_fail.sh)
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/wordpiece.json "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}")
+add_test(NAME cli_tokenizer_unsupported COMMAND ${TOK_EXPECT} "wordpiece.json: unsupported model type"
+         $<TARGET_FILE:loom> tokenize ${PROJECT_SOURCE_DIR}/configs/data/corpus.txt tok_out.bin
+         --tokenizer ${CMAKE_CURRENT_BINARY_DIR}/wordpiece.json)
+add_test(NAME cli_tokenizer_mismatch COMMAND ${PROJECT_SOURCE_DIR}/tests/core/tokenizer_mismatch.sh
+         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+
+# Chat formats against transformers' apply_chat_template (fixtures by chat_fixtures.py).
+loom_add_test(test_chat ${PROJECT_SOURCE_DIR}/tests/core/test_chat.c loom_sft_only)
+set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
+# A fine-tune on OpenAI-style rows in ChatML with a tokenizer.json, end to end.
+add_test(NAME finetune_chatml COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_chatml.sh
+         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+set_tests_properties(finetune_chatml PROPERTIES TIMEOUT 300)
