@@ -101,10 +101,10 @@ static void reference(model *m, ref *rf)
 
 /* The batched path on model m (which may have no activations): same tokens, close logits;
  * returns the worst logit difference. */
-static double batched(model *m, const ref *rf, int rows)
+static double batched(model *m, const ref *rf, int rows, int fwd)
 {
     int V = m->cfg.vocab, row[R], made[R] = {0};
-    model_gen *g = model_gen_create(m, rows, T, rows * T);
+    model_gen *g = model_gen_create(m, rows, T, fwd);
     CHECK(g != NULL, "model_gen_create: %s", loom_error());
     if (!g) return INFINITY;
     const int32_t *prompts[R];
@@ -173,7 +173,10 @@ static void check_family(int llama, int lora)
         for (int t = 0; t < rf->len[r]; t++) rf->tok[r][t] = (int32_t)(rng_u64(21 + r, (uint64_t)t) % (uint64_t)mc.vocab);
     }
     reference(m, rf);
-    double one = batched(m, rf, 1), all = batched(m, rf, R), none = batched(inf, rf, R);
+    double one = batched(m, rf, 1, T), all = batched(m, rf, R, R * T), none = batched(inf, rf, R, R * T);
+    /* one sequence's rows per forward: prefill in groups, the scaled rope of a step in chunks */
+    double narrow = batched(inf, rf, R, T);
+    CHECK(narrow < 1e-4, "batched logits with %d-row forwards differ by %.3g", T, narrow);
     double full = against_full(m, rf);
     /* a training model with a larger arena lends it to the context (no new device memory) */
     model *big = model_create(&mc, be, 8, T, 1, 0, MODEL_ACTS_KEEP, lp);
@@ -182,7 +185,7 @@ static void check_family(int llama, int lora)
     CHECK(lent && model_gen_bytes(lent) == 0, "a context that fits the arena allocated %zu bytes",
           lent ? model_gen_bytes(lent) : 0);
     model_gen_destroy(lent);
-    double borrowed = batched(big, rf, R);
+    double borrowed = batched(big, rf, R, R * T);
     CHECK(borrowed < 1e-4, "a context in the model's arena differs by %.3g", borrowed);
     /* the model's own state in that arena (its rope frequency table) survives the contexts */
     double after = against_full(big, rf);
