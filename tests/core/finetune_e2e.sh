@@ -32,12 +32,12 @@ accuracy() { # log -> "before after" in percent
   sed -n 's/.*accuracy (exact match, held-out): \([0-9.]*\)% -> \([0-9.]*\)%.*/\1 \2/p' "$1"
 }
 # full fine-tune from a random base: held-out exact match must rise above the base's
-"$loom" finetune "$job" "${common[@]}" --set finetune.method=full --set finetune.epochs=8 \
+"$loom" finetune "$job" "${common[@]}" --set finetune.method=full --set finetune.epochs=14 \
   --set train.lr=3e-3 --out "$w/full" --quiet > "$w/full.log" 2>&1 || { cat "$w/full.log"; fail "full fine-tune"; }
 read -r before after <<< "$(accuracy "$w/full.log")"
 echo "full fine-tune: held-out tool-call accuracy $before% -> $after%"
 [ -n "$after" ] || fail "no accuracy line in $w/full.log"
-# a real rise, not noise: at least 20 points over the base (measured: 0% -> 38%)
+# a real rise, not noise: at least 20 points over the base (measured: 8 epochs 19%, 14 epochs 76%)
 awk -v a="$after" -v b="$before" 'BEGIN {exit !(a >= b + 20)}' ||
   fail "accuracy did not rise by 20 points ($before% -> $after%)"
 # LoRA adapters, a short run (for the merge check below)
