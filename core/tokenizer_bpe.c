@@ -11,7 +11,6 @@
 
 #include "base/error.h"
 
-uint64_t bpe_hash_bytes(const char *s, size_t n) { return tok_fnv1a(s, n) | 1; }
 
 /* The GPT-2 split (the ByteLevel pre-tokenizer's use_regex). */
 static const char gpt2_pattern[] =
@@ -63,15 +62,6 @@ static size_t bpe_key_bytes(const bpe *b, const char *key, char *out)
 }
 
 /* ---- tables ---- */
-
-int32_t bpe_lookup(const bpe *b, const char *s, size_t n)
-{
-    for (size_t h = bpe_hash_bytes(s, n) & b->vmap_mask;; h = (h + 1) & b->vmap_mask) {
-        int32_t id = b->vmap[h];
-        if (id < 0) return -1;
-        if (b->tok_len[id] == n && memcmp(b->arena + b->tok_off[id], s, n) == 0) return id;
-    }
-}
 
 static int bpe_arena_add(bpe *b, const char *s, size_t n, uint32_t *off)
 {

@@ -11,6 +11,19 @@
 
 #include "base/error.h"
 
+/* ---- the tables' lookups (also used while loading them, in tokenizer_bpe.c) ---- */
+
+uint64_t bpe_hash_bytes(const char *s, size_t n) { return tok_fnv1a(s, n) | 1; }
+
+int32_t bpe_lookup(const bpe *b, const char *s, size_t n)
+{
+    for (size_t h = bpe_hash_bytes(s, n) & b->vmap_mask;; h = (h + 1) & b->vmap_mask) {
+        int32_t id = b->vmap[h];
+        if (id < 0) return -1;
+        if (b->tok_len[id] == n && memcmp(b->arena + b->tok_off[id], s, n) == 0) return id;
+    }
+}
+
 /* ---- pieces: the pre-tokenizer's output, spans of one buffer ---- */
 
 typedef struct bpe_pieces {
