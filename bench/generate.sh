@@ -21,7 +21,9 @@ if [ ! -x "$py" ] || ! "$py" -c "import torch, transformers" 2> /dev/null; then
 fi
 rows=()
 for b in $batches; do
-  l=$("$bench" "$b" "$prompt" "$new" "$threads" | tee /dev/stderr | sed -n 's/.* \([0-9.]*\) generated tokens\/s.*/\1/p')
+  out=$("$bench" "$b" "$prompt" "$new" "$threads")
+  echo "$out" >&2 # (not tee /dev/stderr: reopening a redirected stderr file truncates it)
+  l=$(echo "$out" | sed -n 's/.* \([0-9.]*\) generated tokens\/s.*/\1/p')
   h="missing"
   if [ $have_hf = 1 ]; then
     h=$("$py" "$root/bench/hf_generate.py" --batch "$b" --prompt "$prompt" --new "$new" --threads "$threads" |
