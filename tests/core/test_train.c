@@ -74,7 +74,7 @@ static void check_token_files(void)
                                 'h', 0, 'i', 0};
     f = fopen("test_train_out/v1.bin", "wb");
     CHECK(f && fwrite(v1, 1, sizeof v1, f) == sizeof v1 && fclose(f) == 0, "write v1");
-    CHECK(token_data_load(&d, "test_train_out/v1.bin", g_byte, 512) == 0 && d.n == 2 && d.tokens[1] == 'i',
+    CHECK(token_data_load(&d, "test_train_out/v1.bin", g_byte, 512) == 0 && d.n == 2 && token_data_at(&d, 1) == 'i',
           "version 1 file: %s", loom_error());
     token_data_free(&d);
 }
