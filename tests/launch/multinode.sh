@@ -74,7 +74,7 @@ loom_run()
 {
     local hf=$1 log=$2; shift 2
     on_host "$A" timeout -k 5 "$GUARD" "$SRC/launch/loom-run" -n 2 --hosts "$hf" -- \
-        "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 --quiet "$@" >"$log" 2>&1
+        "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 "$@" >"$log" 2>&1
 }
 losses() { sed -nE 's/.*"step": *([0-9]+),.*"loss": *([-0-9.eE+naif]+).*/\1 \2/p' "$1" | awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b'; }
 show() { echo "--- $1 (last lines):"; tail -n "${2:-8}" "$1"; }
@@ -163,7 +163,7 @@ resume)
     ls -a ck | grep -q '\.tmp$' || { ls -a ck; fail "no half-written temp file: was the writer killed in the save?"; }
     [ "$(cat ck/latest)" = step_00000002.h5 ] || fail "latest after the killed save: $(cat ck/latest)"
     # 1 rank, no mpirun, finishes the job
-    "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 --quiet --out c "${RUN[@]}" \
+    "$LOOM" train "$CFG" --set train.batch_size=4 --set parallel.threads=1 --out c "${RUN[@]}" \
         --resume ck >c.log 2>&1 || { show c.log; fail "the 1-rank resume failed"; }
     grep -q "resumed from .* at step 2" c.log || { show c.log; fail "the 1-rank resume did not start at step 2"; }
     want=$(losses ref/metrics.jsonl 1 6)
