@@ -27,8 +27,8 @@ for f in "$OUT"/src/backends/cuda/*.cpp; do
   bg $CXX -std=c++17 -O1 -g $WARN $DEFS $INC $EXTRA -c "$f" -o "$OUT/obj/$(basename "$f" .cpp).o"
 done
 bg $CXX -std=c++17 -O1 -g $WARN $INC $EXTRA -c "$EMU/emu_runtime.cpp" -o "$OUT/obj/emu_runtime.o"
-for f in cuda_backend cuda_matmul; do
-  bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/cuda/$f.c" -o "$OUT/obj/$f.o"
+for f in "$SRC"/backends/cuda/*.c; do # every host file of the backend (vtable, state, matmul)
+  bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$f" -o "$OUT/obj/$(basename "$f" .c).o"
 done
 bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/backend.c" -o "$OUT/obj/backend.o"
 bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test_cuda_ops.c" -o "$OUT/test_cuda_ops.o"
