@@ -65,14 +65,15 @@ static char *manifest(const ckpt_group *groups, int ngroups)
     for (int i = 0; i < ngroups; i++)
         for (int k = 0; k < groups[i].ntensors; k++)
             len += strlen(groups[i].path) + strlen(groups[i].tensors[k].name) + 2;
-    char *m = malloc(len), *p = m;
+    char *m = malloc(len);
     if (!m) return NULL;
+    size_t used = 0;
     for (int i = 0; i < ngroups; i++) {
         const char *gp = groups[i].path + strspn(groups[i].path, "/");
         for (int k = 0; k < groups[i].ntensors; k++)
-            p += sprintf(p, "%s/%s\n", gp, groups[i].tensors[k].name);
+            used += (size_t)snprintf(m + used, len - used, "%s/%s\n", gp, groups[i].tensors[k].name);
     }
-    *p = '\0';
+    m[used < len ? used : len - 1] = '\0';
     return m;
 }
 
