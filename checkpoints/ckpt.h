@@ -55,6 +55,9 @@ typedef struct ckpt_state {
     int64_t adam_step;             /* AdamW steps taken (bias correction); <= step (skipped steps) */
     uint64_t base_digest;          /* LoRA adapters: ckpt_group_digest of the base's /model they were
                                     * trained on; 0 = not bound to a base */
+    uint64_t tokenizer_hash;       /* tokenizer_hash_of(model.tokenizer) when saved: the tokenizer's
+                                    * content, so a moved file still matches; 0 = not recorded
+                                    * (an older file: the attribute is optional) */
     int format_version;            /* read: the file's version (CKPT_FORMAT_OLDEST..); write: ignored */
     double lr;                     /* the LR used at the last step (informational) */
     const char *model_config_json; /* write: caller's string; read: malloc'd, caller frees */

@@ -194,6 +194,7 @@ static void print_state(const char *path, const ckpt_state *s)
     printf("seed           %" PRIu64 "   rng_counter %" PRIu64 "   lr %.6g\n", s->seed, s->rng_counter, s->lr);
     printf("adam_step      %" PRId64 "%s\n", s->adam_step, s->format_version < 2 ? "   (from rng_counter: version 1)" : "");
     if (s->base_digest) printf("base_digest    %016" PRIx64 "   (LoRA adapters bound to this base)\n", s->base_digest);
+    if (s->tokenizer_hash) printf("tokenizer_hash %016" PRIx64 "\n", s->tokenizer_hash);
     printf("saved by       world_size %d, zero stage %d, backend %s\n", s->world_size, s->zero_stage,
            s->backend[0] ? s->backend : "?");
     printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");

@@ -132,6 +132,8 @@ void ckpt_state_free(ckpt_state *s)
  * base binding): read it from there, so older checkpoints still resume exactly. */
 static int read_adam_step(ckpt_reader *r, ckpt_state *s)
 {
+    if (ckpt_attr_read(r->fid, "tokenizer_hash", H5T_NATIVE_UINT64, &s->tokenizer_hash) != 0)
+        s->tokenizer_hash = 0; /* optional: files written before it was recorded lack it */
     if (r->version >= 2) {
         if (ckpt_attr_read(r->fid, "adam_step", H5T_NATIVE_INT64, &s->adam_step) != 0)
             return loom_fail("%s: missing or unreadable attribute adam_step", r->path);

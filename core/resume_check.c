@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/tokenizer.h"
 
 /* Fields that change how a step runs or is reported, not what it computes or which data it reads;
  * and steps: extending (or cutting) a run keeps the data order, the schedule spans the new total. */
@@ -75,4 +76,18 @@ int resume_check_job(const job_config *now, const char *file, const char *saved_
     return loom_fail("%s: %s changed since the checkpoint (%s): a resume would change the data order "
                      "or the schedule; keep the saved value, or --set train.allow_change=true", file,
                      field, what);
+}
+
+int resume_check_tokenizer(const char *file, uint64_t saved_hash, const char *saved_spec, const char *now_spec)
+{
+    if (!saved_hash) {
+        if (strcmp(saved_spec, now_spec) == 0) return 0;
+        return loom_fail("%s: the checkpoint records no tokenizer hash and was trained with model.tokenizer \"%s\", "
+                         "not \"%s\"", file, saved_spec, now_spec);
+    }
+    uint64_t now;
+    if (tokenizer_hash_of(now_spec, &now)) return -1;
+    if (now == saved_hash) return 0;
+    return loom_fail("%s: the checkpoint was trained with another tokenizer (hash %016llx) than model.tokenizer %s "
+                     "(hash %016llx)", file, (unsigned long long)saved_hash, now_spec, (unsigned long long)now);
 }

@@ -18,4 +18,11 @@ const char *resume_changed_field(const job_config *saved, const job_config *now,
  * which only warns. A saved config that does not parse is a warning: it cannot be compared. */
 int resume_check_job(const job_config *now, const char *file, const char *saved_json);
 
+/* The tokenizer a checkpoint was trained with against now_spec (the job's model.tokenizer), by
+ * content: saved_hash is the checkpoint's tokenizer_hash (tokenizer_hash_of when saved), so the
+ * same tokenizer.json moved elsewhere resumes and another one at the same path is refused in one
+ * line naming file, both hashes and the path. saved_hash 0 (a file that predates the hash): the
+ * saved path saved_spec must equal now_spec, as before. -1 + loom_fail; 0 when they match. */
+int resume_check_tokenizer(const char *file, uint64_t saved_hash, const char *saved_spec, const char *now_spec);
+
 #endif

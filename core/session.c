@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/tokenizer.h"
 
 int session_mkdirs(const char *path)
 {
@@ -75,6 +76,8 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     if (cfg->out[0]) snprintf(s->out_dir, sizeof s->out_dir, "%s", cfg->out);
     else snprintf(s->out_dir, sizeof s->out_dir, "runs/%s", cfg->name);
     if (c->rank == 0 && session_mkdirs(s->out_dir)) goto fail;
+    /* what checkpoints record of the tokenizer; an unreadable one fails where it is opened */
+    if (tokenizer_hash_of(cfg->model.tokenizer, &s->tok_hash)) s->tok_hash = 0;
 
     s->be = session_backend(cfg, c);
     if (!s->be) goto fail;

@@ -35,6 +35,7 @@ typedef struct session {
     int64_t sample_cursor;/* global sample index of the next batch */
     uint64_t base_digest; /* LoRA: identity of the base loaded (ckpt_group_digest), saved with the
                            * adapters and checked on resume; 0 = none loaded */
+    uint64_t tok_hash;    /* tokenizer_hash_of(model.tokenizer), saved in checkpoints; 0 = unreadable */
     int ckpt_lock_fd;     /* rank 0 of a training job: the checkpoint folder's lock (ckpt_lock), -1 */
     char out_dir[512];
 } session;

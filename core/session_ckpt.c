@@ -102,6 +102,7 @@ static void session_save_state(const session *s, ckpt_state *st)
     st->rng_counter = (uint64_t)st->sample_cursor; /* the data order is keyed by the sample index */
     st->adam_step = s->opt->t;
     st->base_digest = s->model->lora.rank ? s->base_digest : 0;
+    st->tokenizer_hash = s->tok_hash;
     st->lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
     st->world_size = s->comm->size;
     st->zero_stage = s->cfg->parallel.zero_stage;
@@ -196,11 +197,14 @@ int session_maybe_checkpoint(session *s, int final)
 }
 
 /* Check the checkpoint's model config against the job's: same architecture or a clear error. */
-static int session_check_model(const session *s, const char *file, const char *json)
+static int session_check_model(const session *s, const char *file, const ckpt_state *st)
 {
     model_config saved;
-    if (config_model_from_json(&saved, json))
+    if (config_model_from_json(&saved, st->model_config_json))
         return loom_fail("%s: unreadable model config: %s", file, loom_error());
+    /* the tokenizer is the same by its content, wherever its file now is: not by the path */
+    if (resume_check_tokenizer(file, st->tokenizer_hash, saved.tokenizer, s->cfg->model.tokenizer)) return -1;
+    memcpy(saved.tokenizer, s->cfg->model.tokenizer, sizeof saved.tokenizer);
     const char *field = config_model_diff(&saved, &s->cfg->model);
     if (field)
         return loom_fail("%s: checkpoint model differs from the job's in field '%s'", file, field);
@@ -324,7 +328,7 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
 {
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
-    int rc = session_check_model(s, file, st.model_config_json);
+    int rc = session_check_model(s, file, &st);
     if (rc == 0) rc = session_check_state(file, &st);
     if (rc == 0) rc = session_check_base(s, file, &st);
     if (rc == 0) rc = session_check_shapes(s, file, r);
@@ -359,7 +363,7 @@ int session_load_base(session *s)
     if (!r) return -1;
     ckpt_state st = {0};
     int rc = ckpt_read_state(r, &st);
-    if (rc == 0) rc = session_check_model(s, file, st.model_config_json);
+    if (rc == 0) rc = session_check_model(s, file, &st);
     if (rc == 0) rc = session_read_group(s, r, "model", bt, nb, SINK_BASE);
     ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(bt, nb) : NULL;
     ckpt_group g = {"model", table, nb, NULL, NULL, NULL};

@@ -202,19 +202,26 @@ static void tok_default_ids(tokenizer *t)
     if (t->pad < 0) t->pad = t->eos >= 0 ? t->eos : 0;
 }
 
-static int tok_open_json(tokenizer *t, const char *spec)
+/* The tokenizer.json of a spec (a file, or a folder holding one) and the folder around it. */
+static int tok_json_path(const char *spec, char *path, size_t path_cap, char *dir, size_t dir_cap)
 {
-    char path[1100], dir[1024];
     struct stat st;
     if (stat(spec, &st) != 0) return loom_fail("model.tokenizer: %s: %s", spec, strerror(errno));
     if (S_ISDIR(st.st_mode)) {
-        snprintf(dir, sizeof dir, "%s", spec);
-        snprintf(path, sizeof path, "%s/tokenizer.json", spec);
+        snprintf(dir, dir_cap, "%s", spec);
+        snprintf(path, path_cap, "%s/tokenizer.json", spec);
     } else {
-        snprintf(path, sizeof path, "%s", spec);
+        snprintf(path, path_cap, "%s", spec);
         const char *slash = strrchr(spec, '/');
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - spec) : 1, slash ? spec : ".");
+        snprintf(dir, dir_cap, "%.*s", slash ? (int)(slash - spec) : 1, slash ? spec : ".");
     }
+    return 0;
+}
+
+static int tok_open_json(tokenizer *t, const char *spec)
+{
+    char path[1100], dir[1024];
+    if (tok_json_path(spec, path, sizeof path, dir, sizeof dir)) return -1;
     size_t len;
     char *json = tok_read(path, &len);
     if (!json) return -1;
@@ -248,6 +255,21 @@ tokenizer *tokenizer_open(const char *spec)
     }
     tok_default_ids(t);
     return t;
+}
+
+int tokenizer_hash_of(const char *spec, uint64_t *hash)
+{
+    if (!spec || !spec[0] || strcmp(spec, "byte") == 0) {
+        *hash = TOKENIZER_BYTE_HASH;
+        return 0;
+    }
+    char path[1100], dir[1024];
+    size_t len;
+    char *json = tok_json_path(spec, path, sizeof path, dir, sizeof dir) ? NULL : tok_read(path, &len);
+    if (!json) return -1;
+    *hash = tok_fnv1a(json, len); /* as tok_bpe_open names it */
+    free(json);
+    return 0;
 }
 
 void tokenizer_free(tokenizer *t)

@@ -42,6 +42,11 @@ int tokenizer_vocab(const tokenizer *t);
 uint64_t tokenizer_hash(const tokenizer *t);
 #define TOKENIZER_BYTE_HASH 0x6c6f6f6d62797465ull /* "loombyte" */
 
+/* The hash tokenizer_open(spec) would give, from the file's bytes alone (no parsing): what a
+ * checkpoint records and a resume compares, so a moved tokenizer.json is still the same one.
+ * -1 + loom_fail naming the path when it cannot be read. */
+int tokenizer_hash_of(const char *spec, uint64_t *hash);
+
 /* Encode n bytes of text. Writes the first min(count, cap) ids to out (out may be NULL with cap
  * 0 to measure) and returns count, or -1 + loom_fail. Text that is not valid UTF-8 is first
  * repaired by replacing each maximal invalid subsequence with U+FFFD (as Python's

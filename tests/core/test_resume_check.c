@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/resume_check.h"
+#include "core/tokenizer.h"
 #include "tests/check.h"
 
 static void check_one(const char *set, const char *want_field)
@@ -59,6 +60,18 @@ int main(void)
     CHECK(resume_check_job(&now, "ck.h5", NULL) == 0 && resume_check_job(&now, "ck.h5", "") == 0,
           "a checkpoint without a job config must still load");
     free(json);
+
+    /* the tokenizer by content: the byte tokenizer's fixed hash; a file that records none keeps
+     * the old path comparison */
+    CHECK(resume_check_tokenizer("ck.h5", TOKENIZER_BYTE_HASH, "elsewhere", "byte") == 0, "byte: %s", loom_error());
+    CHECK(resume_check_tokenizer("ck.h5", 1234, "byte", "byte") != 0 && strstr(loom_error(), "ck.h5: the checkpoint "
+              "was trained with another tokenizer (hash 00000000000004d2) than model.tokenizer byte") &&
+              !strchr(loom_error(), '\n'), "another tokenizer: %s", loom_error());
+    CHECK(resume_check_tokenizer("ck.h5", 0, "a.json", "a.json") == 0, "no hash, same path refused");
+    CHECK(resume_check_tokenizer("ck.h5", 0, "a.json", "b.json") != 0 && strstr(loom_error(), "records no tokenizer hash"),
+          "no hash, other path: %s", loom_error());
+    CHECK(resume_check_tokenizer("ck.h5", 1234, "a", "/nonexistent/tok.json") != 0 &&
+              strstr(loom_error(), "/nonexistent/tok.json"), "missing file: %s", loom_error());
     if (failures == 0) printf("test_resume_check: ok\n");
     return failures != 0;
 }

@@ -21,3 +21,8 @@ set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT
 add_test(NAME finetune_chatml COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_chatml.sh
          $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
 set_tests_properties(finetune_chatml PROPERTIES TIMEOUT 300)
+
+# A resume compares the tokenizer's content hash, not the model.tokenizer path.
+add_test(NAME tokenizer_resume COMMAND ${PROJECT_SOURCE_DIR}/tests/core/tokenizer_resume.sh
+         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+set_tests_properties(tokenizer_resume PROPERTIES TIMEOUT 300)
