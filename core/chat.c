@@ -196,6 +196,34 @@ static cJSON *chat_openai_calls(const cJSON *tcs, const cJSON *tools, int i)
     return out;
 }
 
+/* The calls' "id"s into msg->call_ids ([string or null, ...]; left NULL when none has one) and a
+ * tool turn's "tool_call_id": the ids that tie calls and results together in Mistral's format. */
+static int chat_openai_ids(chat_msg *msg, const cJSON *m, const cJSON *tcs, int i)
+{
+    const cJSON *tid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+    if (tid && !cJSON_IsNull(tid) && !cJSON_IsString(tid))
+        return loom_fail("messages[%d]: 'tool_call_id' must be a string", i);
+    if (msg->role == CHAT_TOOL && cJSON_IsString(tid) && !(msg->call_id = chat_strdup(tid->valuestring)))
+        return loom_fail("out of memory");
+    if (!msg->calls) return 0;
+    cJSON *ids = cJSON_CreateArray();
+    int any = 0, j = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tcs) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) {
+            cJSON_Delete(ids);
+            return loom_fail("messages[%d].tool_calls[%d]: 'id' must be a string", i, j);
+        }
+        any |= cJSON_IsString(id);
+        cJSON_AddItemToArray(ids, cJSON_IsString(id) ? cJSON_CreateString(id->valuestring) : cJSON_CreateNull());
+        j++;
+    }
+    if (any) msg->call_ids = ids;
+    else cJSON_Delete(ids);
+    return 0;
+}
+
 static int chat_openai_msg(sft_example *ex, const cJSON *m, const cJSON *tools, int i)
 {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
@@ -220,7 +248,7 @@ static int chat_openai_msg(sft_example *ex, const cJSON *m, const cJSON *tools, 
     const char *rs = cJSON_IsString(reasoning) && reasoning->valuestring[0] ? reasoning->valuestring : NULL;
     int rc = chat_push(ex, r, c, r == CHAT_ASSISTANT ? rs : NULL, calls);
     cJSON_Delete(calls);
-    return rc;
+    return rc ? rc : chat_openai_ids(&ex->msgs[ex->n_msgs - 1], m, tcs, i);
 }
 
 /* {"messages": [...], "tools"?: [...]}: the answers are the last assistant turn's calls. */
@@ -283,6 +311,8 @@ void chat_example_free(sft_example *ex)
         free(ex->msgs[i].content);
         free(ex->msgs[i].reasoning);
         cJSON_Delete(ex->msgs[i].calls);
+        cJSON_Delete(ex->msgs[i].call_ids);
+        free(ex->msgs[i].call_id);
     }
     free(ex->msgs);
     memset(ex, 0, sizeof *ex);

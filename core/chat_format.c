@@ -1,6 +1,6 @@
 /* chat_format.c: the table of chat formats (loom's own; ChatML with the Hermes tool format of
- * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+), each a renderer with its loss mask and call extractor. Must
- * never turn data text into a marker: markers are special ids placed here, text is encoded. */
+ * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+; Mistral v0.3), each a renderer with its loss mask and call
+ * extractor. Must never turn data text into a marker: markers are special ids placed here. */
 #include "core/chat.h"
 
 #include <math.h>
@@ -43,7 +43,9 @@ static void chat_flush(chat_writer *w)
 {
     if (!w->pend_n) return;
     size_t count;
-    int32_t *ids = tokenizer_encode_alloc(w->ct->tok, w->pend, w->pend_n, &count);
+    /* text after the first token continues the input (no Metaspace "first" prefix there) */
+    int32_t *ids = w->n ? tokenizer_encode_alloc_cont(w->ct->tok, w->pend, w->pend_n, &count)
+                        : tokenizer_encode_alloc(w->ct->tok, w->pend, w->pend_n, &count);
     w->pend_n = 0;
     if (!ids) { w->err = 1; return; }
     for (size_t i = 0; i < count; i++) chat_emit(w, ids[i], w->pend_mask);
@@ -416,11 +418,172 @@ static int llama3_render(chat_writer *w, const sft_example *ex, int prompt_only)
     return 0;
 }
 
+/* ---- Mistral v0.3 (Mistral-7B-Instruct-v0.3's template: tools before the last user turn) ---- */
+
+static int mistral_has_calls(const chat_msg *m)
+{
+    return m->role == CHAT_ASSISTANT && m->calls && cJSON_GetArraySize(m->calls) > 0;
+}
+
+/* Jinja's |length of a string: characters, not bytes. */
+static size_t utf8_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* The template's checks: after the optional system message, the turns that are neither tool
+ * results nor calls alternate user, assistant, user, ...; a later system message is refused. */
+static int mistral_check(const sft_example *ex, int from)
+{
+    static const char *const names[] = {"system", "user", "assistant", "tool"};
+    for (int i = from, k = 0; i < ex->n_msgs; i++) {
+        const chat_msg *m = &ex->msgs[i];
+        if (m->role == CHAT_TOOL || mistral_has_calls(m)) continue;
+        if (m->role == CHAT_SYSTEM)
+            return loom_fail("chat format mistral has a system message only as the first turn (messages[%d])", i);
+        if ((m->role == CHAT_USER) != (k++ % 2 == 0))
+            return loom_fail("chat format mistral needs turns that alternate user/assistant after the optional system "
+                             "message (messages[%d] is %s)", i, names[m->role]);
+    }
+    return 0;
+}
+
+/* [AVAILABLE_TOOLS] [{"type": "function", "function": {..}}, ..][/AVAILABLE_TOOLS]: the function's
+ * fields in their order but "return", strings written as they are (the template does not escape
+ * them), other values as tojson. A Needle tool (no "function" wrapper) is its own function. */
+static void mistral_tools(chat_writer *w, const sft_example *ex)
+{
+    chat_buf b = {0};
+    buf_str(&b, " [");
+    const cJSON *t, *kv;
+    cJSON_ArrayForEach(t, ex->tools) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        if (!cJSON_IsObject(f)) f = t;
+        int first = 1;
+        buf_str(&b, "{\"type\": \"function\", \"function\": {");
+        cJSON_ArrayForEach(kv, f) {
+            if (strcmp(kv->string, "return") == 0) continue;
+            buf_str(&b, first ? "\"" : ", \"");
+            first = 0;
+            buf_str(&b, kv->string);
+            buf_str(&b, "\": ");
+            if (cJSON_IsString(kv)) { buf_str(&b, "\""); buf_str(&b, kv->valuestring); buf_str(&b, "\""); }
+            else py_json(&b, kv);
+        }
+        buf_str(&b, t->next ? "}}, " : "}}]");
+    }
+    chat_put(w, w->ct->tools, 0);
+    chat_put_text(w, b.s ? b.s : "", 0);
+    chat_put(w, w->ct->tools_end, 0);
+    free(b.s);
+}
+
+/* A tool call id, when the data has one, must be 9 characters (the template refuses others);
+ * without one the call is written without "id" (Needle rows have none; the template refuses). */
+static int mistral_id(chat_buf *b, const char *key, const cJSON *id, int i)
+{
+    if (!cJSON_IsString(id)) return 0;
+    if (utf8_chars(id->valuestring) != 9)
+        return loom_fail("chat format mistral needs tool call ids of 9 characters; messages[%d] has \"%s\"", i,
+                         id->valuestring);
+    buf_str(b, key);
+    buf_str(b, id->valuestring);
+    buf_str(b, "\"");
+    return 0;
+}
+
+/* [TOOL_CALLS] [{"name": .., "arguments": {..}, "id": ".."}, ..]</s>, content dropped as the
+ * template drops it. */
+static int mistral_calls(chat_writer *w, const chat_msg *m, int i)
+{
+    chat_buf b = {0};
+    buf_str(&b, " [");
+    int j = 0, rc = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, m->calls) {
+        buf_str(&b, "{\"name\": ");
+        py_string(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+        buf_str(&b, ", \"arguments\": ");
+        py_json(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+        if (!rc) rc = mistral_id(&b, ", \"id\": \"", m->call_ids ? cJSON_GetArrayItem(m->call_ids, j) : NULL, i);
+        buf_str(&b, c->next ? "}, " : "}]");
+        j++;
+    }
+    if (!rc) {
+        chat_put(w, w->ct->call, 1);
+        chat_put_text(w, b.s ? b.s : "", 1);
+        chat_put(w, w->ct->eot, 1);
+    }
+    free(b.s);
+    return rc;
+}
+
+/* [TOOL_RESULTS] {"content": RESULT, "call_id": ".."}[/TOOL_RESULTS], the result as written. */
+static int mistral_result(chat_writer *w, const chat_msg *m, int i)
+{
+    chat_buf b = {0};
+    buf_str(&b, " {\"content\": ");
+    buf_str(&b, m->content ? m->content : "");
+    cJSON *id = m->call_id ? cJSON_CreateString(m->call_id) : NULL;
+    int rc = mistral_id(&b, ", \"call_id\": \"", id, i);
+    cJSON_Delete(id);
+    buf_str(&b, "}");
+    if (!rc) {
+        chat_put(w, w->ct->results, 0);
+        chat_put_text(w, b.s, 0);
+        chat_put(w, w->ct->results_end, 0);
+    }
+    free(b.s);
+    return rc;
+}
+
+/* The template's "last" user turn and last message are the whole conversation's, so that the
+ * prompt is a prefix of the full rendering (for a prompt-only row they are the template's own). */
+static int mistral_render(chat_writer *w, const sft_example *ex, int prompt_only)
+{
+    const chat_template *ct = w->ct;
+    int stop = prompt_only ? chat_last_assistant(ex) : ex->n_msgs, from = 0, last_user = -1;
+    const char *sys = NULL;
+    if (ex->n_msgs && ex->msgs[0].role == CHAT_SYSTEM) sys = ex->msgs[from++].content;
+    if (mistral_check(ex, from)) return -1;
+    for (int i = from; i < ex->n_msgs; i++)
+        if (ex->msgs[i].role == CHAT_USER) last_user = i;
+    const char *last_text = last_user >= 0 && ex->msgs[last_user].content ? ex->msgs[last_user].content : "";
+    int tools = ex->tools && cJSON_GetArraySize(ex->tools) > 0;
+    chat_put(w, ct->bos, 0);
+    for (int i = from; i < stop; i++) {
+        const chat_msg *m = &ex->msgs[i];
+        const char *text = m->content ? m->content : "";
+        if (m->role == CHAT_USER) { /* the template compares the messages: the same text is the same turn */
+            if (tools && strcmp(text, last_text) == 0) mistral_tools(w, ex);
+            chat_put(w, ct->inst, 0);
+            chat_put_text(w, " ", 0);
+            if (i == ex->n_msgs - 1 && sys) { chat_put_text(w, sys, 0); chat_put_text(w, "\n\n", 0); }
+            chat_put_text(w, text, 0);
+            chat_put(w, ct->inst_end, 0);
+        } else if (mistral_has_calls(m)) {
+            if (mistral_calls(w, m, i)) return -1;
+        } else if (m->role == CHAT_ASSISTANT) {
+            char *t = chat_trim(text);
+            chat_put_text(w, " ", 1);
+            chat_put_text(w, t ? t : "", 1);
+            chat_put(w, ct->eot, 1);
+            free(t);
+        } else if (mistral_result(w, m, i)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static const chat_format chat_formats[] = {
     {"loom", loom_render},
     {"qwen2.5", qwen25_render},
     {"chatml", chatml_render},
     {"llama3", llama3_render},
+    {"mistral", mistral_render},
 };
 
 /* ---- the template ---- */
@@ -439,6 +602,7 @@ static const char *chat_detect(const tokenizer *tok)
     const char *t = tokenizer_chat_template(tok);
     if (t && strstr(t, "<|im_start|>")) return strstr(t, "You are Qwen, created by Alibaba Cloud") ? "qwen2.5" : "chatml";
     if (t && strstr(t, "<|start_header_id|>")) return "llama3";
+    if (t && strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]")) return "mistral";
     return "loom";
 }
 
@@ -449,7 +613,7 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
     if (!format || !format[0]) format = chat_detect(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];
-    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3)", format);
+    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3, mistral)", format);
     ct->format = ct->fmt->name;
     ct->pad = tokenizer_pad(tok);
     if (ct->fmt->render == loom_render) {
@@ -469,6 +633,15 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
         ct->call = -1;
         return 0;
     }
+    if (ct->fmt->render == mistral_render)
+        return chat_need(ct, &ct->bos, "<s>") || chat_need(ct, &ct->eot, "</s>") || chat_need(ct, &ct->inst, "[INST]") ||
+                       chat_need(ct, &ct->inst_end, "[/INST]") || chat_need(ct, &ct->call, "[TOOL_CALLS]") ||
+                       chat_need(ct, &ct->tools, "[AVAILABLE_TOOLS]") ||
+                       chat_need(ct, &ct->tools_end, "[/AVAILABLE_TOOLS]") ||
+                       chat_need(ct, &ct->results, "[TOOL_RESULTS]") ||
+                       chat_need(ct, &ct->results_end, "[/TOOL_RESULTS]")
+                   ? -1
+                   : 0;
     if (chat_need(ct, &ct->im_start, "<|im_start|>") || chat_need(ct, &ct->im_end, "<|im_end|>")) return -1;
     ct->eot = ct->im_end;
     ct->call = -1;
@@ -523,6 +696,31 @@ static int llama3_extract(char *text, char *out, size_t cap)
     return (int)len;
 }
 
+/* Mistral: the array after [TOOL_CALLS], each call without its "id"; "[]" when there is none.
+ * Text that does not parse is passed on as it is (the grader calls it invalid). */
+static int mistral_extract(const chat_template *ct, const int32_t *tokens, int end, char *text, char *out, size_t cap)
+{
+    int start = -1;
+    for (int i = 0; i < end && start < 0; i++)
+        if (tokens[i] == ct->call) start = i + 1;
+    size_t tcap = (size_t)end * 64 + 16;
+    if (start >= 0) tokenizer_decode(ct->tok, tokens + start, (size_t)(end - start), text, tcap, 1);
+    else snprintf(text, tcap, "[]");
+    cJSON *arr = cJSON_Parse(text), *c;
+    if (!cJSON_IsArray(arr)) { cJSON_Delete(arr); arr = NULL; }
+    cJSON_ArrayForEach(c, arr)
+        if (cJSON_IsObject(c)) cJSON_DeleteItemFromObjectCaseSensitive(c, "id");
+    char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    const char *src = s ? s : text;
+    size_t len = strlen(src) < cap ? strlen(src) : cap - 1;
+    memcpy(out, src, len);
+    out[len] = '\0';
+    cJSON_free(s);
+    cJSON_Delete(arr);
+    free(text);
+    return (int)len;
+}
+
 int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap)
 {
     if (cap) out[0] = '\0';
@@ -543,6 +741,7 @@ int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, ch
     if (!text) return -1;
     tokenizer_decode(ct->tok, tokens, (size_t)end, text, tcap, 1);
     if (ct->fmt->render == llama3_render) return llama3_extract(text, out, cap);
+    if (ct->fmt->render == mistral_render) return mistral_extract(ct, tokens, end, text, out, cap);
     chat_buf b = {0};
     buf_str(&b, "[");
     int k = 0;

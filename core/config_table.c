@@ -127,7 +127,7 @@
     X("data.skip_bad_lines", CFG_BOOL, data.skip_bad_lines, "false", ANY, \
       "Finetune: skip malformed JSONL lines with a warning instead of stopping.") \
     X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
-      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`; docs/finetune-data.md); `\"\"` = from " \
+      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`, `mistral`; docs/finetune-data.md); `\"\"` = from " \
       "the model folder's chat_template, else `loom`.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \

@@ -312,6 +312,14 @@ int32_t *tokenizer_encode_alloc(tokenizer *t, const char *text, size_t n, size_t
     return b.v;
 }
 
+int32_t *tokenizer_encode_alloc_cont(tokenizer *t, const char *text, size_t n, size_t *count)
+{
+    t->cont = 1;
+    int32_t *ids = tokenizer_encode_alloc(t, text, n, count);
+    t->cont = 0;
+    return ids;
+}
+
 long tokenizer_encode(tokenizer *t, const char *text, size_t n, int32_t *out, size_t cap)
 {
     size_t count;

@@ -57,6 +57,11 @@ long tokenizer_encode(tokenizer *t, const char *text, size_t n, int32_t *out, si
 /* The same into a malloc'd array (the caller frees it), *count ids; NULL + loom_fail on error. */
 int32_t *tokenizer_encode_alloc(tokenizer *t, const char *text, size_t n, size_t *count);
 
+/* The same for text that continues an input already begun (a chat template's text after a
+ * marker): the tokenizers library adds Metaspace's "first" prefix ("▁") only at offset 0 of the
+ * whole input, so this text gets none. */
+int32_t *tokenizer_encode_alloc_cont(tokenizer *t, const char *text, size_t n, size_t *count);
+
 /* Decode ids into out (capacity cap, NUL-terminated, cut at a token boundary when full); special
  * tokens are written as their names unless skip_special. Returns the bytes written. */
 size_t tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap,

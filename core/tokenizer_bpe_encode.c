@@ -420,11 +420,12 @@ int bpe_encode(tokenizer *t, const char *text, size_t n, tok_ids *out)
         if (!first_byte[(unsigned char)text[i]]) continue;
         int a = bpe_added_at(b, text + i, n - i);
         if (a < 0) continue;
-        if (bpe_segment(b, text + seg, i - seg, seg == 0, out) || tok_ids_push(out, b->added[a].id)) return -1;
+        if (bpe_segment(b, text + seg, i - seg, seg == 0 && !t->cont, out) || tok_ids_push(out, b->added[a].id))
+            return -1;
         i += b->added[a].len - 1;
         seg = i + 1;
     }
-    return bpe_segment(b, text + seg, n - seg, seg == 0, out);
+    return bpe_segment(b, text + seg, n - seg, seg == 0 && !t->cont, out);
 }
 
 /* ---- decode ---- */

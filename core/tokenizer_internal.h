@@ -30,6 +30,7 @@ struct tokenizer {
     int32_t eos, eot, pad;
     char *chat_template;  /* owned, NULL when none */
     void *impl;           /* the implementation's state */
+    int cont;             /* the text being encoded continues an input (tokenizer_encode_alloc_cont) */
 };
 
 /* Valid UTF-8 of text: NULL when text already is (nothing to do), else a malloc'd copy with each

@@ -1,7 +1,8 @@
 /* test_chat.c: chat formats against transformers' apply_chat_template (fixtures from
  * tests/fixtures/tokenizers/chat_fixtures.py): loom's ChatML/Hermes rendering of OpenAI-style
  * conversations gives the same ids, its mask covers exactly the assistant spans, the prompt is a
- * prefix, generated calls read back; loom's format on multi-turn rows; bad rows fail clearly. */
+ * prefix, generated calls read back (the same for Llama 3 and Mistral v0.3); loom's format on
+ * multi-turn rows; bad rows fail clearly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,31 @@ static void check_conversation(const chat_template *ct, int k, const char *row, 
     for (int t = 0; t < got; t++)
         if (m[t] && (t == 0 || !m[t - 1])) last = t;
     CHECK(pn == last && memcmp(p, tok, (size_t)pn * sizeof *p) == 0, "conv %d: prompt %d, last span at %d", k, pn, last);
+    /* Mistral's template writes the system message into the last user turn only when that turn
+     * ends the conversation: the fixture's "prompt" is its rendering of the turns before the last
+     * assistant turn, which loom gives for a row that stops there */
+    const cJSON *hf_prompt = cJSON_GetObjectItemCaseSensitive(w, "prompt");
+    if (hf_prompt) {
+        cJSON *r = cJSON_Parse(row), *msgs = cJSON_GetObjectItemCaseSensitive(r, "messages");
+        int cut = 0;
+        for (int i = 0; i < cJSON_GetArraySize(msgs); i++)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(msgs, i), "role")->valuestring, "assistant"))
+                cut = i;
+        while (cJSON_GetArraySize(msgs) > cut) cJSON_DeleteItemFromArray(msgs, cut);
+        char *text = cJSON_PrintUnformatted(r);
+        sft_example pex;
+        int32_t q[4096];
+        int qn = chat_example_parse(text, strlen(text), &pex, CHAT_PARSE_PROMPT_ONLY) == 0
+                     ? chat_render(ct, &pex, q, NULL, 4096)
+                     : -1;
+        int qs = 0, hn = cJSON_GetArraySize(hf_prompt);
+        while (qs < qn && qs < hn && q[qs] == cJSON_GetArrayItem(hf_prompt, qs)->valueint) qs++;
+        CHECK(qn == hn && qs == hn, "conv %d: prompt-only row: %d tokens vs transformers' %d, first difference at %d: %s", k,
+              qn, hn, qs, loom_error());
+        chat_example_free(&pex);
+        cJSON_free(text);
+        cJSON_Delete(r);
+    }
     /* what the model would write after the prompt reads back as the answers */
     char calls[4096];
     CHECK(chat_extract_calls(ct, tok + pn, got - pn, calls, sizeof calls) >= 0 &&
@@ -88,6 +114,7 @@ static void check_chatml(void)
 {
     check_fixture("qwen2.json", "qwen2.5", "chat.jsonl", "chat_qwen2.5.jsonl", "<|im_end|>");
     check_fixture("llama3.json", "llama3", "chat_llama3_rows.jsonl", "chat_llama3.jsonl", "<|eot_id|>");
+    check_fixture("mistral.json", "mistral", "chat_mistral_rows.jsonl", "chat_mistral.jsonl", "</s>");
     tokenizer *tok = tokenizer_open(fixture("qwen2.json"));
     chat_template ct;
     CHECK(tok && chat_template_init(&ct, tok, "qwen2.5") == 0, "qwen2.5: %s", loom_error());
@@ -104,6 +131,74 @@ static void check_chatml(void)
     n = tok ? tokenizer_encode(tok, "Hello", 5, ids, 256) : 0;
     CHECK(chat_extract_calls(&ct, ids, (int)n, out, sizeof out) == 2 && strcmp(out, "[]") == 0, "no call: %s", out);
     tokenizer_free(tok);
+}
+
+/* Mistral: picked from a folder's chat_template by its markers; a text reply has no calls; rows
+ * its template refuses fail in one line naming file:line. */
+static void check_mistral(void)
+{
+    FILE *f = fopen("test_chat_mistral/tokenizer_config.json", "wb");
+    if (!f) {
+        if (system("mkdir -p test_chat_mistral") != 0) { CHECK(0, "mkdir"); return; }
+        f = fopen("test_chat_mistral/tokenizer_config.json", "wb");
+    }
+    FILE *src = fopen(fixture("mistral.json"), "rb"), *dst = fopen("test_chat_mistral/tokenizer.json", "wb");
+    if (!f || !src || !dst) { CHECK(0, "mistral folder"); return; }
+    fputs("{\"eos_token\": \"</s>\", \"chat_template\": \"{{- bos_token }}[AVAILABLE_TOOLS] ... [TOOL_CALLS] ...\"}", f);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, src)) > 0) fwrite(buf, 1, n, dst);
+    fclose(f), fclose(src), fclose(dst);
+    tokenizer *tok = tokenizer_open("test_chat_mistral");
+    chat_template ct;
+    CHECK(tok && chat_template_init(&ct, tok, "") == 0 && !strcmp(ct.format, "mistral") &&
+              ct.eot == tokenizer_special(tok, "</s>"), "mistral detected from the chat_template: %s",
+          tok ? loom_error() : "tokenizer");
+    if (!tok) return;
+    int32_t ids[64];
+    long k = tokenizer_encode(tok, " Hello there", 12, ids, 64);
+    char out[256];
+    CHECK(chat_extract_calls(&ct, ids, (int)k, out, sizeof out) == 2 && !strcmp(out, "[]"), "no call: %s", out);
+    f = fopen("test_chat_mistral/rows.jsonl", "wb");
+    if (!f) { CHECK(0, "rows"); tokenizer_free(tok); return; }
+    fputs("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}, "
+          "{\"role\": \"assistant\", \"content\": \"c\"}]}\n"
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"tool_calls\": "
+          "[{\"id\": \"call_1\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}], \"tools\": [{\"name\": \"f\"}]}\n"
+          "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"system\", \"content\": \"s\"}, "
+          "{\"role\": \"assistant\", \"content\": \"c\"}]}\n", f);
+    fclose(f);
+    static const char *const want[] = {
+        "rows.jsonl:2: chat format mistral needs turns that alternate user/assistant after the optional system message "
+        "(messages[1] is user)",
+        "rows.jsonl:2: chat format mistral needs tool call ids of 9 characters; messages[1] has \"call_1\"",
+        "rows.jsonl:2: chat format mistral has a system message only as the first turn (messages[1])",
+    };
+    data_config dc;
+    memset(&dc, 0, sizeof dc);
+    snprintf(dc.train, sizeof dc.train, "test_chat_mistral/rows.jsonl");
+    dc.max_len = 1024;
+    for (int bad = 0; bad < 3; bad++) {
+        sft_data d;
+        CHECK(sft_data_load(&d, &dc, &ct, 1) != 0 && strstr(loom_error(), want[bad]) && !strchr(loom_error(), '\n'),
+              "mistral bad row %d: %s", bad, loom_error());
+        /* drop the row just refused (line 2): the next bad one moves up to line 2 */
+        FILE *in = fopen(dc.train, "rb");
+        char lines[4][512];
+        int nl = 0;
+        while (in && nl < 4 && fgets(lines[nl], sizeof lines[nl], in)) nl++;
+        if (in) fclose(in);
+        FILE *o = fopen(dc.train, "wb");
+        for (int i = 0; o && i < nl; i++)
+            if (i != 1) fputs(lines[i], o);
+        if (o) fclose(o);
+    }
+    sft_data d;
+    CHECK(sft_data_load(&d, &dc, &ct, 1) == 0 && d.train.n == 1, "the good row loads: %s", loom_error());
+    if (d.train.n == 1) sft_data_free(&d);
+    tokenizer_free(tok);
+    if (system("rm -rf test_chat_mistral") != 0) CHECK(0, "cleanup");
 }
 
 /* loom's format renders OpenAI rows too; every assistant turn is in the loss. */
@@ -194,6 +289,7 @@ int main(void)
     check_load_and_padding();
     check_chatml();
     check_loom_multiturn();
+    check_mistral();
     check_bad_rows();
     if (failures) { printf("%d checks failed\n", failures); return 1; }
     printf("test_chat: all checks passed\n");
