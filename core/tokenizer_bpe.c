@@ -166,6 +166,11 @@ static int bpe_load_added(bpe *b, const cJSON *added, int vocab, const char *pat
         memcpy(a->content, c, a->len + 1);
         a->id = id;
         a->special = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "special"));
+        a->lstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "lstrip"));
+        a->rstrip = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "rstrip"));
+        a->single_word = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "single_word"));
+        const cJSON *norm = cJSON_GetObjectItemCaseSensitive(v, "normalized"); /* absent: the library's default */
+        a->normalized = cJSON_IsBool(norm) ? cJSON_IsTrue(norm) : !a->special;
         if (a->len == 0) return loom_fail("%s: added_tokens: id %d has empty content", path, id);
         b->special[id] = (uint8_t)a->special;
         if (b->tok_len[id] == UINT32_MAX && bpe_set_token(b, id, c, a->len, path)) return -1;
@@ -442,7 +447,10 @@ static void bpe_destroy(tokenizer *t)
     if (!b) return;
     for (int i = 0; i < b->n_norm; i++) { free(b->norm[i].a); free(b->norm[i].b); }
     for (int i = 0; i < b->n_pre; i++) pcre2_code_free(b->pre[i].re);
-    for (int i = 0; i < b->n_added; i++) free(b->added[i].content);
+    for (int i = 0; i < b->n_added; i++) {
+        if (b->added[i].match != b->added[i].content) free(b->added[i].match);
+        free(b->added[i].content);
+    }
     pcre2_match_data_free(b->md);
     free(b->added); free(b->special); free(b->arena); free(b->tok_off); free(b->tok_len); free(b->vmap);
     free(b->mkey); free(b->mrank); free(b->mnew); free(b->sym); free(b->prev); free(b->next);
@@ -488,7 +496,8 @@ static int bpe_load(tokenizer *t, bpe *b, const cJSON *root, const char *path)
     b->unk = unk ? bpe_lookup(b, unk, strlen(unk)) : -1;
     if (unk && b->unk < 0) return loom_fail("%s: unk_token \"%s\" is not in the vocab", path, unk);
     b->md = pcre2_match_data_create(4, NULL);
-    return b->md ? 0 : loom_fail("tokenizer: out of memory");
+    if (!b->md) return loom_fail("tokenizer: out of memory");
+    return bpe_prepare_added(b);
 }
 
 int tok_bpe_open(tokenizer *t, const char *path, const char *json, size_t len)

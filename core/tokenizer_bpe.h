@@ -33,6 +33,12 @@ typedef struct bpe_added {
     size_t len;
     int32_t id;
     int special;
+    int lstrip, rstrip;   /* take the whitespace on that side into the token */
+    int single_word;      /* only with no word character right before or after it */
+    int normalized;       /* matched on the normalized text (as `match`), after the others */
+    char *match;          /* what is searched for: content, or its normalized form (owned when
+                             it differs from content) */
+    size_t match_len;
 } bpe_added;
 
 typedef struct bpe_cache_entry {
@@ -55,6 +61,8 @@ typedef struct bpe {
     size_t mmask;
     bpe_added *added;
     int n_added;
+    uint8_t added_first[2][256]; /* [normalized]: 1 for a byte that starts some token's match */
+    int any_added[2];
     uint8_t *special;        /* per id: 1 for special added tokens */
     bpe_norm norm[8];
     int n_norm;
@@ -82,5 +90,8 @@ int bpe_encode(tokenizer *t, const char *text, size_t n, tok_ids *out);
 size_t bpe_decode(const tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap, int skip);
 int32_t bpe_lookup(const bpe *b, const char *s, size_t n);
 uint64_t bpe_hash_bytes(const char *s, size_t n);
+/* After the normalizers and added tokens are loaded: each normalized token's match text and the
+ * first-byte tables. */
+int bpe_prepare_added(bpe *b);
 
 #endif

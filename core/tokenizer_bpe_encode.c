@@ -1,6 +1,7 @@
 /* tokenizer_bpe_encode.c: encoding and decoding with a loaded tokenizer.json, in the order the
  * tokenizers library runs: added tokens, normalizer, pre-tokenizer, BPE merges by rank (a heap
- * per word, words cached). Special tokens are never matched in text (see docs/tokenizers.md). */
+ * per word, words cached). Special tokens are never matched in text (see docs/tokenizers.md);
+ * added tokens are matched with the library's lstrip / rstrip / single_word / normalized rules. */
 #define _GNU_SOURCE /* memmem */
 #include "core/tokenizer_bpe.h"
 
@@ -385,47 +386,166 @@ static int bpe_cached_word(bpe *b, const char *s, size_t n, tok_ids *out)
 
 /* ---- encode ---- */
 
-static int bpe_segment(bpe *b, const char *s, size_t n, int first, tok_ids *out)
+/* Pre-tokenize normalized text and merge each word. */
+static int bpe_words(bpe *b, bpe_pieces *p, int first, tok_ids *out)
 {
-    if (n == 0) return 0;
-    bpe_pieces p = {0};
-    int rc = bpe_normalize(b, s, n, &p) || bpe_pretokenize(b, &p, first) ? -1 : 0;
-    for (size_t i = 0; rc == 0 && i < p.np; i++) rc = bpe_cached_word(b, p.buf + p.off[i], p.len[i], out);
-    pieces_free(&p);
+    int rc = bpe_pretokenize(b, p, first);
+    for (size_t i = 0; rc == 0 && i < p->np; i++) rc = bpe_cached_word(b, p->buf + p->off[i], p->len[i], out);
     return rc;
 }
 
-/* The longest non-special added token starting at s, or -1. */
-static int bpe_added_at(const bpe *b, const char *s, size_t n)
+/* ---- added tokens: the library's AddedVocabulary::find_matches ---- */
+
+/* Unicode White_Space (the \s of the library's Rust regex): the code point at s, its length in
+ * *len; 0 when it is not one. */
+static int bpe_space_at(const char *s, size_t n, size_t *len)
+{
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
+    *len = k > 0 ? (size_t)k : 1;
+    return k > 0 && ((c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+                     (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+                     c == 0x3000);
+}
+
+/* Rust regex's \w: alphabetic, marks, decimal digits, connector punctuation, joiners. */
+static int bpe_word_char(utf8proc_int32_t c)
+{
+    if (c < 0x80) return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+    utf8proc_category_t k = utf8proc_category(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+           k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || c == 0x200C || c == 0x200D;
+}
+
+/* Start of the code point that ends s[0..at). */
+static size_t bpe_prev_char(const char *s, size_t at)
+{
+    do at--;
+    while (at > 0 && ((unsigned char)s[at] & 0xC0) == 0x80);
+    return at;
+}
+
+static int bpe_word_at(const char *s, size_t n)
+{
+    utf8proc_int32_t c;
+    return utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c) > 0 && bpe_word_char(c);
+}
+
+/* Where the whitespace that ends s[0..at) begins (lstrip), and how long the whitespace that
+ * starts s[0..n) is (rstrip). */
+static size_t bpe_space_before(const char *s, size_t at)
+{
+    size_t len;
+    while (at > 0) {
+        size_t p = bpe_prev_char(s, at);
+        if (!bpe_space_at(s + p, at - p, &len)) break;
+        at = p;
+    }
+    return at;
+}
+
+static size_t bpe_space_after(const char *s, size_t n)
+{
+    size_t i = 0, len;
+    while (i < n && bpe_space_at(s + i, n - i, &len)) i += len;
+    return i;
+}
+
+/* The longest added token of kind `norm` whose match text starts at s, or -1 (leftmost-longest:
+ * the scan goes left to right, so the first position with a match is the leftmost). */
+static int bpe_added_at(const bpe *b, const char *s, size_t n, int norm)
 {
     int best = -1;
     for (int i = 0; i < b->n_added; i++) {
         const bpe_added *a = &b->added[i];
-        if (!a->special && a->len <= n && memcmp(s, a->content, a->len) == 0 &&
-            (best < 0 || a->len > b->added[best].len))
+        if (a->normalized == norm && a->match_len <= n && memcmp(s, a->match, a->match_len) == 0 &&
+            (best < 0 || a->match_len > b->added[best].match_len))
             best = i;
     }
     return best;
 }
 
+static int bpe_segment(bpe *b, const char *s, size_t n, int first, tok_ids *out);
+
+/* The text between matches: on the raw text (norm 0) it is normalized next (bpe_segment), on the
+ * normalized text it is pre-tokenized. */
+static int bpe_between(bpe *b, const char *s, size_t n, int norm, int first, tok_ids *out)
+{
+    if (n == 0) return 0;
+    if (!norm) return bpe_segment(b, s, n, first, out);
+    bpe_pieces p = {0};
+    int rc = pieces_append(&p, s, n) || bpe_words(b, &p, first, out) ? -1 : 0;
+    pieces_free(&p);
+    return rc;
+}
+
+/* Split s at the added tokens of kind norm, as the library does with encode_special_tokens on: a
+ * special token's match is passed over (it stays text, and hides what it contains); single_word
+ * drops a match with a word character right before or after it; lstrip / rstrip move the
+ * token's span over the whitespace on that side (not over text an earlier token took). */
+static int bpe_split_added(bpe *b, const char *s, size_t n, int norm, int first, tok_ids *out)
+{
+    size_t seg = 0;
+    for (size_t i = 0; b->any_added[norm] && i < n; i++) {
+        if (!b->added_first[norm][(unsigned char)s[i]]) continue;
+        int k = bpe_added_at(b, s + i, n - i, norm);
+        if (k < 0) continue;
+        const bpe_added *a = &b->added[k];
+        size_t start = i, stop = i + a->match_len;
+        i = stop - 1;
+        if (a->special) continue;
+        if (a->single_word && ((start > 0 && bpe_word_at(s + bpe_prev_char(s, start), start - bpe_prev_char(s, start))) ||
+                               (stop < n && bpe_word_at(s + stop, n - stop))))
+            continue;
+        if (a->lstrip) {
+            size_t ls = bpe_space_before(s, start);
+            start = ls > seg ? ls : seg;
+        }
+        if (a->rstrip) stop += bpe_space_after(s + stop, n - stop);
+        if (bpe_between(b, s + seg, start - seg, norm, first && seg == 0, out) || tok_ids_push(out, a->id)) return -1;
+        seg = stop;
+        i = stop - 1;
+    }
+    return bpe_between(b, s + seg, n - seg, norm, first && seg == 0, out);
+}
+
+/* A piece of raw text between non-normalized tokens: normalized, then split at the normalized
+ * tokens, then pre-tokenized. */
+static int bpe_segment(bpe *b, const char *s, size_t n, int first, tok_ids *out)
+{
+    if (n == 0) return 0;
+    bpe_pieces p = {0};
+    int rc = bpe_normalize(b, s, n, &p);
+    if (rc == 0 && b->any_added[1]) rc = bpe_split_added(b, p.buf, p.n, 1, first, out);
+    else if (rc == 0) rc = bpe_words(b, &p, first, out);
+    pieces_free(&p);
+    return rc;
+}
+
+int bpe_prepare_added(bpe *b)
+{
+    for (int i = 0; i < b->n_added; i++) {
+        bpe_added *a = &b->added[i];
+        a->match = a->content;
+        a->match_len = a->len;
+        if (a->normalized && b->n_norm) { /* the library matches the token's normalized form */
+            bpe_pieces p = {0};
+            if (bpe_normalize(b, a->content, a->len, &p)) { pieces_free(&p); return -1; }
+            if (p.n == 0) { pieces_free(&p); return loom_fail("tokenizer: added token %d normalizes to nothing", a->id); }
+            p.buf[p.n] = '\0';
+            a->match = p.buf; /* owned now */
+            a->match_len = p.n;
+            free(p.off), free(p.len);
+        }
+        b->added_first[a->normalized][(unsigned char)a->match[0]] = 1;
+        b->any_added[a->normalized] = 1;
+    }
+    return 0;
+}
+
 int bpe_encode(tokenizer *t, const char *text, size_t n, tok_ids *out)
 {
-    bpe *b = t->impl;
-    uint8_t first_byte[256] = {0};
-    int any = 0;
-    for (int i = 0; i < b->n_added; i++)
-        if (!b->added[i].special) first_byte[(unsigned char)b->added[i].content[0]] = 1, any = 1;
-    size_t seg = 0;
-    for (size_t i = 0; any && i < n; i++) {
-        if (!first_byte[(unsigned char)text[i]]) continue;
-        int a = bpe_added_at(b, text + i, n - i);
-        if (a < 0) continue;
-        if (bpe_segment(b, text + seg, i - seg, seg == 0 && !t->cont, out) || tok_ids_push(out, b->added[a].id))
-            return -1;
-        i += b->added[a].len - 1;
-        seg = i + 1;
-    }
-    return bpe_segment(b, text + seg, n - seg, seg == 0 && !t->cont, out);
+    return bpe_split_added(t->impl, text, n, 0, !t->cont, out);
 }
 
 /* ---- decode ---- */

@@ -36,8 +36,9 @@ static const char *fixture(const char *name)
     return path;
 }
 
-/* The ids of family `name` on text equal the library's, and decoding gives the (repaired) text. */
-static void check_family(const char *name, const char *text, size_t n, int nfc)
+/* The ids of family `name` on text equal the library's, and decoding gives the (repaired) text
+ * (unless added tokens with lstrip / rstrip took whitespace: no round_trip then). */
+static void check_family(const char *name, const char *text, size_t n, int nfc, int round_trip)
 {
     char file[64];
     snprintf(file, sizeof file, "%s.json", name);
@@ -74,10 +75,11 @@ static void check_family(const char *name, const char *text, size_t n, int nfc)
     size_t bn = got && back ? tokenizer_decode(t, got, count, back, cap, 0) : 0;
     size_t same = 0;
     while (same < bn && same < fixed_n && back[same] == x[same]) same++;
-    CHECK(bn == fixed_n && same == bn, "%s: decode(encode(x)) != x: %zu vs %zu bytes, first difference at %zu",
+    CHECK(!round_trip || (bn == fixed_n && same == bn), "%s: decode(encode(x)) != x: %zu vs %zu bytes, first difference at %zu",
           name, bn, fixed_n, same);
     printf("%-8s %zu ids equal to the library's: %s, round trip: %s\n", name, count,
-           count == nwant && first == count ? "yes" : "NO", bn == fixed_n && same == bn ? "yes" : "NO");
+           count == nwant && first == count ? "yes" : "NO",
+           !round_trip ? "not expected" : bn == fixed_n && same == bn ? "yes" : "NO");
     free(back);
     free(fixed);
     free(got);
@@ -155,7 +157,13 @@ int main(void)
     char *text = read_all(fixture("text.txt"), &n);
     CHECK(text != NULL && n >= 50000, "test text: %s", fixture("text.txt"));
     static const char *const families[] = {"gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral"};
-    for (int i = 0; text && i < (int)(sizeof families / sizeof *families); i++) check_family(families[i], text, n, strcmp(families[i], "qwen2") == 0);
+    for (int i = 0; text && i < (int)(sizeof families / sizeof *families); i++)
+        check_family(families[i], text, n, strcmp(families[i], "qwen2") == 0, 1);
+    free(text);
+    /* added tokens' lstrip, rstrip, single_word, normalized, and a special token hiding a plain one */
+    text = read_all(fixture("added.txt"), &n);
+    CHECK(text != NULL, "added-token text: %s", fixture("added.txt"));
+    if (text) check_family("added", text, n, 1, 0);
     free(text);
     check_specials();
     check_byte();
