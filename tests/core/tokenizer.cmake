@@ -26,3 +26,8 @@ set_tests_properties(finetune_chatml PROPERTIES TIMEOUT 300)
 add_test(NAME tokenizer_resume COMMAND ${PROJECT_SOURCE_DIR}/tests/core/tokenizer_resume.sh
          $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
 set_tests_properties(tokenizer_resume PROPERTIES TIMEOUT 300)
+
+# The same in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]), and a row it refuses.
+add_test(NAME finetune_mistral COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_mistral.sh
+         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
+set_tests_properties(finetune_mistral PROPERTIES TIMEOUT 300)
