@@ -30,58 +30,6 @@ int st_dtype_parse(const char *s)
 const char *st_dtype_name(st_dtype d) { return d == ST_F32 ? "F32" : d == ST_F16 ? "F16" : "BF16"; }
 size_t st_dtype_size(st_dtype d) { return d == ST_F32 ? 4 : 2; }
 
-float st_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-float st_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);            /* inf / nan */
-    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);       /* normal */
-    else if (!man) u = sign;                                          /* zero */
-    else { /* subnormal: normalise */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-uint16_t st_f32_to_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-uint16_t st_f32_to_f16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);        /* NaN */
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);       /* rounds to >= 65520: inf */
-    if (a >= 0x38800000u) {                                        /* normal half */
-        uint32_t r = a - 0x38000000u;                              /* rebias exponent 127 -> 15 */
-        r += 0xfffu + ((r >> 13) & 1);
-        return (uint16_t)(sign | (r >> 13));
-    }
-    if (a < 0x33000000u) return (uint16_t)sign;                    /* below half the smallest */
-    /* subnormal half: shift the full mantissa, round to nearest even */
-    uint32_t e = a >> 23, man = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
-    uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1))) q++;
-    return (uint16_t)(sign | q);
-}
 
 static int st_read_whole(int fd, size_t *size)
 {
