@@ -54,7 +54,13 @@ grep -q '"target_modules"' peft_qwen2/adapter_config.json && grep -q '"down_proj
 grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' peft_qwen2/adapter_model.safetensors ||
     { echo "FAIL: PEFT tensor names"; exit 1; }
 if "$loom" export hf run_lora/ckpt nomerge 2>err.txt; then echo "FAIL: LoRA export without --merge accepted"; exit 1; fi
-echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder"
+# GPT-2: q, k, v adapters fused into one c_attn pair (exactness: test_hf_peft)
+run "$loom" finetune lora.json --set finetune.base="$fix/gpt2" --set finetune.lora_targets=all-linear \
+    --set data.max_len=32 --set train.seq_len=32 --out run_lora_gpt2 --quiet
+run "$loom" export peft run_lora_gpt2/ckpt peft_gpt2
+grep -q 'base_model.model.transformer.h.1.attn.c_attn.lora_B.weight' peft_gpt2/adapter_model.safetensors &&
+    grep -q '"fan_in_fan_out":.*true' peft_gpt2/adapter_config.json || { echo "FAIL: GPT-2 PEFT adapter"; exit 1; }
+echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder (Qwen2, GPT-2)"
 # model.* fields the job sets itself against the folder's config.json: agreeing ones and a lower
 # max_seq (RoPE) run; a conflicting one (--set or the job file) is one line naming both values
 run "$loom" finetune lora.json --set finetune.base="$fix/qwen2" --set model.d_model=32 --set model.norm=rmsnorm \
