@@ -1,8 +1,7 @@
-/* session_hf.c: a Hugging Face folder as a session's starting weights (finetune.base, train
- * --init): its model config replaces the job's (a model field the job sets itself must agree),
- * and its tensors (mapped by checkpoints/hf*.c) stream one at a time into the frozen base (LoRA)
- * or the parameters, any world size or ZeRO stage. Must never name an HF tensor: checkpoints/hf.h
- * hands over loom's names and layouts. */
+/* session_hf.c: a base that brings its own model config (an HF folder; a checkpoint for --init)
+ * adopted by the job, model fields the job set itself checked against it; an HF folder's tensors
+ * (mapped by checkpoints/hf*.c) streamed one at a time into the frozen base (LoRA) or the
+ * parameters, any world size or ZeRO stage. Must never name an HF tensor. */
 #include "session.h"
 
 #include <stddef.h>

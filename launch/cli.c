@@ -78,12 +78,15 @@ static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned
 }
 
 /* Which model.* fields the job names itself (its file's "model" object, --set model.X): a base
- * that brings its own model config must agree with those (session_model_adopt). explicit has
- * one byte per config field. */
-static int cli_explicit_model(const cli_job *a, unsigned char *explicit, int nfields)
+ * that brings its own model config must agree with those (session_model_adopt). One byte per
+ * config field. */
+#define CLI_MAX_FIELDS 512
+static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_FIELDS])
 {
-    const config_field *f = config_fields(NULL);
-    memset(explicit, 0, (size_t)nfields);
+    int nfields;
+    const config_field *f = config_fields(&nfields);
+    if (nfields > CLI_MAX_FIELDS) return loom_fail("config table: %d fields, more than %d", nfields, CLI_MAX_FIELDS);
+    memset(explicit, 0, CLI_MAX_FIELDS);
     for (int k = 0; k < a->nsets; k++)
         for (int i = 0; i < nfields; i++) {
             size_t l = strlen(f[i].path);
@@ -115,12 +118,8 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
     if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
     /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
-    int nf;
-    config_fields(&nf);
-    unsigned char explicit[512];
-    if ((hf_is_folder(cfg->finetune.base) || a->init) &&
-        (nf > (int)sizeof explicit || cli_explicit_model(a, explicit, nf)))
-        return nf > (int)sizeof explicit ? loom_fail("too many config fields") : -1;
+    unsigned char explicit[CLI_MAX_FIELDS];
+    if ((hf_is_folder(cfg->finetune.base) || a->init) && cli_explicit_model(a, explicit)) return -1;
     if (hf_is_folder(cfg->finetune.base)) {
         if (session_model_from_hf(&cfg->model, cfg->finetune.base, explicit)) return -1;
     } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init, explicit)) {
