@@ -61,9 +61,18 @@ struct ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n);
 /* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
 int session_load_base(session *s);
 
-/* Hugging Face folders (core/session_hf.c): the folder's model config into *m (init_std kept),
- * and the folder's weights as the base (into the frozen buffer for LoRA, else the parameters). */
-int session_model_from_hf(model_config *m, const char *dir);
+/* A base's model config (an HF folder's or a checkpoint's) src becomes the job's *m. The fields
+ * the job set itself (explicit[i] for config field i; NULL = none) must agree with src, else -1
+ * + one line naming the field, both values and src_name; run-time fields stay the job's
+ * (model.tokenizer, model.init_std) and model.max_seq may be lowered for RoPE models. */
+int session_model_adopt(model_config *m, const model_config *src, const char *src_name,
+                        const unsigned char *explicit);
+
+/* Hugging Face folders (core/session_hf.c): the folder's model config into *m as
+ * session_model_adopt does, model.tokenizer = the folder when it holds a tokenizer.json and the
+ * job names none; and the folder's weights as the base (into the frozen buffer for LoRA, else
+ * the parameters). */
+int session_model_from_hf(model_config *m, const char *dir, const unsigned char *explicit);
 int session_load_hf(session *s, const char *dir, const model_tensor *bt, int nb);
 
 /* A training job's one-writer lock on its checkpoint folder (rank 0 takes it, every rank learns

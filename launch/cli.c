@@ -2,8 +2,11 @@
 #include "launch/cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -58,20 +61,52 @@ static void cli_resolve_path(char *path, size_t len, const char *job_path)
 }
 
 /* --init from a loom checkpoint: its model config is the job's (as an HF folder's is). */
-static int cli_model_from_ckpt(model_config *m, const char *path)
+static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned char *explicit)
 {
     char file[1024];
     if (ckpt_resolve(path, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);
     if (!r) return -1;
     ckpt_state st = {0};
-    float init_std = m->init_std;
+    model_config saved;
     int rc = ckpt_read_state(r, &st);
-    if (rc == 0 && config_model_from_json(m, st.model_config_json)) rc = loom_fail("%s: %s", file, loom_error());
-    m->init_std = init_std;
+    if (rc == 0 && config_model_from_json(&saved, st.model_config_json)) rc = loom_fail("%s: %s", file, loom_error());
+    if (rc == 0) rc = session_model_adopt(m, &saved, file, explicit);
     ckpt_state_free(&st);
     ckpt_close(r);
     return rc;
+}
+
+/* Which model.* fields the job names itself (its file's "model" object, --set model.X): a base
+ * that brings its own model config must agree with those (session_model_adopt). One byte per
+ * config field. */
+#define CLI_MAX_FIELDS 512
+static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_FIELDS])
+{
+    int nfields;
+    const config_field *f = config_fields(&nfields);
+    if (nfields > CLI_MAX_FIELDS) return loom_fail("config table: %d fields, more than %d", nfields, CLI_MAX_FIELDS);
+    memset(explicit, 0, CLI_MAX_FIELDS);
+    for (int k = 0; k < a->nsets; k++)
+        for (int i = 0; i < nfields; i++) {
+            size_t l = strlen(f[i].path);
+            if (strncmp(a->sets[k], f[i].path, l) == 0 && a->sets[k][l] == '=') explicit[i] = 1;
+        }
+    FILE *fp = fopen(a->job_path, "rb");
+    if (!fp) return 0; /* config_load read it a moment ago; nothing to add */
+    char *text = malloc(1 << 22);
+    size_t n = text ? fread(text, 1, (1 << 22) - 1, fp) : 0;
+    fclose(fp);
+    if (!text) return loom_fail("out of memory");
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    for (const cJSON *it = cJSON_IsObject(model) ? model->child : NULL; it; it = it->next)
+        for (int i = 0; i < nfields; i++)
+            if (strncmp(f[i].path, "model.", 6) == 0 && strcmp(f[i].path + 6, it->string) == 0) explicit[i] = 1;
+    cJSON_Delete(root);
+    return 0;
 }
 
 int cli_load_config(const cli_job *a, job_config *cfg)
@@ -83,9 +118,11 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
     if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
     /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
+    unsigned char explicit[CLI_MAX_FIELDS];
+    if ((hf_is_folder(cfg->finetune.base) || a->init) && cli_explicit_model(a, explicit)) return -1;
     if (hf_is_folder(cfg->finetune.base)) {
-        if (session_model_from_hf(&cfg->model, cfg->finetune.base)) return -1;
-    } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init)) {
+        if (session_model_from_hf(&cfg->model, cfg->finetune.base, explicit)) return -1;
+    } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init, explicit)) {
         return -1;
     }
     if (strcmp(cfg->model.tokenizer, "byte") != 0)

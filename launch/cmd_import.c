@@ -1,7 +1,6 @@
-/* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint, the folder
- * OUT (OUT/step_00000000.h5 + latest) or, for OUT.h5, that one file; the /model group only, with
- * the folder's tokenizer files and config.json (as hf_config.json) copied beside it for export.
- * One tensor in memory at a time (the ckpt writer's fetch callback pulls from the mapped files). */
+/* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint (folder OUT
+ * or the one file OUT.h5), /model only, the tokenizer files and config.json (as hf_config.json)
+ * copied beside it (model.tokenizer names that copy). One tensor in memory at a time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "checkpoints/hf.h"
 #include "core/model.h"
 #include "core/session.h"
+#include "core/tokenizer.h"
 #include "launch/cli.h"
 
 typedef struct import_ctx {
@@ -61,12 +61,27 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
     return rc;
 }
 
+/* A tokenizer.json loom reads is named by the checkpoint; one it cannot read (a WordLevel one,
+ * say) leaves the byte tokenizer, with a warning: the weights are still worth importing. */
+static int import_tokenizer_ok(const char *spec)
+{
+    if (strcmp(spec, "byte") == 0) return 0;
+    tokenizer *t = tokenizer_open(spec);
+    if (!t) log_warn("import: %s; the checkpoint keeps model.tokenizer = byte (set it when fine-tuning)", loom_error());
+    tokenizer_free(t);
+    return t != NULL;
+}
+
 /* OUT ending in .h5: the checkpoint as that one file (saved in OUT.d, then moved), its side files
  * in OUT's folder; else OUT is a checkpoint folder. */
 static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *out)
 {
     size_t n = strlen(out);
+    /* the folder's tokenizer is copied beside the checkpoint: the checkpoint's model names that copy */
+    int own_tok = import_tokenizer_ok(cfg->model.tokenizer);
+    if (!own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "byte");
     if (n < 4 || strcmp(out + n - 3, ".h5") != 0) {
+        if (own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "%.*s", (int)sizeof cfg->model.tokenizer - 1, out);
         if (session_mkdirs(out) || import_write(h, cfg, out)) return -1;
         return hf_copy_side_files(dir, out, 1);
     }
@@ -76,6 +91,7 @@ static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *
     char *slash = strrchr(parent, '/');
     if (slash) *slash = '\0';
     else snprintf(parent, sizeof parent, ".");
+    if (own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "%.*s", (int)sizeof cfg->model.tokenizer - 1, parent);
     if (session_mkdirs(parent) || import_write(h, cfg, tmp)) return -1;
     snprintf(file, sizeof file, "%s/step_00000000.h5", tmp);
     if (rename(file, out) != 0) return loom_fail("%s: cannot move the checkpoint here", out);
@@ -98,7 +114,7 @@ int cmd_import(int argc, char **argv)
     config_defaults(&cfg);
     snprintf(cfg.name, sizeof cfg.name, "import");
     snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", dir);
-    int rc = session_model_from_hf(&cfg.model, dir);
+    int rc = session_model_from_hf(&cfg.model, dir, NULL);
     if (cfg.train.seq_len > cfg.model.max_seq) cfg.train.seq_len = cfg.model.max_seq; /* a valid job */
     if (rc == 0) rc = import_to(h, &cfg, dir, out);
     hf_close(h);

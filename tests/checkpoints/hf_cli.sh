@@ -11,16 +11,18 @@ shift 3
 rm -rf "$tmp" && mkdir -p "$tmp"
 cd "$tmp"
 head -c 20000 "$repo/configs/data/corpus.txt" >corpus.txt
+# the fixtures' tokenizer.json (WordLevel, for transformers) is not one loom reads: the jobs name
+# loom's byte tokenizer (the fixtures' 272 ids) themselves, which the folders' own would override.
 # tool calls short enough that prompt + answer fit the fixtures' 64 positions (byte tokens)
 for q in a b c d e f; do
     echo "{\"query\":\"$q\",\"tools\":[{\"name\":\"f\"}],\"answers\":[{\"name\":\"f\",\"arguments\":{}}]}"
 done >tools.jsonl
 cat >train.json <<JSON
-{"name": "hf", "train": {"steps": 1, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "log_every": 1},
+{"name": "hf", "model": {"tokenizer": "byte"}, "train": {"steps": 1, "batch_size": 2, "seq_len": 16, "lr": 1e-3, "log_every": 1},
  "data": {"train": "corpus.txt"}, "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
 JSON
 cat >lora.json <<JSON
-{"name": "hf-lora", "train": {"batch_size": 2, "lr": 1e-2, "log_every": 1},
+{"name": "hf-lora", "model": {"tokenizer": "byte"}, "train": {"batch_size": 2, "lr": 1e-2, "log_every": 1},
  "data": {"train": "tools.jsonl", "val_split": 0, "max_len": 64},
  "finetune": {"method": "lora", "lora_rank": 4, "lora_alpha": 8, "lora_targets": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "epochs": 1},
  "checkpoint": {"every": 0, "keep": 1}, "parallel": {"threads": 1}}
@@ -52,7 +54,37 @@ grep -q '"target_modules"' peft_qwen2/adapter_config.json && grep -q '"down_proj
 grep -q 'base_model.model.model.layers.1.mlp.down_proj.lora_B.weight' peft_qwen2/adapter_model.safetensors ||
     { echo "FAIL: PEFT tensor names"; exit 1; }
 if "$loom" export hf run_lora/ckpt nomerge 2>err.txt; then echo "FAIL: LoRA export without --merge accepted"; exit 1; fi
-echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder"
+# GPT-2: q, k, v adapters fused into one c_attn pair (exactness: test_hf_peft)
+run "$loom" finetune lora.json --set finetune.base="$fix/gpt2" --set finetune.lora_targets=all-linear \
+    --set data.max_len=32 --set train.seq_len=32 --out run_lora_gpt2 --quiet
+run "$loom" export peft run_lora_gpt2/ckpt peft_gpt2
+grep -q 'base_model.model.transformer.h.1.attn.c_attn.lora_B.weight' peft_gpt2/adapter_model.safetensors &&
+    grep -q '"fan_in_fan_out":.*true' peft_gpt2/adapter_config.json || { echo "FAIL: GPT-2 PEFT adapter"; exit 1; }
+echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder (Qwen2, GPT-2)"
+# model.* fields the job sets itself against the folder's config.json: agreeing ones and a lower
+# max_seq (RoPE) run; a conflicting one (--set or the job file) is one line naming both values
+run "$loom" finetune lora.json --set finetune.base="$fix/qwen2" --set model.d_model=32 --set model.norm=rmsnorm \
+    --set model.max_seq=48 --set data.max_len=48 --set train.seq_len=48 --out run_agree --quiet
+"$loom" ckpt info run_agree/ckpt >info.txt 2>&1 && grep -q '"max_seq":48' info.txt ||
+    { echo "FAIL: model.max_seq=48 not kept"; exit 1; }
+refuse() { # refuse PATTERN ARGS...: non-zero exit, one line matching PATTERN
+    local want=$1; shift
+    if "$loom" "$@" >/dev/null 2>err.txt; then echo "FAIL: accepted: $*"; exit 1; fi
+    [ "$(wc -l <err.txt)" -eq 1 ] && grep -q -- "$want" err.txt || { echo "FAIL: $*: want one line '$want', got:"; cat err.txt; exit 1; }
+}
+refuse 'model.d_model = 64 (set by the job) disagrees with 32 from .*qwen2/config.json' \
+    finetune lora.json --set finetune.base="$fix/qwen2" --set model.d_model=64 --out run_bad
+refuse 'model.max_seq = 128 (set by the job) disagrees with 64 from .*may only be lowered' \
+    finetune lora.json --set finetune.base="$fix/qwen2" --set model.max_seq=128 --out run_bad
+refuse 'model.max_seq = 16 (set by the job) disagrees with 32 from .*gpt2/config.json' \
+    finetune lora.json --set finetune.base="$fix/gpt2" --set model.max_seq=16 --set train.seq_len=16 --set data.max_len=16 --out run_bad
+sed 's/"tokenizer": "byte"}/"tokenizer": "byte", "n_layer": 4}/' lora.json >lora4.json
+refuse 'model.n_layer = 4 (set by the job) disagrees with 2 from' finetune lora4.json --set finetune.base="$fix/llama" --out run_bad
+refuse 'model.tied_embeddings = false (set by the job) disagrees with true from' \
+    train train.json --init imp_qwen2 --set model.tied_embeddings=false --out run_bad
+sed 's/"model": {"tokenizer": "byte"}, //' lora.json >lora_tok.json # the folder's own tokenizer
+refuse 'qwen2/tokenizer.json: unsupported model type "WordLevel"' finetune lora_tok.json --quiet --set finetune.base="$fix/qwen2" --out run_bad
+echo "ok: explicit model fields: agreeing ones and a lower max_seq run, conflicting ones refused with one line"
 # bad input: one line, non-zero exit
 mkdir -p empty
 for bad in empty "$fix/does-not-exist"; do

@@ -190,6 +190,11 @@ int main(int argc, char **argv)
             snprintf(tmp, sizeof tmp, "%s/export_%s%s", argv[2], archs[a], variants[v]);
             if (v != 1) check_roundtrip(dir, tmp, be, v == 2 ? ST_BF16 : ST_F32);
         }
+    /* the Qwen2 with a real tokenizer and chat template (the end-to-end workflow's model) */
+    snprintf(dir, sizeof dir, "%s/qwen2-chat", root);
+    check_logits(dir, be);
+    snprintf(tmp, sizeof tmp, "%s/export_qwen2-chat", argv[2]);
+    check_roundtrip(dir, tmp, be, ST_F32);
     printf("worst logit error: %.3f of the tolerance\n", worst_rel);
     backend_destroy(be);
     return failures != 0;
