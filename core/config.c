@@ -548,7 +548,7 @@ static int validate_lora_targets(const char *list)
 {
     static const char *const known[] = {"q", "k", "v", "o", "fc", "proj", "gate", "up", "down",
                                         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                        "up_proj", "down_proj", "all-linear"};
+                                        "up_proj", "down_proj", "c_attn", "c_fc", "c_proj", "all-linear"};
     const int nknown = (int)(sizeof known / sizeof known[0]);
     int seen[32] = {0}, count = 0;
     for (const char *s = list; *s;) {
@@ -558,7 +558,7 @@ static int validate_lora_targets(const char *list)
         if (k == nknown)
             return loom_fail("finetune.lora_targets: unknown projection '%.*s' (known: q, k, v, "
                              "o, fc, proj, gate, up, down, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
-                             "down_proj, all-linear)", (int)w, s);
+                             "down_proj, c_attn, c_fc, c_proj, all-linear)", (int)w, s);
         if (seen[k]++) return loom_fail("finetune.lora_targets: '%s' is listed twice", known[k]);
         count++;
         s += w + (s[w] == ',');

@@ -159,7 +159,8 @@
       "Adapter output is scaled by alpha / r.") \
     X("finetune.lora_targets", CFG_STRING, finetune.lora_targets, "\"q,k,v,o\"", ANY, \
       "Projections that get adapters: a comma list of q, k, v, o, fc, proj (gelu) or " \
-      "gate, up, down (swiglu).") \
+      "gate, up, down (swiglu); PEFT's names q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, " \
+      "down_proj, GPT-2's c_attn (= q,k,v), c_fc, c_proj (= o,proj), or all-linear.") \
     X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples.") \
     X("finetune.allow_other_base", CFG_BOOL, finetune.allow_other_base, "false", ANY, \
       "Resume LoRA adapters on a finetune.base other than the one they were trained on (its digest " \

@@ -59,9 +59,17 @@ int lora_spec_from_config(const finetune_config *ft, const model_config *mc, lor
                             (swiglu ? (1u << LORA_GATE) | (1u << LORA_UP) : 1u << LORA_FC);
             continue;
         }
-        int found = lora_target_index(tok);
+        /* GPT-2's Conv1D names as PEFT matches them: c_attn is the fused q/k/v (loom keeps a pair
+         * per projection: rank r each, exported as one rank-3r c_attn pair), and "c_proj" matches
+         * both attn.c_proj and mlp.c_proj */
+        if (strcmp(tok, "c_attn") == 0 || strcmp(tok, "c_proj") == 0) {
+            out->targets |= tok[2] == 'a' ? (1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V)
+                                          : (1u << LORA_O) | (1u << LORA_PROJ);
+            continue;
+        }
+        int found = strcmp(tok, "c_fc") == 0 ? LORA_FC : lora_target_index(tok);
         if (found < 0) return loom_fail("finetune.lora_targets: unknown projection '%s' (q, k, v, o, fc, proj, gate, up, down, "
-                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, all-linear)", tok);
+                                        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, c_attn, c_fc, c_proj, all-linear)", tok);
         if ((found == LORA_FC && swiglu) || ((found == LORA_GATE || found == LORA_UP) && !swiglu))
             return loom_fail("finetune.lora_targets: '%s' does not exist with mlp '%s'", tok, mc->mlp);
         out->targets |= 1u << found;
