@@ -190,6 +190,19 @@ static int tok_read_config(tokenizer *t, const char *dir)
     return 0;
 }
 
+/* transformers 5 saves the chat template beside tokenizer_config.json, as dir/chat_template.jinja
+ * (the text itself), rather than inside it: read it when the config carried none. */
+static int tok_read_template_file(tokenizer *t, const char *dir)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    size_t len;
+    t->chat_template = tok_read(path, &len);
+    return t->chat_template ? 0 : -1;
+}
+
 /* Defaults for eos / end of turn / padding from the usual names, first found wins. */
 static void tok_default_ids(tokenizer *t)
 {
@@ -229,7 +242,8 @@ static int tok_open_json(tokenizer *t, const char *spec)
     free(json);
     if (rc) return -1;
     snprintf(t->describe, sizeof t->describe, "bpe %.280s (%d ids)", path, t->vocab);
-    return tok_read_config(t, dir);
+    if (tok_read_config(t, dir)) return -1;
+    return t->chat_template ? 0 : tok_read_template_file(t, dir);
 }
 
 tokenizer *tokenizer_open(const char *spec)

@@ -133,6 +133,26 @@ static void check_chatml(void)
     tokenizer_free(tok);
 }
 
+/* A folder saved by transformers 5: the template in chat_template.jinja, none in
+ * tokenizer_config.json (here: no config at all). */
+static void check_template_file(void)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf test_chat_jinja && mkdir test_chat_jinja && cp '%s' test_chat_jinja/tokenizer.json",
+             fixture("mistral.json"));
+    if (system(cmd) != 0) { CHECK(0, "folder"); return; }
+    FILE *f = fopen("test_chat_jinja/chat_template.jinja", "wb");
+    if (!f) { CHECK(0, "chat_template.jinja"); return; }
+    fputs("{{- bos_token }}\n{%- if tools %}[AVAILABLE_TOOLS] ... [TOOL_CALLS] ...{%- endif %}\n", f);
+    fclose(f);
+    tokenizer *tok = tokenizer_open("test_chat_jinja");
+    chat_template ct;
+    CHECK(tok && chat_template_init(&ct, tok, "") == 0 && !strcmp(ct.format, "mistral"),
+          "the format is read from chat_template.jinja: %s", tok ? ct.format : loom_error());
+    tokenizer_free(tok);
+    if (system("rm -rf test_chat_jinja") != 0) CHECK(0, "cleanup");
+}
+
 /* Mistral: picked from a folder's chat_template by its markers; a text reply has no calls; rows
  * its template refuses fail in one line naming file:line. */
 static void check_mistral(void)
@@ -290,6 +310,7 @@ int main(void)
     check_chatml();
     check_loom_multiturn();
     check_mistral();
+    check_template_file();
     check_bad_rows();
     if (failures) { printf("%d checks failed\n", failures); return 1; }
     printf("test_chat: all checks passed\n");
