@@ -131,7 +131,7 @@
       "the model folder's chat_template, else `loom`.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
       "Finetune: batch by length: each epoch's shuffle is sorted by length in chunks of 32 global " \
-      "batches, the batches shuffled, and each runs at its longest example (rounded up to 16), " \
+      "batches, the batches shuffled, and each runs at its longest example (rounded up to 8), " \
       "not at the data set's longest. `false`: one shuffled order, every row at that length.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \

@@ -13,7 +13,10 @@
 #define SFT_MIN_LEN 128        /* the padded length is a power of two >= this ... */
 #define SFT_FILE_MAX (1ull << 30) /* a JSONL file is read whole: at most this many bytes */
 #define SFT_BAD_LINES_KEPT 8   /* line numbers of the first bad lines kept for the report */
-#define SFT_LEN_MULTIPLE 16    /* bucketed batches run at their longest row rounded up to this */
+/* Bucketed batches run at their longest row rounded up to this: at most 7 tokens a row wasted,
+ * shapes kept to multiples of 8 (GPU tiles) and few distinct. On the demo's rows (<= 80 tokens)
+ * 16 left 13.2% padding, 8 left 6.9%, 1 left 1.5% (measured, configs/finetune-demo.json). */
+#define SFT_LEN_MULTIPLE 8
 
 /* Bad lines of one file skipped under data.skip_bad_lines. */
 typedef struct sft_bad_lines {

@@ -49,7 +49,7 @@ static int load(sft_data *d, int bucket)
     return 0;
 }
 
-static int round16(int n) { return (n + SFT_LEN_MULTIPLE - 1) / SFT_LEN_MULTIPLE * SFT_LEN_MULTIPLE; }
+static int round_len(int n) { return (n + SFT_LEN_MULTIPLE - 1) / SFT_LEN_MULTIPLE * SFT_LEN_MULTIPLE; }
 
 /* Once per epoch, the empty rows only in the one short batch, and one chunk (26 batches < 32)
  * sorted: the length ranges of two batches never overlap. */
@@ -133,7 +133,7 @@ static void test_batches(void)
                 if (idx >= 0 && d.train.len[idx] > longest) longest = d.train.len[idx];
                 if (idx >= 0) real += d.train.len[idx];
             }
-            CHECK(Tk == round16(longest) && Tk <= T, "batch %d: length %d for a longest row of %d", k, Tk, longest);
+            CHECK(Tk == round_len(longest) && Tk <= T, "batch %d: length %d for a longest row of %d", k, Tk, longest);
             rows += (double)GB * Tk;
             rows_plain += (double)GB * T;
             long count = sft_batch(&d, 11, 0, g0, GB, Tk, tok, tgt);
