@@ -130,9 +130,10 @@
       "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`; docs/finetune-data.md); `\"\"` = from " \
       "the model folder's chat_template, else `loom`.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
-      "Finetune: batch by length: each epoch's shuffle is sorted by length in chunks of 32 global " \
-      "batches, the batches shuffled, and each runs at its longest example (rounded up to 8), " \
-      "not at the data set's longest. `false`: one shuffled order, every row at that length.") \
+      "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \
+      "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \
+      "of 32 batches (then the batches shuffled) when that saves over 10% of the tokens " \
+      "(docs/finetune-data.md). `false`: one shuffled order, every row at the longest.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \
     X("parallel.zero_stage", CFG_INT, parallel.zero_stage, "0", RANGE(0, 3), \

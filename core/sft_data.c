@@ -357,6 +357,8 @@ static void sft_permute(int *perm, int n, uint64_t seed, int64_t epoch)
     }
 }
 
+long sft_steps_per_epoch(const sft_data *d, int global_batch);
+
 static int sft_key_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -373,7 +375,7 @@ static void sft_bucket_order(const sft_data *d, struct sft_perm_cache *c, uint64
     sft_permute(c->shuffled, n, seed, e);
     for (int i = 0; i < n; i++) /* (INT32_MAX - len, position): sorts by length, then position */
         c->keys[i] = ((uint64_t)(INT32_MAX - d->train.len[c->shuffled[i]]) << 32) | (uint32_t)i;
-    for (int c0 = 0; c0 < n; c0 += chunk)
+    for (int c0 = 0; d->sorted && c0 < n; c0 += chunk)
         qsort(c->keys + c0, (size_t)(n - c0 < chunk ? n - c0 : chunk), sizeof *c->keys, sft_key_cmp);
     uint64_t key = rng_u64(seed ^ SFT_BATCH_KEY, (uint64_t)e);
     for (int i = 0; i < nb; i++) c->batch_perm[i] = i;
@@ -412,7 +414,7 @@ int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g)
     return c->perm[g % n];
 }
 
-int sft_data_batching(sft_data *d, int global_batch, int bucket)
+int sft_data_batching(sft_data *d, int global_batch, int bucket, uint64_t seed)
 {
     if (global_batch < 1) return loom_fail("sft: global batch %d must be >= 1", global_batch);
     struct sft_perm_cache *c = d->perm;
@@ -432,6 +434,16 @@ int sft_data_batching(sft_data *d, int global_batch, int bucket)
     if (!perm || !c->shuffled || !c->keys || !c->batch_perm)
         return loom_fail("out of memory for the bucketed order of %zu examples", n);
     d->bucket = 1;
+    long rows = sft_steps_per_epoch(d, global_batch) * global_batch;
+    d->sorted = 0;
+    c->valid = 0;
+    d->share_unsorted = sft_padding_share(d, seed, 0, rows);
+    d->sorted = 1;
+    c->valid = 0;
+    d->share_sorted = sft_padding_share(d, seed, 0, rows);
+    /* computed tokens sorted / unsorted = (1 - unsorted share) / (1 - sorted share) */
+    d->sorted = (1.0 - d->share_unsorted) < SFT_SORT_GAIN * (1.0 - d->share_sorted);
+    c->valid = 0;
     return 0;
 }
 

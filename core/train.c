@@ -160,7 +160,11 @@ static int trainer_load_data(trainer *t)
         sft_data_load(&t->sft, &dc, &t->chat, cfg->train.seed))
         return -1;
     t->T = t->sft.T;
-    if (sft_data_batching(&t->sft, cfg->train.batch_size, dc.bucket)) return -1;
+    if (sft_data_batching(&t->sft, cfg->train.batch_size, dc.bucket, cfg->train.seed)) return -1;
+    if (t->sft.bucket)
+        log_info("data: batches by length (data.bucket): padding %.1f%% sorted in chunks of 32 batches, "
+                 "%.1f%% unsorted: %s", 100.0 * t->sft.share_sorted, 100.0 * t->sft.share_unsorted,
+                 t->sft.sorted ? "sorted" : "unsorted (sorting saves under 10% of the tokens)");
     t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
     cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
     log_info("data %s: %d train / %d val examples, rows of %s%d tokens (longest %d, %d truncated), "

@@ -45,7 +45,7 @@ static int load(sft_data *d, int bucket)
     snprintf(c.train, sizeof c.train, "sft_bucket.jsonl");
     c.max_len = 1024;
     if (sft_data_load(d, &c, &g_ct, 5) != 0) { CHECK(0, "load: %s", loom_error()); return -1; }
-    if (sft_data_batching(d, GB, bucket) != 0) { CHECK(0, "batching: %s", loom_error()); return -1; }
+    if (sft_data_batching(d, GB, bucket, 11) != 0) { CHECK(0, "batching: %s", loom_error()); return -1; }
     return 0;
 }
 
@@ -84,6 +84,8 @@ static void test_order(void)
     sft_data d, d2;
     if (load(&d, 1) || load(&d2, 1)) return;
     int o0[26 * GB], o1[26 * GB], again[26 * GB];
+    CHECK(d.sorted && d.share_sorted < 0.5 * d.share_unsorted, "varied lengths: sorted %d (%.3f vs %.3f unsorted)",
+          d.sorted, d.share_sorted, d.share_unsorted);
     check_epoch(&d, 0, o0);
     check_epoch(&d, 1, o1);
     CHECK(memcmp(o0, o1, sizeof o0) != 0, "epochs 0 and 1 in the same order");
@@ -165,6 +167,48 @@ static void test_batches(void)
     free(tok); free(tgt); free(tok2); free(tgt2);
     sft_data_free(&d);
     sft_data_free(&p);
+}
+
+/* Lengths within a few tokens of each other: sorting would save little, so the batches stay
+ * unsorted (random examples), each still at its own longest row; once per epoch all the same. */
+static void test_unsorted(void)
+{
+    FILE *f = fopen("sft_bucket_even.jsonl", "wb");
+    if (!f) { CHECK(0, "write"); return; }
+    char q[256];
+    memset(q, 'q', sizeof q);
+    for (int i = 0; i < N_EX; i++) /* 200 .. 204 bytes */
+        fprintf(f, "{\"query\":\"%.*s\",\"tools\":[" TOOL_F "],\"answers\":[{\"name\":\"f\",\"arguments\":{\"x\":1}}]}\n",
+                200 + i % 5, q);
+    fclose(f);
+    data_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.train, sizeof c.train, "sft_bucket_even.jsonl");
+    c.max_len = 1024;
+    sft_data d, p;
+    if (sft_data_load(&d, &c, &g_ct, 5) || sft_data_load(&p, &c, &g_ct, 5)) { CHECK(0, "load: %s", loom_error()); return; }
+    CHECK(sft_data_batching(&d, GB, 1, 11) == 0 && d.bucket && !d.sorted, "even lengths sorted (%.3f vs %.3f)",
+          d.share_sorted, d.share_unsorted);
+    int nb = (int)sft_steps_per_epoch(&d, GB), seen[N_EX] = {0}, plain_same = 0;
+    for (int g = 0; g < nb * GB; g++) {
+        int idx = sft_sample_index(&d, 11, 0, (uint64_t)g);
+        if (idx >= 0) seen[idx]++;
+        plain_same += g < N_EX && idx == sft_sample_index(&p, 11, 0, (uint64_t)g);
+    }
+    for (int i = 0; i < N_EX; i++) CHECK(seen[i] == 1, "unsorted: example %d seen %d times", i, seen[i]);
+    CHECK(plain_same < N_EX, "unsorted order is the plain one: its batches are shuffled too");
+    for (int k = 0; k < nb; k++) {
+        int longest = 0;
+        for (int i = 0; i < GB; i++) {
+            int idx = sft_sample_index(&d, 11, 0, (uint64_t)(k * GB + i));
+            if (idx >= 0 && d.train.len[idx] > longest) longest = d.train.len[idx];
+        }
+        CHECK(sft_batch_len(&d, 11, 0, (uint64_t)(k * GB), GB) == round_len(longest), "unsorted batch %d length", k);
+    }
+    CHECK(fabs(sft_padding_share(&d, 11, 0, (long)nb * GB) - d.share_unsorted) < 1e-12, "logged share is epoch 0's");
+    sft_data_free(&d);
+    sft_data_free(&p);
+    remove("sft_bucket_even.jsonl");
 }
 
 static backend *cpu(void)
@@ -264,6 +308,7 @@ int main(void)
     write_varied("sft_bucket.jsonl");
     test_order();
     test_batches();
+    test_unsorted();
     check_model_shape(0);
     check_model_shape(1);
     remove("sft_bucket.jsonl");
