@@ -27,7 +27,7 @@ ft() { # NP OUT ARGS...
   loom_np "$np" finetune "$JOB" --out "$out" "${FT[@]}" "$@" > "$out.log" 2>&1
 }
 ft 1 A --set checkpoint.every=0 || { tail A.log; fail "A"; }
-grep -q "bucketed by length" A.log || { tail A.log; fail "A: not bucketed (want the default data.bucket = true)"; }
+grep -q "batches by length (data.bucket).*: sorted" A.log || { tail A.log; fail "A: not bucketed and sorted (want the default data.bucket = true, lengths that pay for sorting)"; }
 LOOM_FAULT_ACTION=exit LOOM_FAULT_RANK=all LOOM_FAULT_STEP=$((K + 1)) ft 1 B --set checkpoint.every=$K
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || { tail B.log; fail "B: exit $rc, want the injected failure at step $((K + 1))"; }
