@@ -357,8 +357,6 @@ static void sft_permute(int *perm, int n, uint64_t seed, int64_t epoch)
     }
 }
 
-long sft_steps_per_epoch(const sft_data *d, int global_batch);
-
 static int sft_key_cmp(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

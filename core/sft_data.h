@@ -72,14 +72,14 @@ void sft_data_free(sft_data *d);
  * d->perm: not thread-safe.
  * Plain (the default until sft_data_batching): n_e = n_train, order_e a Fisher-Yates shuffle
  * keyed by (seed, e).
- * Bucketed (sft_data_batching(d, B, 1)): n_e = ceil(n_train / B) * B, whole global batches. The
- * same shuffle is cut into chunks of 32 global batches (32 B examples); each chunk is sorted by
- * rendered length (longest first, ties in shuffle order; only when d->sorted) and cut into global
- * batches of B; the
- * epoch's batches are then put in an order shuffled by (seed, e). Every example is read once per
- * epoch; the epoch's last batch (n_train % B examples) is filled with empty rows: index -1, all
- * padding, no targets. Global batch k of epoch e is samples e*n_e + k*B .. + B - 1: it depends
- * on (seed, e, k) and the data only, so any split over ranks reads the same rows. */
+ * Bucketed (sft_data_batching(d, B, 1, seed)): n_e = ceil(n_train / B) * B, whole global
+ * batches. The same shuffle is cut into chunks of 32 global batches (32 B examples); each chunk
+ * is sorted by rendered length (longest first, ties in shuffle order; only when d->sorted) and
+ * cut into global batches of B; the epoch's batches are then put in an order shuffled by
+ * (seed, e). Every example is read once per epoch; the epoch's last batch (n_train % B
+ * examples) is filled with empty rows: index -1, all padding, no targets. Global batch k of
+ * epoch e is samples e*n_e + k*B .. + B - 1: it depends on (seed, e, k) and the data only, so
+ * any split over ranks reads the same rows. */
 int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g);
 
 /* Cut the order into global batches of global_batch and (bucket != 0) bucket them by length as
