@@ -61,6 +61,7 @@ typedef struct data_config {
     int max_len;             /* finetune: cap on padded example length */
     int skip_bad_lines;
     char chat_format[32];    /* finetune: "" = loom */
+    int bucket;              /* finetune: global batches of similar lengths, each at its own length */
 } data_config;
 
 typedef struct parallel_config {

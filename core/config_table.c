@@ -112,7 +112,7 @@
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
     X("train.allow_change", CFG_BOOL, train.allow_change, "false", ANY, \
       "Resume even when a `train` field other than steps, micro_batch, recompute, log_every " \
-      "and max_bad_steps (or `data.val_split`, `data.max_len`) differs from the checkpoint's; " \
+      "and max_bad_steps (or `data.val_split`, `data.max_len`, `data.bucket`) differs from the checkpoint's; " \
       "the data order or schedule then differ from the original run. Without it, refused.") \
     X("data.train", CFG_STRING, data.train, "\"\"", ANY, \
       "Training data: a file named `*.txt` is text (tokenized on load by the model's tokenizer, " \
@@ -129,6 +129,11 @@
     X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
       "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`, `mistral`; docs/finetune-data.md); `\"\"` = from " \
       "the model folder's chat_template, else `loom`.") \
+    X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
+      "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \
+      "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \
+      "of 32 batches (then the batches shuffled) when that saves over 10% of the tokens " \
+      "(docs/finetune-data.md). `false`: one shuffled order, every row at the longest.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \
     X("parallel.zero_stage", CFG_INT, parallel.zero_stage, "0", RANGE(0, 3), \

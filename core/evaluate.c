@@ -54,9 +54,10 @@ static int evaluate_loss_gen(session *s, const sft_data *d, int rounds, double *
     if (g && rc) loom_fail("eval: out of host memory");
     double t0 = eval_now(), last = t0;
     for (int i = 0; rc == 0 && i < rounds; i++) {
-        stats[1] += (double)sft_val_batch(d, (i * W + r) * mb, mb, T, tokens, targets);
+        int first = (i * W + r) * mb, Ti = sft_val_batch_len(d, first, mb); /* T when not bucketed */
+        stats[1] += (double)sft_val_batch(d, first, mb, Ti, tokens, targets);
         double sum = 0.0;
-        rc = model_gen_loss(g, tokens, targets, mb, T, &sum);
+        rc = model_gen_loss(g, tokens, targets, mb, Ti, &sum);
         stats[0] += sum;
         eval_loss_progress(s, i + 1, rounds, t0, &last);
     }
@@ -82,19 +83,20 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss)
             free(targets);
             return loom_fail("eval: out of host memory");
         }
-        for (int i = 0; i < rounds; i++) {
-            stats[1] += (double)sft_val_batch(d, (i * W + r) * mb, mb, T, tokens, targets);
-            model_set_batch(s->model, tokens, targets);
+        int rc = 0;
+        for (int i = 0; rc == 0 && i < rounds; i++) {
+            /* each rank's rows at their own length: forwards do not depend on each other's shape */
+            int first = (i * W + r) * mb, Ti = sft_val_batch_len(d, first, mb);
+            stats[1] += (double)sft_val_batch(d, first, mb, Ti, tokens, targets);
             double loss = 0.0;
-            if (model_forward(s->model, 0.0f, &loss)) {
-                free(tokens);
-                free(targets);
-                return -1;
-            }
+            rc = model_set_shape(s->model, mb, Ti);
+            if (rc == 0) model_set_batch(s->model, tokens, targets);
+            if (rc == 0) rc = model_forward(s->model, 0.0f, &loss);
             stats[0] += loss;
         }
         free(tokens);
         free(targets);
+        if (model_set_shape(s->model, mb, T) || rc) return -1;
     }
     if (comm_allreduce_host(s->comm, stats, 2)) return -1;
     *val_loss = stats[1] > 0 ? stats[0] / stats[1] : NAN;

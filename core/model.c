@@ -442,8 +442,8 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
     model *m = calloc(1, sizeof *m);
     if (!m) { loom_fail("model: out of host memory"); return NULL; }
     m->be = be;
-    m->B = B;
-    m->T = T;
+    m->B = m->B_max = B;
+    m->T = m->T_max = T;
     m->recompute = recompute;
     if (lora) m->lora = *lora;
     if (model_layout(m, cfg)) goto fail;
@@ -478,6 +478,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         a.used = 0;
         model_carve_acts(m, &a);
         if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
+        be->ops->fill(be, m->loss_acc, 0.0f, (size_t)B * T); /* model_take_loss sums all of it */
     }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
@@ -587,11 +588,27 @@ double model_sum_losses(model *m, const float *losses)
     return sum;
 }
 
+/* Over the whole allocation: micro-batches of a step may run at different shapes, each adding
+ * into its own prefix; the positions no pass reached hold 0 (adding them changes no bit). */
 double model_take_loss(model *m)
 {
+    int B = m->B, T = m->T;
+    m->B = m->B_max;
+    m->T = m->T_max;
     double sum = model_sum_losses(m, m->loss_acc);
     m->be->ops->fill(m->be, m->loss_acc, 0.0f, (size_t)m->B * m->T);
+    m->B = B;
+    m->T = T;
     return sum;
+}
+
+int model_set_shape(model *m, int B, int T)
+{
+    if (B < 1 || T < 1 || B > m->B_max || T > m->T_max)
+        return loom_fail("model: shape %d x %d is outside the allocated %d x %d", B, T, m->B_max, m->T_max);
+    m->B = B;
+    m->T = T;
+    return 0;
 }
 
 void model_weights_bf16(model *m, int keep)

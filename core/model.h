@@ -70,7 +70,8 @@ typedef struct model_hooks {
 typedef struct model {
     model_config cfg;
     backend *be;
-    int B, T;                  /* the micro-batch shape the activations were sized for */
+    int B, T;                  /* the shape the next passes run at (model_set_shape) ... */
+    int B_max, T_max;          /* ... at most the micro-batch shape the activations were sized for */
     int recompute;
 
     int ntensors;
@@ -143,7 +144,14 @@ int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size
  * from its first one on (NULL leaves that side as it is). */
 void model_bind_region(model *m, int region, float *params, float *grads);
 
-/* Upload a micro-batch: tokens and targets (host, B*T int32; target < 0 = no loss). */
+/* Run the next passes at B x T (B <= B_max, T <= T_max): every activation is the contiguous
+ * B*T-row prefix of its buffer and every op takes the new shape, so a batch of short rows costs
+ * what its rows need, not the allocated length. model_create starts at (B_max, T_max). 0, or -1 +
+ * loom_fail for a shape over the allocation. */
+int model_set_shape(model *m, int B, int T);
+
+/* Upload a micro-batch: tokens and targets (host, B*T int32 at the current shape; target < 0 =
+ * no loss). */
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
 
 /* Forward + loss. When grad_scale is non-zero, m->logits then holds dlogits * grad_scale ready

@@ -90,7 +90,7 @@ int model_decode(model *m, int32_t token, int t, float *logits_host)
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int C = c->d_model, L = c->n_layer;
-    if (t >= m->T || t >= c->max_seq || !m->acts[0].x) return -1;
+    if (t >= m->T_max || t >= c->max_seq || !m->acts[0].x) return -1;
     be->ops->copy_h2d(be, m->tokens + t, &token, sizeof token);
     /* learned positions: the embedding of a 1-token sequence reads wpe row 0, so shift wpe to t */
     const float *wpe = m->p.wpe ? m->p.wpe + (size_t)t * C : NULL;
@@ -103,7 +103,7 @@ int model_decode(model *m, int32_t token, int t, float *logits_host)
 
 int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host)
 {
-    if (n < 1 || n > m->T || m->recompute) return -1;
+    if (n < 1 || n > m->T_max || m->recompute) return -1;
     int B = m->B, T = m->T;
     m->B = 1;
     m->T = n; /* the activation buffers, sized for B x T rows, hold 1 x n rows */

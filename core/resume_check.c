@@ -15,7 +15,7 @@
 static const char *const resume_free[] = {"train.steps", "train.micro_batch", "train.recompute",
                                           "train.log_every", "train.max_bad_steps", "train.allow_change",
                                           NULL};
-static const char *const resume_data[] = {"data.val_split", "data.max_len", NULL};
+static const char *const resume_data[] = {"data.val_split", "data.max_len", "data.bucket", NULL};
 
 static int resume_listed(const char *path, const char *const *list)
 {

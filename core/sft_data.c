@@ -18,11 +18,18 @@
 #define SFT_SPLIT_KEY 0x5E1EC7ED5A11D47Aull
 #define SFT_ORDER_KEY 0x0DE25F7E5A3B1C99ull
 
+/* Bucketed epochs: this many global batches are sorted by length together (see sft_data.h). */
+#define SFT_BUCKET_CHUNK 32
+#define SFT_BATCH_KEY 0xBA7C4E5D1F0A2B37ull /* the order of an epoch's batches */
+
 struct sft_perm_cache {
     int valid;
     uint64_t seed;
     int64_t epoch;
-    int *perm; /* n_train entries */
+    int *perm;         /* the epoch's order: n_train entries, or n_pad (-1 = an empty row) bucketed */
+    int *shuffled;     /* bucketed: scratch, n_train */
+    uint64_t *keys;    /* bucketed: scratch, n_train sort keys */
+    int *batch_perm;   /* bucketed: scratch, the batches' order */
 };
 
 /* A growable list of parsed examples. */
@@ -326,7 +333,12 @@ void sft_data_free(sft_data *d)
 {
     sft_set_free(&d->train);
     sft_set_free(&d->val);
-    if (d->perm) free(d->perm->perm);
+    if (d->perm) {
+        free(d->perm->perm);
+        free(d->perm->shuffled);
+        free(d->perm->keys);
+        free(d->perm->batch_perm);
+    }
     free(d->perm);
     memset(d, 0, sizeof *d);
 }
@@ -345,18 +357,119 @@ static void sft_permute(int *perm, int n, uint64_t seed, int64_t epoch)
     }
 }
 
+static int sft_key_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Bucketed epoch e into c->perm (n_pad entries): the shuffle cut into chunks of
+ * SFT_BUCKET_CHUNK global batches, each chunk sorted by length (longest first, ties in shuffle
+ * order: one total order), cut into global batches (the epoch's last one short, filled with -1),
+ * and the batches put in an order keyed by (seed, e). */
+static void sft_bucket_order(const sft_data *d, struct sft_perm_cache *c, uint64_t seed, int64_t e)
+{
+    int n = d->train.n, B = d->batch, nb = (n + B - 1) / B, chunk = SFT_BUCKET_CHUNK * B;
+    sft_permute(c->shuffled, n, seed, e);
+    for (int i = 0; i < n; i++) /* (INT32_MAX - len, position): sorts by length, then position */
+        c->keys[i] = ((uint64_t)(INT32_MAX - d->train.len[c->shuffled[i]]) << 32) | (uint32_t)i;
+    for (int c0 = 0; d->sorted && c0 < n; c0 += chunk)
+        qsort(c->keys + c0, (size_t)(n - c0 < chunk ? n - c0 : chunk), sizeof *c->keys, sft_key_cmp);
+    uint64_t key = rng_u64(seed ^ SFT_BATCH_KEY, (uint64_t)e);
+    for (int i = 0; i < nb; i++) c->batch_perm[i] = i;
+    for (int i = nb - 1; i > 0; i--) {
+        int j = (int)(rng_u64(key, (uint64_t)i) % (uint64_t)(i + 1));
+        int t = c->batch_perm[i];
+        c->batch_perm[i] = c->batch_perm[j];
+        c->batch_perm[j] = t;
+    }
+    for (int k = 0; k < nb; k++)
+        for (int i = 0; i < B; i++) {
+            int at = c->batch_perm[k] * B + i;
+            c->perm[k * B + i] = at < n ? c->shuffled[(uint32_t)c->keys[at]] : -1;
+        }
+}
+
+/* Samples per epoch in the running index: n_train, or whole global batches when bucketed. */
+static uint64_t sft_epoch_len(const sft_data *d)
+{
+    uint64_t n = (uint64_t)d->train.n, B = (uint64_t)d->batch;
+    return d->bucket ? (n + B - 1) / B * B : n;
+}
+
 int sft_sample_index(const sft_data *d, uint64_t seed, int epoch, uint64_t g)
 {
-    uint64_t n = (uint64_t)d->train.n;
+    uint64_t n = sft_epoch_len(d);
     int64_t e = (int64_t)epoch + (int64_t)(g / n);
     struct sft_perm_cache *c = d->perm; /* the cache is behind a pointer: mutable through const d */
     if (!c->valid || c->seed != seed || c->epoch != e) {
-        sft_permute(c->perm, d->train.n, seed, e);
+        if (d->bucket) sft_bucket_order(d, c, seed, e);
+        else sft_permute(c->perm, d->train.n, seed, e);
         c->valid = 1;
         c->seed = seed;
         c->epoch = e;
     }
     return c->perm[g % n];
+}
+
+int sft_data_batching(sft_data *d, int global_batch, int bucket, uint64_t seed)
+{
+    if (global_batch < 1) return loom_fail("sft: global batch %d must be >= 1", global_batch);
+    struct sft_perm_cache *c = d->perm;
+    d->batch = global_batch;
+    d->bucket = 0;
+    c->valid = 0;
+    if (!bucket) return 0;
+    size_t n = (size_t)d->train.n, nb = (n + (size_t)global_batch - 1) / (size_t)global_batch;
+    int *perm = realloc(c->perm, nb * (size_t)global_batch * sizeof *perm);
+    if (perm) c->perm = perm;
+    free(c->shuffled);
+    free(c->keys);
+    free(c->batch_perm);
+    c->shuffled = malloc(n * sizeof *c->shuffled);
+    c->keys = malloc(n * sizeof *c->keys);
+    c->batch_perm = malloc(nb * sizeof *c->batch_perm);
+    if (!perm || !c->shuffled || !c->keys || !c->batch_perm)
+        return loom_fail("out of memory for the bucketed order of %zu examples", n);
+    d->bucket = 1;
+    long rows = sft_steps_per_epoch(d, global_batch) * global_batch;
+    d->sorted = 0;
+    c->valid = 0;
+    d->share_unsorted = sft_padding_share(d, seed, 0, rows);
+    d->sorted = 1;
+    c->valid = 0;
+    d->share_sorted = sft_padding_share(d, seed, 0, rows);
+    /* computed tokens sorted / unsorted = (1 - unsorted share) / (1 - sorted share) */
+    d->sorted = (1.0 - d->share_unsorted) < SFT_SORT_GAIN * (1.0 - d->share_sorted);
+    c->valid = 0;
+    return 0;
+}
+
+/* The row length for rows of the longest length `longest`: d->T unless bucketed. */
+static int sft_round_len(const sft_data *d, int longest)
+{
+    if (!d->bucket) return d->T;
+    int T = (longest + SFT_LEN_MULTIPLE - 1) / SFT_LEN_MULTIPLE * SFT_LEN_MULTIPLE;
+    if (T < SFT_LEN_MULTIPLE) T = SFT_LEN_MULTIPLE;
+    return T < d->T ? T : d->T;
+}
+
+int sft_batch_len(const sft_data *d, uint64_t seed, int epoch, uint64_t first_global_index, int n)
+{
+    int longest = 0;
+    for (int i = 0; d->bucket && i < n; i++) {
+        int idx = sft_sample_index(d, seed, epoch, first_global_index + (uint64_t)i);
+        if (idx >= 0 && d->train.len[idx] > longest) longest = d->train.len[idx];
+    }
+    return sft_round_len(d, longest);
+}
+
+int sft_val_batch_len(const sft_data *d, int first, int n)
+{
+    int longest = 0;
+    for (int i = first < 0 ? -first : 0; d->bucket && i < n && first + i < d->val.n; i++)
+        if (d->val.len[first + i] > longest) longest = d->val.len[first + i];
+    return sft_round_len(d, longest);
 }
 
 /* One row of T: tokens from example idx of s (rows of T_data), or all padding when idx < 0. */
@@ -419,7 +532,16 @@ long sft_count_loss_tokens(const int32_t *targets, size_t n)
 
 double sft_padding_share(const sft_data *d, uint64_t seed, uint64_t first_global_index, long n)
 {
-    double real = 0.0;
-    for (long i = 0; i < n; i++) real += d->train.len[sft_sample_index(d, seed, 0, first_global_index + (uint64_t)i)];
-    return n > 0 ? 1.0 - real / ((double)n * d->T) : 0.0;
+    double real = 0.0, rows = 0.0;
+    long G = d->batch > 0 ? d->batch : 1;
+    for (long i = 0; i < n; i += G) {
+        int m = (int)(n - i < G ? n - i : G);
+        uint64_t g = first_global_index + (uint64_t)i;
+        rows += (double)m * sft_batch_len(d, seed, 0, g, m);
+        for (int j = 0; j < m; j++) {
+            int idx = sft_sample_index(d, seed, 0, g + (uint64_t)j);
+            if (idx >= 0) real += d->train.len[idx];
+        }
+    }
+    return rows > 0 ? 1.0 - real / rows : 0.0;
 }

@@ -73,10 +73,19 @@ static uint64_t trainer_first_sample(const trainer *t, int step, int k)
     return (uint64_t)step * t->cfg.train.batch_size + ((uint64_t)k * W + r) * mb;
 }
 
-/* Fill the host micro-batch; returns the tokens it holds that are not padding. */
-static long trainer_fill_batch(trainer *t, int step, int k)
+/* The row length of every micro-batch of `step`: the whole global batch's sft_batch_len
+ * (fine-tunes, bucketed), so every rank runs the same shape; else the allocated length. */
+static int trainer_step_len(trainer *t, int step)
 {
-    int mb = t->s->micro_batch, T = t->T;
+    const train_config *tc = &t->cfg.train;
+    if (!t->finetune) return t->T;
+    return sft_batch_len(&t->sft, tc->seed, 0, (uint64_t)step * tc->batch_size, tc->batch_size);
+}
+
+/* Fill the host micro-batch as rows of T; returns the tokens it holds that are not padding. */
+static long trainer_fill_batch(trainer *t, int step, int k, int T)
+{
+    int mb = t->s->micro_batch;
     uint64_t g = trainer_first_sample(t, step, k), seed = t->cfg.train.seed;
     if (!t->finetune) {
         for (int j = 0; j < mb; j++)
@@ -108,8 +117,10 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     if (dp_begin_step(s->dp)) return -1;
     fault_poison_step(s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
     model_weights_bf16(s->model, 1); /* the weights changed last step: cast them once */
+    int T = trainer_step_len(t, step);
+    if (model_set_shape(s->model, s->micro_batch, T)) return -1;
     for (int k = 0; k < t->accum; k++) {
-        stats[1] += (double)trainer_fill_batch(t, step, k);
+        stats[1] += (double)trainer_fill_batch(t, step, k, T);
         model_set_batch(s->model, t->tokens, t->targets);
         if (dp_begin_micro(s->dp, k == t->accum - 1)) return -1;
         if (model_forward(s->model, targets > 0 ? (float)(1.0 / targets) : 0.0f, NULL)) return -1;
@@ -117,6 +128,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     }
     model_weights_bf16(s->model, 0); /* the optimizer changes them next */
     stats[0] += model_take_loss(s->model); /* the one read of the device in the step */
+    if (model_set_shape(s->model, s->micro_batch, t->T)) return -1; /* evaluation expects it */
     if (dp_finish_grads(s->dp)) return -1;
     if (comm_allreduce_host(s->comm, stats, 2)) return -1;
     *loss = targets > 0 ? stats[0] / targets : 0.0;
@@ -148,11 +160,16 @@ static int trainer_load_data(trainer *t)
         sft_data_load(&t->sft, &dc, &t->chat, cfg->train.seed))
         return -1;
     t->T = t->sft.T;
+    if (sft_data_batching(&t->sft, cfg->train.batch_size, dc.bucket, cfg->train.seed)) return -1;
+    if (t->sft.bucket)
+        log_info("data: batches by length (data.bucket): padding %.1f%% sorted in chunks of 32 batches, "
+                 "%.1f%% unsorted: %s", 100.0 * t->sft.share_sorted, 100.0 * t->sft.share_unsorted,
+                 t->sft.sorted ? "sorted" : "unsorted (sorting saves under 10% of the tokens)");
     t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
     cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
-    log_info("data %s: %d train / %d val examples, padded to %d tokens (longest %d, %d truncated), "
-             "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, t->T, t->sft.longest,
-             t->sft.n_truncated, t->steps_per_epoch);
+    log_info("data %s: %d train / %d val examples, rows of %s%d tokens (longest %d, %d truncated), "
+             "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, dc.bucket ? "at most " : "",
+             t->T, t->sft.longest, t->sft.n_truncated, t->steps_per_epoch);
     if (t->sft.bad.count)
         log_warn("%s: skipped %d bad line(s) (data.skip_bad_lines); first: %s", dc.train,
                  t->sft.bad.count, t->sft.bad.first);
@@ -201,8 +218,9 @@ static int trainer_maybe_validate(trainer *t, int step, train_report *rep)
     const train_config *tc = &t->cfg.train;
     long epoch = (step - 1) / t->steps_per_epoch, n = t->steps_per_epoch * tc->batch_size;
     if (t->s->comm->rank == 0)
-        log_info("epoch %ld: padding is %.1f%% of the tokens in its batches (rows of %d)", epoch + 1,
-                 100.0 * sft_padding_share(&t->sft, tc->seed, (uint64_t)(epoch * n), n), t->T);
+        log_info("epoch %ld: padding is %.1f%% of the tokens computed in its batches (%s)", epoch + 1,
+                 100.0 * sft_padding_share(&t->sft, tc->seed, (uint64_t)(epoch * n), n),
+                 t->sft.bucket ? "bucketed by length, data.bucket" : "every row at the longest");
     double val;
     if (evaluate_loss(t->s, &t->sft, &val)) return -1;
     metrics_val(t->log, step, val);

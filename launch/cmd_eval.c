@@ -20,7 +20,9 @@ int cmd_eval(int argc, char **argv)
     if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
     tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
     chat_template ct;
-    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || sft_data_load(&d, &dc, &ct, cfg.train.seed)) {
+    /* data.bucket: the val loss runs each batch at its rows' longest, as the fine-tune's does */
+    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || sft_data_load(&d, &dc, &ct, cfg.train.seed) ||
+        sft_data_batching(&d, cfg.train.batch_size, dc.bucket, cfg.train.seed)) {
         tokenizer_free(tok);
         return cli_job_failed(c);
     }

@@ -1,5 +1,5 @@
 /* test_resume_check.c: what a resume may change (issue 18.10): a differing train field (data order,
- * schedule) or data.val_split / max_len is named in one line unless train.allow_change; micro_batch,
+ * schedule) or data.val_split / max_len / bucket is named in one line unless train.allow_change; micro_batch,
  * recompute, log_every, max_bad_steps and steps (extending a run) are free. */
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +36,7 @@ int main(void)
         {"train.beta2=0.9", "train.beta2"},  {"train.eps=1e-6", "train.eps"},
         {"train.grad_clip=0", "train.grad_clip"}, {"train.seed=7", "train.seed"},
         {"data.val_split=0.2", "data.val_split"}, {"data.max_len=512", "data.max_len"},
+        {"data.bucket=false", "data.bucket"}, /* batches by length or not: another data order */
     };
     for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) check_one(changed[i][0], changed[i][1]);
     const char *free_fields[] = {"train.steps=40", "train.micro_batch=4", "train.recompute=true", "train.log_every=5",
