@@ -3,6 +3,7 @@
  * batch size moves every later sample (step s starts at sample s * batch_size). */
 #include "resume_check.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,6 +57,17 @@ const char *resume_changed_field(const job_config *saved, const job_config *now,
     return NULL;
 }
 
+/* A field added after a checkpoint was written reads as its default, which need not be what that
+ * run did: data.bucket (batches by length) is on by default, and a job saved before it existed
+ * ran every row at one length. */
+static void resume_fields_before(job_config *saved, const char *saved_json)
+{
+    cJSON *root = cJSON_Parse(saved_json);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    if (cJSON_IsObject(data) && !cJSON_GetObjectItemCaseSensitive(data, "bucket")) saved->data.bucket = 0;
+    cJSON_Delete(root);
+}
+
 int resume_check_job(const job_config *now, const char *file, const char *saved_json)
 {
     if (!saved_json || !saved_json[0]) return 0; /* no saved job config to compare with */
@@ -65,6 +77,7 @@ int resume_check_job(const job_config *now, const char *file, const char *saved_
                  file, loom_error());
         return 0;
     }
+    resume_fields_before(&saved, saved_json);
     char what[200];
     const char *field = resume_changed_field(&saved, now, what, sizeof what);
     if (!field) return 0;

@@ -62,6 +62,17 @@ int main(void)
           "a checkpoint without a job config must still load");
     free(json);
 
+    /* a job saved before data.bucket existed ran unbucketed: resuming it with the new default is
+     * a change of data order, refused; with data.bucket=false it resumes */
+    const char *old_json = "{\"name\": \"old\", \"data\": {\"train\": \"t.jsonl\", \"max_len\": 1024}}";
+    config_defaults(&now);
+    CHECK(config_load_string(&now, old_json, "old.json", NULL, 0) == 0, "old config: %s", loom_error());
+    CHECK(now.data.bucket == 1, "the default is bucketed");
+    CHECK(resume_check_job(&now, "old.h5", old_json) != 0 && strstr(loom_error(), "data.bucket changed since the checkpoint"),
+          "a pre-bucketing checkpoint resumed bucketed: %s", loom_error());
+    now.data.bucket = 0;
+    CHECK(resume_check_job(&now, "old.h5", old_json) == 0, "pre-bucketing checkpoint with bucket off: %s", loom_error());
+
     /* the tokenizer by content: the byte tokenizer's fixed hash; a file that records none keeps
      * the old path comparison */
     CHECK(resume_check_tokenizer("ck.h5", TOKENIZER_BYTE_HASH, "elsewhere", "byte") == 0, "byte: %s", loom_error());
