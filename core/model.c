@@ -434,6 +434,8 @@ static void model_carve_acts(model *m, arena *a)
     m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
     m->tokens = (int32_t *)arena_take(a, N);
     m->targets = (int32_t *)arena_take(a, N);
+    m->head_rows = (int32_t *)arena_take(a, N);
+    m->head_targets = (int32_t *)arena_take(a, N);
 }
 
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
@@ -480,7 +482,9 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
     }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
-    if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
+    m->host_rows = malloc((size_t)B * T * 2 * sizeof(int32_t));
+    m->head_rows_n = B * T;
+    if (!m->host_losses || !m->host_rows) { loom_fail("model: out of host memory"); goto fail; }
     return m;
 fail:
     model_destroy(m);
@@ -495,6 +499,7 @@ void model_destroy(model *m)
     if (m->grads) be->ops->free(be, m->grads);
     if (m->params) be->ops->free(be, m->params);
     free(m->host_losses);
+    free(m->host_rows);
     if (m->base) be->ops->free(be, m->base);
     free(m->ptr_base);
     free(m->base_tensors);
@@ -607,6 +612,7 @@ void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
     size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);
     m->be->ops->copy_h2d(m->be, m->tokens, tokens, bytes);
     m->be->ops->copy_h2d(m->be, m->targets, targets, bytes);
+    model_head_plan(m, targets);
 }
 
 double model_flops_per_token(const model *m, int T)
