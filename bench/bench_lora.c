@@ -47,7 +47,8 @@ static float *dev_zeros(backend *be, size_t n)
  * wrap the real ones; matmuls by shape (M N K tA tB), printed with their GFLOP/s. */
 static backend_ops real, prof;
 #define PROF_MAX 64
-static struct { char what[48]; double s, flops; long calls; } prof_row[PROF_MAX];
+typedef struct { char what[48]; double s, flops; long calls; } prof_entry;
+static prof_entry prof_row[PROF_MAX];
 static int prof_n;
 
 static void prof_add(const char *what, double s, double flops)
@@ -107,7 +108,7 @@ static void prof_install(backend *be)
 
 static int prof_cmp(const void *a, const void *b)
 {
-    double x = *(const double *)((const char *)a + 48), y = *(const double *)((const char *)b + 48);
+    double x = ((const prof_entry *)a)->s, y = ((const prof_entry *)b)->s;
     return (x < y) - (x > y);
 }
 
