@@ -28,7 +28,7 @@ if ! "$py" -c "import torch, transformers, peft" 2> /dev/null; then
   echo "PEFT reference: missing ($py lacks torch, transformers or peft); install with:"
   echo "  python3 -m venv /work/venv && /work/venv/bin/pip install torch transformers peft"
 fi
-median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.6g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 : > "$tmp/l"; : > "$tmp/p"
