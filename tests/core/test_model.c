@@ -410,7 +410,11 @@ static void check_bind_regions(int llama, int lora)
 
 /* The head on the positions with a target only (model_forward's compact path) against the head on
  * every position (full_head, the path pretraining takes): the same loss sum and gradients, for a
- * batch with half its positions masked, on every variant, full training and LoRA. */
+ * batch with half its positions masked, on every variant, full training and LoRA. Bitwise: the
+ * masked rows' dlogits are exact zeros (they add exactly 0 to the head's weight gradient and get
+ * an input gradient of exactly 0) and each kept row's logits are the same C-term dot products.
+ * The head's weight gradient sums 8 instead of 16 terms: equal here because OpenBLAS sums such a
+ * short K in one block in order; a BLAS that regrouped it would need check_tol_sum's bound. */
 static void check_compact_head(int llama, int lora)
 {
     backend *be = cpu();
