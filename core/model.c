@@ -607,6 +607,21 @@ void model_weights_bf16(model *m, int keep)
     if (m->base) be->ops->weights_bf16(be, m->base, keep ? m->nbase_params : 0);
 }
 
+/* The positions the head runs on (model_forward): all of them when every one has a target,
+ * else the M that have one, uploaded with their targets. */
+static void model_head_plan(model *m, const int32_t *targets)
+{
+    int N = m->B * m->T, M = 0;
+    int32_t *rows = m->host_rows, *tg = m->host_rows + N;
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= 0) rows[M] = n, tg[M++] = targets[n];
+    m->head_rows_n = m->full_head ? N : M;
+    if (m->head_rows_n == N) return; /* every position: the plain path reads m->targets */
+    if (!M) return;
+    m->be->ops->copy_h2d(m->be, m->head_rows, rows, (size_t)M * sizeof(int32_t));
+    m->be->ops->copy_h2d(m->be, m->head_targets, tg, (size_t)M * sizeof(int32_t));
+}
+
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
 {
     size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);

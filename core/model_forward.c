@@ -135,19 +135,6 @@ int model_trunk_forward(model *m)
     return 0;
 }
 
-void model_head_plan(model *m, const int32_t *targets)
-{
-    int N = m->B * m->T, M = 0;
-    int32_t *rows = m->host_rows, *tg = m->host_rows + N;
-    for (int n = 0; n < N; n++)
-        if (targets[n] >= 0) rows[M] = n, tg[M++] = targets[n];
-    m->head_rows_n = m->full_head ? N : M;
-    if (m->head_rows_n == N) return; /* every position: the plain path reads m->targets */
-    if (!M) return;
-    m->be->ops->copy_h2d(m->be, m->head_rows, rows, (size_t)M * sizeof(int32_t));
-    m->be->ops->copy_h2d(m->be, m->head_targets, tg, (size_t)M * sizeof(int32_t));
-}
-
 /* Head and loss on the M positions with a target only: their final-norm rows are gathered into
  * m->dln (idle until backward, which reads them there for the head's weight gradient), the
  * logits, softmax and xent run on M rows, and the M losses go back to their positions (a row

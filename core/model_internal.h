@@ -23,10 +23,7 @@ void model_adapt(model *m, int l, int t, float *y, const float *x, int N);
 int model_begin(model *m, int region, int backward); /* the hooks, when installed */
 int model_end(model *m, int region, int backward);
 double model_sum_losses(model *m, const float *losses);
-int model_trunk_forward(model *m);
-/* From the host targets of a batch: the positions the head must run on (m->head_rows_n and, when
- * fewer than all, m->head_rows / head_targets uploaded). */
-void model_head_plan(model *m, const int32_t *targets); /* embeddings, layers, final norm (into m->lnf) */
+int model_trunk_forward(model *m); /* embeddings, layers, final norm (into m->lnf) */
 int model_upload_rope_freq(model *m); /* rope_scaling: the scaled frequencies to m->rope_freq */
 /* RoPE on x (B, T, H heads): plain theta, or the scaled frequency table when rope_scaling. */
 void model_rope(model *m, float *x, int B, int T, int H, int inverse);
