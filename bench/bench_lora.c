@@ -124,6 +124,24 @@ static void prof_print(int steps, double step_s)
                prof_row[i].flops ? prof_row[i].flops / prof_row[i].s / 1e9 : 0.0);
 }
 
+/* The base: the seeded init a full model of these shapes gets; the adapters their own init (the
+ * values do not change the cost). */
+static void bench_lora_weights(model *m, const model_config *mc)
+{
+    backend *be = m->be;
+    float *host = malloc(m->nbase_params * sizeof(float));
+    /* the base: the same seeded init a full model of these shapes gets (values do not change the cost) */
+    model *full = model_create(mc, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
+    model_init_values(full, 1, host);
+    model_destroy(full);
+    model_load_base_range(m, host, 0, m->nbase_params);
+    free(host);
+    host = malloc(m->nparams * sizeof(float));
+    model_init_values(m, 2, host);
+    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    free(host);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6) {
@@ -150,17 +168,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_lora: %s\n", loom_error());
         return 1;
     }
-    float *host = malloc(m->nbase_params * sizeof(float));
-    /* the base: the same seeded init a full model of these shapes gets (values do not change the cost) */
-    model *full = model_create(&mc, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
-    model_init_values(full, 1, host);
-    model_destroy(full);
-    model_load_base_range(m, host, 0, m->nbase_params);
-    free(host);
-    host = malloc(m->nparams * sizeof(float));
-    model_init_values(m, 2, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
-    free(host);
+    bench_lora_weights(m, &mc);
 
     int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
     int first = T - (int)(frac * T + 0.5), targets = 0;
