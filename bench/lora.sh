@@ -1,38 +1,65 @@
 #!/usr/bin/env bash
-# bench/lora.sh [BUILD_DIR]: LoRA fine-tune step time on a ~45M-parameter model (d_model 512,
-# 27 layers, GQA 8/4 heads, vocab 8192, SwiGLU d_ff 512, tied embeddings, RMSNorm/RoPE: 46.7M)
-# at batch 16, length 256, fp32 on all cores: seconds per step and tokens/s (padding excluded),
-# median over the steps after the first, next to Needle's reported step time.
-# The base is a freshly initialised checkpoint of that model (the weights do not change the cost).
+# bench/lora.sh [BUILD_DIR]: one LoRA fine-tune step (rank 16 on q,k,v,o, AdamW on the adapters,
+# fp32) on SmolLM2-135M's shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152, tied,
+# SwiGLU/RMSNorm/RoPE), random base, at B=8 T=256: loom (bench_lora) next to transformers + PEFT
+# (bench/peft_lora.py) on the same shapes, batch, rank, targets and thread count, alternated
+# (loom, PEFT, loom, PEFT, ...). Data: random ids, every row full length (no padding, so tokens/s
+# counts B*T real tokens on both sides), the loss on the last FRAC of each row (0.25: the answers'
+# share of configs/data/tools.jsonl's characters is 25%). Prints median s/step, tokens/s, peak RSS
+# and the ratio, with the machine's load before each run. Installs nothing: a Python without
+# torch/transformers/peft is reported missing, with the command that installs them.
+# ROUNDS (2), STEPS (4: the first is not timed), THREADS (2), FRAC (0.25), B (8), T (256), RANK (16),
+# PYTHON (/work/venv/bin/python if present, else python3) set the run.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
-loom="$build/launch/loom"
-steps=${STEPS:-6}
+bench="$build/bench/bench_lora"
+rounds=${ROUNDS:-2} steps=${STEPS:-4} threads=${THREADS:-2} frac=${FRAC:-0.25}
+B=${B:-8} T=${T:-256} rank=${RANK:-16}
+if [ -n "${PYTHON:-}" ]; then py=$PYTHON
+elif [ -x /work/venv/bin/python ]; then py=/work/venv/bin/python
+else py=python3; fi
+[ -x "$bench" ] || { echo "bench/lora.sh: $bench not built (cmake --build $build --target bench_lora)"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-model=(--set model=llama-small --set model.vocab=8192 --set model.d_model=512 --set model.n_layer=27
-       --set model.n_head=8 --set model.n_kv_head=4 --set model.d_ff=512 --set model.tied_embeddings=true
-       --set model.max_seq=256)
-"$loom" train "$root/configs/tiny-train.json" "${model[@]}" --set train.steps=1 --set train.warmup=0 \
-  --set train.seq_len=64 --out "$tmp/base" --quiet > "$tmp/base.log" 2>&1 || { cat "$tmp/base.log"; exit 1; }
-params=$(sed -n 's/^model [^:]*: \([0-9]*\) parameters.*/\1/p' "$tmp/base.log")
-"$loom" finetune "$root/configs/finetune-demo.json" "${model[@]}" --set finetune.base="$tmp/base/ckpt" \
-  --set finetune.epochs=1 --set train.batch_size=16 --set finetune.lora_targets=q,k,v,o \
-  --set data.max_len=256 --set checkpoint.every=-1 --out "$tmp/ft" --quiet > "$tmp/ft.log" 2>&1 &
-pid=$!
-logged() { local n; n=$(grep -c '"step"' "$tmp/ft/metrics.jsonl" 2>/dev/null || true); echo "${n:-0}"; }
-# one epoch is long: stop after `steps` steps have been logged (or when the run ends early)
-while kill -0 $pid 2>/dev/null && [ "$(logged)" -lt "$steps" ]; do sleep 1; done
-kill $pid 2>/dev/null || true
-wait $pid 2>/dev/null || true
-[ "$(logged)" -ge 2 ] || { echo "bench/lora.sh: the fine-tune logged $(logged) steps:"; tail -5 "$tmp/ft.log"; exit 1; }
-# median over the steps after the first (plain awk: no gawk-only asort)
-field() { grep '"step"' "$tmp/ft/metrics.jsonl" | tail -n +2 | head -n $((steps - 1)) |
-          sed -n "s/.*\"$1\": \([0-9.eE+-]*\).*/\1/p" | sort -g |
-          awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-s=$(field step_s) t=$(field tokens_per_s)
-printf "%-44s %10s %10s\n" "LoRA fine-tune (B=16, T=256, fp32)" "s/step" "tokens/s"
-printf "%-44s %10.2f %10.0f\n" "loom, $params params, rank 16 on q,k,v,o" "$s" "$t"
-printf "%-44s %10.2f %10s\n" "Needle (reported, laptop CPU)" 2.90 "-"
-printf "%-44s %10.2f\n" "ratio (Needle / loom)" "$(echo "2.90 / $s" | bc -l)"
+have_peft=1
+if ! "$py" -c "import torch, transformers, peft" 2> /dev/null; then
+  have_peft=0
+  echo "PEFT reference: missing ($py lacks torch, transformers or peft); install with:"
+  echo "  python3 -m venv /work/venv && /work/venv/bin/pip install torch transformers peft"
+fi
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+: > "$tmp/l"; : > "$tmp/p"
+for r in $(seq "$rounds"); do
+  la=$(load)
+  /usr/bin/time -f "%M" -o "$tmp/rss" "$bench" "$B" "$T" "$rank" "$steps" "$frac" "$threads" \
+    > "$tmp/loom.out" 2> "$tmp/loom.err" || { cat "$tmp/loom.err"; exit 1; }
+  s=$(sed -n 's/.*median \([0-9.]*\) s\/step.*/\1/p' "$tmp/loom.out")
+  echo "round $r loom: $s s/step, load before $la ($(tail -1 "$tmp/loom.out" | sed 's/.*(\(cpu.*\))$/\1/'))" >&2
+  echo "$s $(cat "$tmp/rss") $la" >> "$tmp/l"
+  [ $have_peft = 1 ] || continue
+  la=$(load)
+  /usr/bin/time -f "%M" -o "$tmp/rss" "$py" "$root/bench/peft_lora.py" --batch "$B" --seq "$T" --rank "$rank" \
+    --frac "$frac" --steps "$steps" --threads "$threads" > "$tmp/peft.out" 2>&1 || { cat "$tmp/peft.out"; exit 1; }
+  s=$(sed -n 's/^s_per_step //p' "$tmp/peft.out")
+  echo "round $r PEFT: $s s/step, load before $la" >&2
+  echo "$s $(cat "$tmp/rss") $la" >> "$tmp/p"
+done
+col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
+printf "\n%-34s %9s %10s %9s %12s\n" "LoRA step (B=$B, T=$T, r$rank q,k,v,o)" "s/step" "tokens/s" "peak RSS" "load before"
+row() { # name file
+  local s rss; s=$(col "$2" 1); rss=$(col "$2" 2)
+  printf "%-34s %9.2f %10.1f %8.2fG %12s\n" "$1" "$s" "$(echo "$B * $T / $s" | bc -l)" \
+    "$(echo "$rss / 1048576" | bc -l)" "$(cut -d' ' -f3 "$tmp/$2" | paste -sd/)"
+}
+row "loom (median of $rounds rounds)" l
+if [ $have_peft = 1 ]; then
+  row "transformers + PEFT (same run)" p
+  printf "%-34s %9s %9.2fx\n" "ratio (loom tokens/s / PEFT's)" "" "$(echo "$(col p 1) / $(col l 1)" | bc -l)"
+else
+  printf "%-34s %9s\n" "transformers + PEFT" "missing"
+fi
+echo "(SmolLM2-135M shapes, random weights and ids, loss on the last $frac of each row, $threads threads, fp32;" \
+     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"

@@ -5,8 +5,9 @@
 # of the same run, the ratio loom would reach at 100% of that rate (1 / torch MFU: the ceiling
 # an sgemm-bound engine can reach), and the peak RSS of each next to the bytes loom accounts for
 # (params + grads + Adam + activations). ROUNDS (2), STEPS (6), THREADS (2) set the run.
-# Needs Debian's python3-torch for the reference (run with /usr/bin/python3, OpenBLAS SkylakeX
-# kernel and tcmalloc: its fastest setting on these machines).
+# The reference runs with PYTHON (default /usr/bin/python3: Debian's python3-torch, run with the
+# OpenBLAS SkylakeX kernel and tcmalloc, its fastest setting on these machines; PYTHON=/work/venv/bin/python
+# for pip's PyTorch). A Python without torch is reported missing, with the command that installs it.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +15,12 @@ loom="$build/launch/loom"
 threads=${THREADS:-2}
 rounds=${ROUNDS:-2}
 steps=${STEPS:-6}
+py=${PYTHON:-/usr/bin/python3}
+if ! "$py" -c "import torch" 2> /dev/null; then
+  echo "PyTorch reference: missing ($py has no torch); install with: apt-get install python3-torch" \
+       "(Debian's, for /usr/bin/python3) or pip install torch (then PYTHON=that python)"
+  exit 1
+fi
 tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -35,7 +42,7 @@ sgemm_now() { "$build/bench/bench_sgemm" --peak "$threads" | awk '{print $2}'; }
 run_torch() { # layers heads width B T -> "tok/s rss_kb sgemm_gflops (measured just before)"
   local sg; sg=$(sgemm_now)
   OPENBLAS_CORETYPE=SkylakeX LD_PRELOAD="$tcmalloc" /usr/bin/time -f "%M" -o "$tmp/rss" \
-    /usr/bin/python3 "$root/bench/torch_ref.py" --layers $1 --heads $2 --width $3 --batch $4 \
+    "$py" "$root/bench/torch_ref.py" --layers $1 --heads $2 --width $3 --batch $4 \
     --seq $5 --steps $steps --threads $threads > "$tmp/torch.out" 2>&1 || { cat "$tmp/torch.out"; exit 1; }
   awk -v rss="$(cat "$tmp/rss")" -v sg="$sg" '/^tokens_per_s/ {print $2, rss, sg}' "$tmp/torch.out"
 }

@@ -434,6 +434,8 @@ static void model_carve_acts(model *m, arena *a)
     m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
     m->tokens = (int32_t *)arena_take(a, N);
     m->targets = (int32_t *)arena_take(a, N);
+    m->head_rows = (int32_t *)arena_take(a, N);
+    m->head_targets = (int32_t *)arena_take(a, N);
 }
 
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
@@ -481,7 +483,9 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         be->ops->fill(be, m->loss_acc, 0.0f, (size_t)B * T); /* model_take_loss sums all of it */
     }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
-    if (!m->host_losses) { loom_fail("model: out of host memory"); goto fail; }
+    m->host_rows = malloc((size_t)B * T * 2 * sizeof(int32_t));
+    m->head_rows_n = B * T;
+    if (!m->host_losses || !m->host_rows) { loom_fail("model: out of host memory"); goto fail; }
     return m;
 fail:
     model_destroy(m);
@@ -496,6 +500,7 @@ void model_destroy(model *m)
     if (m->grads) be->ops->free(be, m->grads);
     if (m->params) be->ops->free(be, m->params);
     free(m->host_losses);
+    free(m->host_rows);
     if (m->base) be->ops->free(be, m->base);
     free(m->ptr_base);
     free(m->base_tensors);
@@ -619,11 +624,27 @@ void model_weights_bf16(model *m, int keep)
     if (m->base) be->ops->weights_bf16(be, m->base, keep ? m->nbase_params : 0);
 }
 
+/* The positions the head runs on (model_forward): all of them when every one has a target,
+ * else the M that have one, uploaded with their targets. */
+static void model_head_plan(model *m, const int32_t *targets)
+{
+    int N = m->B * m->T, M = 0;
+    int32_t *rows = m->host_rows, *tg = m->host_rows + N;
+    for (int n = 0; n < N; n++)
+        if (targets[n] >= 0) rows[M] = n, tg[M++] = targets[n];
+    m->head_rows_n = m->full_head ? N : M;
+    if (m->head_rows_n == N) return; /* every position: the plain path reads m->targets */
+    if (!M) return;
+    m->be->ops->copy_h2d(m->be, m->head_rows, rows, (size_t)M * sizeof(int32_t));
+    m->be->ops->copy_h2d(m->be, m->head_targets, tg, (size_t)M * sizeof(int32_t));
+}
+
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
 {
     size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);
     m->be->ops->copy_h2d(m->be, m->tokens, tokens, bytes);
     m->be->ops->copy_h2d(m->be, m->targets, targets, bytes);
+    model_head_plan(m, targets);
 }
 
 double model_flops_per_token(const model *m, int T)

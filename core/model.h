@@ -94,6 +94,12 @@ typedef struct model {
     float *dqr, *dkr;          /* qk_norm backward scratch */
     float *rope_freq;          /* device, head_dim/2 inverse frequencies (rope_scaling), else NULL */
     int32_t *tokens, *targets; /* device, B*T */
+    /* The head runs on the positions with a target only (fine-tunes: the answer tokens): */
+    int head_rows_n;           /* M, those positions in this batch; M == B*T: every position */
+    int32_t *head_rows;        /* device, B*T: the M positions, ascending */
+    int32_t *head_targets;     /* device, B*T: their targets */
+    int32_t *host_rows;        /* host, 2*B*T: both, built by model_set_batch */
+    int full_head;             /* tests only: 1 = the head on every position (the reference) */
     float *host_losses;        /* host, B*T: the per-position losses read back once per step */
     size_t activation_bytes;   /* what the activations and scratch took */
     model_hooks hooks;

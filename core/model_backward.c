@@ -106,7 +106,15 @@ int model_backward(model *m)
 
     /* head and final norm: m->logits already holds dlogits (softmax_xent wrote it) */
     float *dhead = c->tied_embeddings ? m->g.wte : m->g.lm_head;
-    linear_backward(m, m->dln, dhead, NULL, m->logits, m->lnf, m->p.lm_head, N, C, c->vocab, 0);
+    int M = m->head_rows_n;
+    if (M == N) {
+        linear_backward(m, m->dln, dhead, NULL, m->logits, m->lnf, m->p.lm_head, N, C, c->vocab, 0);
+    } else { /* compact head (model_forward): its input rows sit in dln; dx lands in dres first,
+              * then goes back to its positions (zeros at the positions without a target) */
+        if (M) linear_backward(m, m->dres, dhead, NULL, m->logits, m->dln, m->p.lm_head, M, C, c->vocab, 0);
+        be->ops->fill(be, m->dln, 0.0f, (size_t)N * C);
+        if (M) be->ops->embedding_backward(be, m->dln, NULL, m->dres, m->head_rows, 1, M, C, N);
+    }
     be->ops->fill(be, m->dres, 0.0f, (size_t)N * C);
     norm_backward(m, m->dres, m->g.lnf_w, m->g.lnf_b, m->dln, m->x_final, m->p.lnf_w, m->lnf_mean,
                   m->lnf_rstd, N);

@@ -135,12 +135,36 @@ int model_trunk_forward(model *m)
     return 0;
 }
 
-int model_forward(model *m, float grad_scale, double *loss_out)
+/* Head and loss on the M positions with a target only: their final-norm rows are gathered into
+ * m->dln (idle until backward, which reads them there for the head's weight gradient), the
+ * logits, softmax and xent run on M rows, and the M losses go back to their positions (a row
+ * gather and a row scatter-add: the embedding ops with the activations as the table). */
+static void model_head_compact(model *m, float grad_scale, int M)
 {
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int N = m->B * m->T;
+    be->ops->fill(be, m->losses, 0.0f, (size_t)N);
+    if (!M) return;
+    be->ops->embedding_forward(be, m->dln, m->head_rows, m->lnf, NULL, 1, M, c->d_model);
+    model_linear(m, m->logits, m->dln, m->p.lm_head, NULL, M, c->d_model, c->vocab);
+    be->ops->softmax_xent(be, m->logits, m->losses, m->head_targets, M, c->vocab, c->vocab, grad_scale);
+}
+
+int model_forward(model *m, float grad_scale, double *loss_out)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    int N = m->B * m->T, M = m->head_rows_n;
     if (model_trunk_forward(m)) return -1;
+    if (M < N) {
+        model_head_compact(m, grad_scale, M);
+        /* losses[0..M) belong to positions head_rows: the sum is the same positions' in order;
+         * the device sum adds each to its own position, as the full path does */
+        if (loss_out) *loss_out = model_sum_losses(m, m->losses);
+        else if (M) be->ops->embedding_backward(be, m->loss_acc, NULL, m->losses, m->head_rows, 1, M, 1, N);
+        return 0;
+    }
     model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, N, c->d_model, c->vocab);
     be->ops->softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
     /* the loss sum: sumsq would square it, so per-position losses are summed in fp32 over the
