@@ -7,7 +7,7 @@ ROUNDS timed calls. Prints one line: `tokens_per_s <generated tokens / s>`. Only
 loom never needs Python."""
 import argparse, time
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from smol_shapes import smol_model
 
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=2)
@@ -16,13 +16,8 @@ p.add_argument("--new", type=int, default=56)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--rounds", type=int, default=1)
 a = p.parse_args()
-torch.set_num_threads(a.threads)
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
-                  rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5)
-model = LlamaForCausalLM(cfg).eval()
-ids = torch.randint(0, cfg.vocab_size, (a.batch, a.prompt))
+model = smol_model(a.threads).eval()
+ids = torch.randint(0, model.config.vocab_size, (a.batch, a.prompt))
 mask = torch.ones_like(ids)
 kw = dict(attention_mask=mask, do_sample=False, use_cache=True, pad_token_id=0)
 with torch.inference_mode():

@@ -7,7 +7,7 @@ of each row, exactly as bench_lora builds its batch. STEPS steps on THREADS thre
 line: `s_per_step <median of the steps after the first>`. Only a yardstick: loom never needs it."""
 import argparse, statistics, time
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from smol_shapes import smol_model
 from peft import LoraConfig, get_peft_model
 
 p = argparse.ArgumentParser()
@@ -18,17 +18,12 @@ p.add_argument("--frac", type=float, default=0.25)
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--threads", type=int, default=2)
 a = p.parse_args()
-torch.set_num_threads(a.threads)
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                  num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048,
-                  rope_theta=100000.0, tie_word_embeddings=True, rms_norm_eps=1e-5)
-model = LlamaForCausalLM(cfg)
+model = smol_model(a.threads)
 model = get_peft_model(model, LoraConfig(r=a.rank, lora_alpha=2 * a.rank, lora_dropout=0.0,
                                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
 model.train()
 opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=1e-4, weight_decay=0.0)
-ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq))
+ids = torch.randint(0, model.config.vocab_size, (a.batch, a.seq))
 labels = torch.full_like(ids, -100)
 first = a.seq - int(a.frac * a.seq + 0.5)
 labels[:, first:] = ids[:, first:]  # HF shifts labels inside the loss: position t predicts t+1

@@ -17,17 +17,18 @@ add_test(NAME cli_tokenizer_mismatch COMMAND ${PROJECT_SOURCE_DIR}/tests/core/to
 loom_add_test(test_chat ${PROJECT_SOURCE_DIR}/tests/core/test_chat.c loom_sft_only)
 set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 
-# A fine-tune on OpenAI-style rows in ChatML with a tokenizer.json, end to end.
-add_test(NAME finetune_chatml COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_chatml.sh
-         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
-set_tests_properties(finetune_chatml PROPERTIES TIMEOUT 300)
+# A fine-tune on OpenAI-style rows with a tokenizer.json, end to end, in ChatML (Hermes tool calls)
+# and in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]); each with a row it refuses.
+foreach(fmt chatml:qwen2.5 mistral:mistral)
+  string(REPLACE ":" ";" pair ${fmt})
+  list(GET pair 0 name)
+  list(GET pair 1 format)
+  add_test(NAME finetune_${name} COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_chat.sh
+           $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR} ${format})
+  set_tests_properties(finetune_${name} PROPERTIES TIMEOUT 300)
+endforeach()
 
 # A resume compares the tokenizer's content hash, not the model.tokenizer path.
 add_test(NAME tokenizer_resume COMMAND ${PROJECT_SOURCE_DIR}/tests/core/tokenizer_resume.sh
          $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
 set_tests_properties(tokenizer_resume PROPERTIES TIMEOUT 300)
-
-# The same in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]), and a row it refuses.
-add_test(NAME finetune_mistral COMMAND ${PROJECT_SOURCE_DIR}/tests/core/finetune_mistral.sh
-         $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
-set_tests_properties(finetune_mistral PROPERTIES TIMEOUT 300)
