@@ -47,7 +47,7 @@ void model_layer_forward(model *m, int l, float *x_out)
     const model_config *c = &m->cfg;
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
-    int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
+    int B = m->B, T = m->T, N = B * T, C = c->d_model;
     int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* attention block */
@@ -75,7 +75,19 @@ void model_layer_forward(model *m, int l, float *x_out)
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, N, C);
     model_adapt(m, l, LORA_O, a->xm, a->att, N);
 
-    /* MLP block */
+    model_mlp_forward(m, l, a, x_out, N);
+}
+
+/* The MLP block of layer l on N rows, a->xm in:  ln2 = Norm2(xm);  act = SwiGLU(ln2 Wg^T, ln2 Wu^T)
+ * or GELU(ln2 Wfc^T + b);  x_out = xm + act Wproj^T + b, skipped when x_out is NULL (backward's
+ * recompute needs only the activations). LoRA terms are added where targeted, through
+ * m->acts[l]'s xa scratch. The training forward and model_gen's decode step share it. */
+void model_mlp_forward(model *m, int l, const layer_acts *a, float *x_out, int N)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    const layer_params *p = &m->p.layer[l];
+    int C = c->d_model, F = c->d_ff;
     model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, N);
     if (model_uses_swiglu(c)) {
         model_linear(m, a->h, a->ln2, p->gate_w, NULL, N, C, F);
@@ -88,12 +100,11 @@ void model_layer_forward(model *m, int l, float *x_out)
         model_adapt(m, l, LORA_FC, a->h, a->ln2, N);
         be->ops->gelu_forward(be, a->act, a->h, (size_t)N * F);
     }
-    if (x_out) {
-        be->ops->copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
-        be->ops->matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
-        if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
-        model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
-    }
+    if (!x_out) return;
+    be->ops->copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
+    be->ops->matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
+    if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
+    model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
 }
 
 void model_rope(model *m, float *x, int B, int T, int H, int inverse)

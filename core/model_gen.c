@@ -352,7 +352,7 @@ static void gen_layer_step(model_gen *g, int l, int R)
     const model_config *c = &m->cfg;
     const layer_params *p = &m->p.layer[l];
     const layer_acts *a = &g->acts[l];
-    int C = c->d_model, F = c->d_ff, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
+    int C = c->d_model, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
     int qC = D * H, kvC = D * Hkv;
     const float *x = g->X[l % 2];
     float *x_out = g->X[(l + 1) % 2], eps = c->norm_eps;
@@ -382,23 +382,9 @@ static void gen_layer_step(model_gen *g, int l, int R)
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
     gen_adapt(g, l, LORA_O, a->xm, a->att, R);
 
-    if (a->ln2_mean) be->ops->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, R, C, eps);
-    else be->ops->rmsnorm_forward(be, a->ln2, a->ln2_rstd, a->xm, p->ln2_w, R, C, eps);
-    if (model_uses_swiglu(c)) {
-        model_linear(m, a->h, a->ln2, p->gate_w, NULL, R, C, F);
-        gen_adapt(g, l, LORA_GATE, a->h, a->ln2, R);
-        model_linear(m, a->u, a->ln2, p->up_w, NULL, R, C, F);
-        gen_adapt(g, l, LORA_UP, a->u, a->ln2, R);
-        be->ops->swiglu_forward(be, a->act, a->h, a->u, (size_t)R * F);
-    } else {
-        model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, R, C, F);
-        gen_adapt(g, l, LORA_FC, a->h, a->ln2, R);
-        be->ops->gelu_forward(be, a->act, a->h, (size_t)R * F);
-    }
-    be->ops->copy_d2d(be, x_out, a->xm, (size_t)R * C * sizeof(float));
-    be->ops->matmul(be, x_out, a->act, p->proj_w, R, C, F, 0, 1, 1.0f, 1.0f);
-    if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, R, C);
-    gen_adapt(g, l, LORA_PROJ, x_out, a->act, R);
+    gen_swap sw = gen_enter(g, R, 1); /* the MLP's LoRA terms use the step's xa scratch */
+    model_mlp_forward(m, l, a, x_out, R);
+    gen_leave(g, sw);
 }
 
 int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)

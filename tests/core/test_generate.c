@@ -157,7 +157,9 @@ static void check_family(int llama, int lora)
 {
     backend *be = cpu();
     model_config mc = variant(llama);
-    lora_spec ls = {.rank = 2, .alpha = 4.0f, .targets = (1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V) | (1u << LORA_O)};
+    /* every projection: the attention ones and the MLP's (model_mlp_forward's adapter terms) */
+    lora_spec ls = {.rank = 2, .alpha = 4.0f, .targets = (1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V) | (1u << LORA_O) |
+                    (1u << LORA_PROJ) | (llama ? (1u << LORA_GATE) | (1u << LORA_UP) : 1u << LORA_FC)};
     const lora_spec *lp = lora ? &ls : NULL;
     model *plain = lora ? model_create(&mc, be, 1, T, 1, 0, 0, NULL) : NULL;
     model *m = model_create(&mc, be, 1, T, 1, 0, MODEL_ACTS_KEEP, lp);
