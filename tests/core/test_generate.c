@@ -16,38 +16,12 @@
 #include "core/model.h"
 
 #include "tests/check.h"
+#include "tests/core/model_variants.h"
 
 enum { R = 5, T = 24, MAXNEW = 10 };
 
-static backend *cpu(void)
-{
-    backend_config bc = {.threads = 2};
-    backend *be = backend_select("cpu", &bc, NULL, 0);
-    if (!be) { printf("FAIL: no cpu backend\n"); exit(1); }
-    return be;
-}
-
-static model_config variant(int llama)
-{
-    job_config cfg;
-    config_defaults(&cfg);
-    model_config m = cfg.model;
-    config_apply_preset(&m, "tiny");
-    m.vocab = 40; m.d_model = 32; m.n_layer = 2; m.n_head = 4; m.d_ff = 48; m.max_seq = T;
-    m.n_kv_head = llama ? 2 : 4;
-    if (llama) {
-        strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
-        m.tied_embeddings = 0; m.bias = 0;
-    }
-    if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
-        m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
-        strcpy(m.rope_scaling, "llama3");
-        m.head_dim = 16;              /* queries 64 wide on a 32-wide residual (not d_model / n_head) */
-        m.rope_original_max_seq = 16; /* head dim 16: kept, smoothed and fully scaled bands */
-    }
-    m.init_std = 0.3f;
-    return m;
-}
+static backend *cpu(void) { return variants_cpu(2); }
+static model_config variant(int llama) { return model_variant(llama, 40, 32, 48, T); }
 
 static int argmax(const float *x, int n)
 {

@@ -15,36 +15,10 @@
 #include "base/rng.h"
 
 #include "tests/check.h"
+#include "tests/core/model_variants.h"
 
-static backend *cpu(void)
-{
-    backend_config bc = {.threads = 1};
-    backend *be = backend_select("cpu", &bc, NULL, 0);
-    if (!be) { printf("FAIL: no cpu backend\n"); exit(1); }
-    return be;
-}
-
-static model_config variant(int llama)
-{
-    job_config cfg;
-    config_defaults(&cfg);
-    model_config m = cfg.model;
-    config_apply_preset(&m, "tiny");
-    m.vocab = 48; m.d_model = 16; m.n_layer = 2; m.n_head = 4; m.d_ff = 24; m.max_seq = 8;
-    m.n_kv_head = llama ? 2 : 4;
-    if (llama) {
-        strcpy(m.norm, "rmsnorm"); strcpy(m.mlp, "swiglu"); strcpy(m.positions, "rope");
-        m.tied_embeddings = 0; m.bias = 0;
-    }
-    if (llama == 2) { /* Qwen-style: q/k/v biases, per-head q/k RMSNorm, Llama 3 rope scaling */
-        m.qkv_bias = 1; m.qk_norm = 1; m.tied_embeddings = 1;
-        strcpy(m.rope_scaling, "llama3");
-        m.head_dim = 8;               /* queries 32 wide on a 16-wide residual (Qwen3-0.6B's shape) */
-        m.rope_original_max_seq = 16; /* head dim 8: smoothed and fully scaled bands */
-    }
-    m.init_std = 0.3f; /* large weights so every path carries signal */
-    return m;
-}
+static backend *cpu(void) { return variants_cpu(1); }
+static model_config variant(int llama) { return model_variant(llama, 48, 16, 24, 8); }
 
 static void make_batch(int B, int T, int V, int32_t *tok, int32_t *tgt, uint64_t seed)
 {
