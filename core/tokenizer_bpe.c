@@ -212,6 +212,7 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
     size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 32) & b->mmask;
     while (b->mkey[h] != UINT64_MAX && b->mkey[h] != key) h = (h + 1) & b->mmask;
+    b->in_merge[a] = b->in_merge[c] = 1;
     if (b->mkey[h] == UINT64_MAX) { /* a repeated merge keeps its first (best) rank */
         b->mkey[h] = key;
         b->mrank[h] = rank;
@@ -220,15 +221,16 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
     return 0;
 }
 
-static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path)
+static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path, size_t vocab)
 {
     size_t n = (size_t)cJSON_GetArraySize(merges);
     b->mmask = bpe_pow2(n) - 1;
     b->mkey = malloc((b->mmask + 1) * sizeof *b->mkey);
     b->mrank = malloc((b->mmask + 1) * sizeof *b->mrank);
     b->mnew = malloc((b->mmask + 1) * sizeof *b->mnew);
+    b->in_merge = calloc(vocab, 1);
     char *buf = malloc(b->arena_n * 2 + 64);
-    if (!b->mkey || !b->mrank || !b->mnew || !buf) { free(buf); return loom_fail("tokenizer: out of memory"); }
+    if (!b->mkey || !b->mrank || !b->mnew || !b->in_merge || !buf) { free(buf); return loom_fail("tokenizer: out of memory"); }
     memset(b->mkey, 0xff, (b->mmask + 1) * sizeof *b->mkey);
     uint32_t rank = 0;
     const cJSON *m;
@@ -453,7 +455,7 @@ static void bpe_destroy(tokenizer *t)
     }
     pcre2_match_data_free(b->md);
     free(b->added); free(b->special); free(b->arena); free(b->tok_off); free(b->tok_len); free(b->vmap);
-    free(b->mkey); free(b->mrank); free(b->mnew); free(b->sym); free(b->prev); free(b->next);
+    free(b->mkey); free(b->mrank); free(b->mnew); free(b->in_merge); free(b->sym); free(b->prev); free(b->next);
     free(b->heap); free(b->heap_new); free(b->cache); free(b->carena);
     free(b);
     t->impl = NULL;
@@ -491,7 +493,7 @@ static int bpe_load(tokenizer *t, bpe *b, const cJSON *root, const char *path)
     int n = bpe_size(b, vocab, added, path);
     if (n < 0 || bpe_load_vocab(b, vocab, path) || bpe_load_added(b, added, n, path)) return -1;
     t->vocab = n;
-    if (bpe_load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), path)) return -1;
+    if (bpe_load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), path, (size_t)n)) return -1;
     const char *unk = bpe_str(model, "unk_token");
     b->unk = unk ? bpe_lookup(b, unk, strlen(unk)) : -1;
     if (unk && b->unk < 0) return loom_fail("%s: unk_token \"%s\" is not in the vocab", path, unk);

@@ -59,6 +59,9 @@ typedef struct bpe {
     uint32_t *mrank;
     int32_t *mnew;
     size_t mmask;
+    uint8_t *in_merge;       /* per id: 1 when it is the left or right of some merge; a symbol
+                                that is not can never merge, so the merges on either side of it
+                                are independent (bpe_word runs them apart, on small heaps) */
     bpe_added *added;
     int n_added;
     uint8_t added_first[2][256]; /* [normalized]: 1 for a byte that starts some token's match */

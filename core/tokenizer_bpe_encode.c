@@ -305,19 +305,16 @@ static size_t bpe_symbols(bpe *b, const char *s, size_t n)
     return k;
 }
 
-static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
+/* Merge sym[a .. e) by rank (ties: leftmost first), the library's order, then emit it. */
+static int bpe_merge_run(bpe *b, int32_t a, int32_t e, tok_ids *out)
 {
-    if (b->ignore_merges) {
-        int32_t id = bpe_lookup(b, s, n);
-        if (id >= 0) return tok_ids_push(out, id);
+    size_t hn = 0;
+    for (int32_t i = a; i < e; i++) {
+        b->prev[i] = i - 1;
+        b->next[i] = i + 1 < e ? i + 1 : -1;
     }
-    if (bpe_scratch(b, n + 1)) return -1;
-    size_t k = bpe_symbols(b, s, n), hn = 0;
-    for (size_t i = 0; i < k; i++) {
-        b->prev[i] = (int32_t)i - 1;
-        b->next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
-    }
-    for (size_t i = 0; i + 1 < k; i++) bpe_push_pair(b, &hn, (int32_t)i);
+    b->prev[a] = -1;
+    for (int32_t i = a; i + 1 < e; i++) bpe_push_pair(b, &hn, i);
     while (hn) {
         uint64_t top = heap_pop(b, &hn);
         int32_t pos = (int32_t)(uint32_t)top, nx = b->next[pos];
@@ -331,8 +328,29 @@ static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
         bpe_push_pair(b, &hn, b->prev[pos]);
         bpe_push_pair(b, &hn, pos);
     }
-    for (int32_t i = k ? 0 : -1; i >= 0; i = b->next[i])
+    for (int32_t i = a; i >= 0; i = b->next[i])
         if (tok_ids_push(out, b->sym[i])) return -1;
+    return 0;
+}
+
+/* A word with no pre-tokenizer split (a Llama 2 kind: the whole text) is long; a symbol in no
+ * merge (a byte-fallback newline, say) never merges, so what lies either side of it merges
+ * alone: one small heap per run instead of one the text's size (the same ids, in cache). */
+static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
+{
+    if (b->ignore_merges) {
+        int32_t id = bpe_lookup(b, s, n);
+        if (id >= 0) return tok_ids_push(out, id);
+    }
+    if (bpe_scratch(b, n + 1)) return -1;
+    int32_t k = (int32_t)bpe_symbols(b, s, n);
+    for (int32_t a = 0; a < k;) {
+        int32_t e = a + 1;
+        if (b->in_merge[b->sym[a]])
+            while (e < k && b->in_merge[b->sym[e]]) e++;
+        if (bpe_merge_run(b, a, e, out)) return -1;
+        a = e;
+    }
     return 0;
 }
 
