@@ -333,9 +333,18 @@ static int bpe_merge_run(bpe *b, int32_t a, int32_t e, tok_ids *out)
     return 0;
 }
 
+/* Whether symbols l, r (side by side) may end up in one token: both in some merge, and some
+ * merge's left ends in l's last char while its right starts with r's first (a merged token's
+ * text is its parts', so a merge across l | r needs exactly that). */
+static int bpe_may_join(const bpe *b, int32_t l, int32_t r)
+{
+    return b->in_merge[l] && b->in_merge[r] && bpe_joinable(b, b->last_c[l], b->first_c[r]);
+}
+
 /* A word with no pre-tokenizer split (a Llama 2 kind: the whole text) is long; a symbol in no
- * merge (a byte-fallback newline, say) never merges, so what lies either side of it merges
- * alone: one small heap per run instead of one the text's size (the same ids, in cache). */
+ * merge (a byte-fallback newline, say) never merges, nor do two symbols no merge can join
+ * ("x" | "▁" when no token has a "▁" after other text), so what lies either side merges alone:
+ * one small heap per run instead of one the text's size (the same ids, in cache). */
 static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
 {
     if (b->ignore_merges) {
@@ -346,8 +355,7 @@ static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
     int32_t k = (int32_t)bpe_symbols(b, s, n);
     for (int32_t a = 0; a < k;) {
         int32_t e = a + 1;
-        if (b->in_merge[b->sym[a]])
-            while (e < k && b->in_merge[b->sym[e]]) e++;
+        while (e < k && bpe_may_join(b, b->sym[e - 1], b->sym[e])) e++;
         if (bpe_merge_run(b, a, e, out)) return -1;
         a = e;
     }
