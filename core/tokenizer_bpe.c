@@ -511,7 +511,7 @@ static void bpe_destroy(tokenizer *t)
     pcre2_match_data_free(b->md);
     free(b->added); free(b->special); free(b->arena); free(b->tok_off); free(b->tok_len); free(b->vmap);
     free(b->mkey); free(b->mrank); free(b->mnew); free(b->in_merge); free(b->first_c); free(b->last_c);
-    free(b->join); free(b->sym); free(b->prev); free(b->next);
+    free(b->join); free(b->soff); free(b->sym); free(b->prev); free(b->next);
     free(b->heap); free(b->heap_new); free(b->cache); free(b->carena);
     free(b);
     t->impl = NULL;

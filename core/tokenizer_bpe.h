@@ -83,6 +83,7 @@ typedef struct bpe {
     pcre2_match_data *md;
     /* scratch for one word and the per-word cache */
     int32_t *sym, *prev, *next;
+    int32_t *soff;           /* each symbol's byte offset in the word */
     uint64_t *heap;          /* (rank << 32 | pos) with the merged id in heap_new */
     int32_t *heap_new;
     size_t sym_cap, heap_cap;
