@@ -212,6 +212,7 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)c;
     size_t h = (size_t)(key * 0x9E3779B97F4A7C15ull >> 32) & b->mmask;
     while (b->mkey[h] != UINT64_MAX && b->mkey[h] != key) h = (h + 1) & b->mmask;
+    b->in_merge[a] = b->in_merge[c] = 1;
     if (b->mkey[h] == UINT64_MAX) { /* a repeated merge keeps its first (best) rank */
         b->mkey[h] = key;
         b->mrank[h] = rank;
@@ -220,15 +221,16 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
     return 0;
 }
 
-static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path)
+static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path, size_t vocab)
 {
     size_t n = (size_t)cJSON_GetArraySize(merges);
     b->mmask = bpe_pow2(n) - 1;
     b->mkey = malloc((b->mmask + 1) * sizeof *b->mkey);
     b->mrank = malloc((b->mmask + 1) * sizeof *b->mrank);
     b->mnew = malloc((b->mmask + 1) * sizeof *b->mnew);
+    b->in_merge = calloc(vocab, 1);
     char *buf = malloc(b->arena_n * 2 + 64);
-    if (!b->mkey || !b->mrank || !b->mnew || !buf) { free(buf); return loom_fail("tokenizer: out of memory"); }
+    if (!b->mkey || !b->mrank || !b->mnew || !b->in_merge || !buf) { free(buf); return loom_fail("tokenizer: out of memory"); }
     memset(b->mkey, 0xff, (b->mmask + 1) * sizeof *b->mkey);
     uint32_t rank = 0;
     const cJSON *m;
@@ -238,6 +240,61 @@ static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path)
     }
     free(buf);
     return rc;
+}
+
+/* A char of s packed in a uint32 (its UTF-8 bytes; a byte for byte-level vocabularies): the one
+ * at the start (last 0) or the end (last 1). Only equality of packed chars matters. */
+static uint32_t bpe_pack_char(const bpe *b, const char *s, size_t n, int last)
+{
+    size_t a = 0, e = 1;
+    if (last) {
+        a = n - 1;
+        while (!b->byte_level && a > 0 && n - a < 4 && ((unsigned char)s[a] & 0xC0) == 0x80) a--;
+        e = n;
+    } else {
+        while (!b->byte_level && e < n && e < 4 && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
+    }
+    uint32_t v = 0;
+    for (size_t i = a; i < e; i++) v = v << 8 | (unsigned char)s[i];
+    return v;
+}
+
+static uint64_t bpe_join_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 29; }
+
+int bpe_joinable(const bpe *b, uint32_t l, uint32_t r)
+{
+    if (l < 128 && r < 128) return b->join_ascii[(l * 128 + r) >> 3] >> (r & 7) & 1;
+    uint64_t key = (uint64_t)l << 32 | r;
+    for (size_t h = bpe_join_hash(key) & b->join_mask;; h = (h + 1) & b->join_mask) {
+        if (b->join[h] == key) return 1;
+        if (b->join[h] == UINT64_MAX) return 0;
+    }
+}
+
+/* The chars at which tokens may meet in a merge: from every merge's (left, right). */
+static int bpe_load_joins(bpe *b, size_t vocab)
+{
+    b->first_c = calloc(vocab, sizeof *b->first_c);
+    b->last_c = calloc(vocab, sizeof *b->last_c);
+    b->join_mask = b->mmask * 2 + 1;
+    b->join = malloc((b->join_mask + 1) * sizeof *b->join);
+    if (!b->first_c || !b->last_c || !b->join) return loom_fail("tokenizer: out of memory");
+    memset(b->join, 0xff, (b->join_mask + 1) * sizeof *b->join);
+    for (size_t id = 0; id < vocab; id++) {
+        if (b->tok_len[id] == UINT32_MAX || b->tok_len[id] == 0) continue;
+        b->first_c[id] = bpe_pack_char(b, b->arena + b->tok_off[id], b->tok_len[id], 0);
+        b->last_c[id] = bpe_pack_char(b, b->arena + b->tok_off[id], b->tok_len[id], 1);
+    }
+    for (size_t i = 0; i <= b->mmask; i++) {
+        if (b->mkey[i] == UINT64_MAX) continue;
+        uint32_t l = b->last_c[b->mkey[i] >> 32], r = b->first_c[(uint32_t)b->mkey[i]];
+        if (l < 128 && r < 128) { b->join_ascii[(l * 128 + r) >> 3] |= (uint8_t)(1u << (r & 7)); continue; }
+        uint64_t key = (uint64_t)l << 32 | r;
+        size_t h = bpe_join_hash(key) & b->join_mask;
+        while (b->join[h] != UINT64_MAX && b->join[h] != key) h = (h + 1) & b->join_mask;
+        b->join[h] = key;
+    }
+    return 0;
 }
 
 /* ---- normalizer, pre-tokenizer, decoder ---- */
@@ -453,7 +510,8 @@ static void bpe_destroy(tokenizer *t)
     }
     pcre2_match_data_free(b->md);
     free(b->added); free(b->special); free(b->arena); free(b->tok_off); free(b->tok_len); free(b->vmap);
-    free(b->mkey); free(b->mrank); free(b->mnew); free(b->sym); free(b->prev); free(b->next);
+    free(b->mkey); free(b->mrank); free(b->mnew); free(b->in_merge); free(b->first_c); free(b->last_c);
+    free(b->join); free(b->soff); free(b->sym); free(b->prev); free(b->next);
     free(b->heap); free(b->heap_new); free(b->cache); free(b->carena);
     free(b);
     t->impl = NULL;
@@ -491,7 +549,9 @@ static int bpe_load(tokenizer *t, bpe *b, const cJSON *root, const char *path)
     int n = bpe_size(b, vocab, added, path);
     if (n < 0 || bpe_load_vocab(b, vocab, path) || bpe_load_added(b, added, n, path)) return -1;
     t->vocab = n;
-    if (bpe_load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), path)) return -1;
+    if (bpe_load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), path, (size_t)n) ||
+        bpe_load_joins(b, (size_t)n))
+        return -1;
     const char *unk = bpe_str(model, "unk_token");
     b->unk = unk ? bpe_lookup(b, unk, strlen(unk)) : -1;
     if (unk && b->unk < 0) return loom_fail("%s: unk_token \"%s\" is not in the vocab", path, unk);

@@ -59,6 +59,13 @@ typedef struct bpe {
     uint32_t *mrank;
     int32_t *mnew;
     size_t mmask;
+    uint8_t *in_merge;       /* per id: 1 when it is the left or right of some merge; a symbol
+                                that is not can never merge, so the merges on either side of it
+                                are independent (bpe_word runs them apart, on small heaps) */
+    uint32_t *first_c, *last_c; /* per id: its first / last char (byte, byte-level), packed */
+    uint8_t join_ascii[128 * 128 / 8]; /* (last char of some merge's left, first of its right), */
+    uint64_t *join;          /* ASCII pairs as bits, the others in a set (UINT64_MAX empty): */
+    size_t join_mask;        /* two symbols whose pair is not in it never end up in one token */
     bpe_added *added;
     int n_added;
     uint8_t added_first[2][256]; /* [normalized]: 1 for a byte that starts some token's match */
@@ -76,6 +83,7 @@ typedef struct bpe {
     pcre2_match_data *md;
     /* scratch for one word and the per-word cache */
     int32_t *sym, *prev, *next;
+    int32_t *soff;           /* each symbol's byte offset in the word */
     uint64_t *heap;          /* (rank << 32 | pos) with the merged id in heap_new */
     int32_t *heap_new;
     size_t sym_cap, heap_cap;
@@ -93,5 +101,7 @@ uint64_t bpe_hash_bytes(const char *s, size_t n);
 /* After the normalizers and added tokens are loaded: each normalized token's match text and the
  * first-byte tables. */
 int bpe_prepare_added(bpe *b);
+/* 1 when a token ending in char l may ever merge with one starting with char r. */
+int bpe_joinable(const bpe *b, uint32_t l, uint32_t r);
 
 #endif

@@ -266,12 +266,13 @@ static int bpe_scratch(bpe *b, size_t n)
 {
     if (n <= b->sym_cap) return 0;
     size_t cap = n * 2;
-    free(b->sym); free(b->prev); free(b->next); free(b->heap);
+    free(b->sym); free(b->prev); free(b->next); free(b->heap); free(b->soff);
     b->sym = malloc(cap * sizeof *b->sym);
+    b->soff = malloc(cap * sizeof *b->soff);
     b->prev = malloc(cap * sizeof *b->prev);
     b->next = malloc(cap * sizeof *b->next);
     b->heap = malloc(cap * 3 * sizeof *b->heap);
-    b->sym_cap = b->sym && b->prev && b->next && b->heap ? cap : 0;
+    b->sym_cap = b->sym && b->soff && b->prev && b->next && b->heap ? cap : 0;
     return b->sym_cap ? 0 : loom_fail("tokenizer: out of memory");
 }
 
@@ -285,7 +286,7 @@ static size_t bpe_symbols(bpe *b, const char *s, size_t n)
         if (!b->byte_level)
             while (i + cl < n && ((unsigned char)s[i + cl] & 0xC0) == 0x80) cl++;
         int32_t id = b->byte_level ? b->byte_id[(unsigned char)s[i]] : bpe_lookup(b, s + i, cl);
-        if (id >= 0) { b->sym[k++] = id; unk_open = 0; i += cl; continue; }
+        if (id >= 0) { b->soff[k] = (int32_t)i; b->sym[k++] = id; unk_open = 0; i += cl; continue; }
         int fell = 0;
         if (b->byte_fallback) {
             int32_t ids[4];
@@ -296,28 +297,25 @@ static size_t bpe_symbols(bpe *b, const char *s, size_t n)
                 ids[j] = bpe_lookup(b, name, 6);
                 fell = ids[j] >= 0;
             }
-            for (size_t j = 0; fell && j < cl; j++) b->sym[k++] = ids[j];
+            for (size_t j = 0; fell && j < cl; j++) { b->soff[k] = (int32_t)(i + j); b->sym[k++] = ids[j]; }
         }
         if (fell) unk_open = 0;
-        else if (b->unk >= 0 && !(b->fuse_unk && unk_open)) { b->sym[k++] = b->unk; unk_open = 1; }
+        else if (b->unk >= 0 && !(b->fuse_unk && unk_open)) { b->soff[k] = (int32_t)i; b->sym[k++] = b->unk; unk_open = 1; }
         i += cl; /* no unk token: the library drops the char; so does loom */
     }
     return k;
 }
 
-static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
+/* Merge sym[a .. e) by rank (ties: leftmost first), the library's order, then emit it. */
+static int bpe_merge_run(bpe *b, int32_t a, int32_t e, tok_ids *out)
 {
-    if (b->ignore_merges) {
-        int32_t id = bpe_lookup(b, s, n);
-        if (id >= 0) return tok_ids_push(out, id);
+    size_t hn = 0;
+    for (int32_t i = a; i < e; i++) {
+        b->prev[i] = i - 1;
+        b->next[i] = i + 1 < e ? i + 1 : -1;
     }
-    if (bpe_scratch(b, n + 1)) return -1;
-    size_t k = bpe_symbols(b, s, n), hn = 0;
-    for (size_t i = 0; i < k; i++) {
-        b->prev[i] = (int32_t)i - 1;
-        b->next[i] = i + 1 < k ? (int32_t)i + 1 : -1;
-    }
-    for (size_t i = 0; i + 1 < k; i++) bpe_push_pair(b, &hn, (int32_t)i);
+    b->prev[a] = -1;
+    for (int32_t i = a; i + 1 < e; i++) bpe_push_pair(b, &hn, i);
     while (hn) {
         uint64_t top = heap_pop(b, &hn);
         int32_t pos = (int32_t)(uint32_t)top, nx = b->next[pos];
@@ -331,56 +329,119 @@ static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out)
         bpe_push_pair(b, &hn, b->prev[pos]);
         bpe_push_pair(b, &hn, pos);
     }
-    for (int32_t i = k ? 0 : -1; i >= 0; i = b->next[i])
+    for (int32_t i = a; i >= 0; i = b->next[i])
         if (tok_ids_push(out, b->sym[i])) return -1;
+    return 0;
+}
+
+/* Whether symbols l, r (side by side) may end up in one token: both in some merge, and some
+ * merge's left ends in l's last char while its right starts with r's first (a merged token's
+ * text is its parts', so a merge across l | r needs exactly that). */
+static int bpe_may_join(const bpe *b, int32_t l, int32_t r)
+{
+    return b->in_merge[l] && b->in_merge[r] && bpe_joinable(b, b->last_c[l], b->first_c[r]);
+}
+
+/* A word with no pre-tokenizer split (a Llama 2 kind: the whole text) is long; a symbol in no
+ * merge (a byte-fallback newline, say) never merges, nor do two symbols no merge can join
+ * ("x" | "▁" when no token has a "▁" after other text), so what lies either side merges alone:
+ * one small heap per run instead of one the text's size (the same ids, in cache). */
+#define BPE_CACHE_SLOTS (1u << 16)
+#define BPE_CACHE_MAX_WORD 64
+
+static int bpe_cache_get(bpe *b, const char *s, size_t n, uint64_t *h, size_t *slot, tok_ids *out);
+static void bpe_cache_put(bpe *b, const char *s, size_t n, uint64_t h, size_t slot, const int32_t *ids, size_t nid);
+
+/* A run's symbols are a function of its bytes s[soff[a] .. soff[e]) (a fused or dropped unknown
+ * char goes with the run before it, as it would alone), so a run repeats like a word does. */
+static int bpe_cached_run(bpe *b, const char *s, int32_t a, int32_t e, size_t n, int32_t k, tok_ids *out)
+{
+    size_t at = (size_t)b->soff[a], len = (e < k ? (size_t)b->soff[e] : n) - at;
+    if (len > BPE_CACHE_MAX_WORD) return bpe_merge_run(b, a, e, out);
+    uint64_t h;
+    size_t slot, before = out->n;
+    int hit = bpe_cache_get(b, s + at, len, &h, &slot, out);
+    if (hit) return hit < 0 ? -1 : 0;
+    if (bpe_merge_run(b, a, e, out)) return -1;
+    bpe_cache_put(b, s + at, len, h, slot, out->v + before, out->n - before);
+    return 0;
+}
+
+static int bpe_word(bpe *b, const char *s, size_t n, tok_ids *out, int runs_cached)
+{
+    if (b->ignore_merges) {
+        int32_t id = bpe_lookup(b, s, n);
+        if (id >= 0) return tok_ids_push(out, id);
+    }
+    if (bpe_scratch(b, n + 1)) return -1;
+    int32_t k = (int32_t)bpe_symbols(b, s, n);
+    for (int32_t a = 0; a < k;) {
+        int32_t e = a + 1;
+        while (e < k && bpe_may_join(b, b->sym[e - 1], b->sym[e])) e++;
+        int rc = e - a > 1 && runs_cached ? bpe_cached_run(b, s, a, e, n, k, out) : bpe_merge_run(b, a, e, out);
+        if (rc) return -1;
+        a = e;
+    }
     return 0;
 }
 
 /* ---- the word cache: pieces repeat (" the", " of"), so most words are merged once ---- */
 
-#define BPE_CACHE_SLOTS (1u << 16)
-#define BPE_CACHE_MAX_WORD 64
-
-static int bpe_cached_word(bpe *b, const char *s, size_t n, tok_ids *out)
+/* 1 (ids pushed) when s is cached, 0 when not (*h, *slot say where it goes), -1 on error. */
+static int bpe_cache_get(bpe *b, const char *s, size_t n, uint64_t *h, size_t *slot, tok_ids *out)
 {
-    if (n > BPE_CACHE_MAX_WORD) return bpe_word(b, s, n, out);
     if (!b->cache) {
         b->cache = calloc(BPE_CACHE_SLOTS, sizeof *b->cache);
         if (!b->cache) return loom_fail("tokenizer: out of memory");
         b->cache_mask = BPE_CACHE_SLOTS - 1;
     }
-    uint64_t h = bpe_hash_bytes(s, n);
-    size_t i = h & b->cache_mask;
+    *h = bpe_hash_bytes(s, n);
+    size_t i = *h & b->cache_mask;
     for (; b->cache[i].hash; i = (i + 1) & b->cache_mask) {
         const bpe_cache_entry *e = &b->cache[i];
-        if (e->hash == h && e->key_len == n && memcmp(b->carena + e->key_off, s, n) == 0) {
+        if (e->hash == *h && e->key_len == n && memcmp(b->carena + e->key_off, s, n) == 0) {
             const int32_t *ids = (const int32_t *)(b->carena + e->ids_off);
             for (uint32_t j = 0; j < e->n_ids; j++)
                 if (tok_ids_push(out, ids[j])) return -1;
-            return 0;
+            return 1;
         }
     }
-    size_t before = out->n;
-    if (bpe_word(b, s, n, out)) return -1;
-    size_t nid = out->n - before, need = (n + 3) / 4 * 4 + nid * 4;
-    if (b->cache_used * 2 >= BPE_CACHE_SLOTS) return 0; /* full: stop adding */
+    *slot = i;
+    return 0;
+}
+
+static void bpe_cache_put(bpe *b, const char *s, size_t n, uint64_t h, size_t slot, const int32_t *ids, size_t nid)
+{
+    size_t need = (n + 3) / 4 * 4 + nid * 4;
+    if (b->cache_used * 2 >= BPE_CACHE_SLOTS) return; /* full: stop adding */
     if (b->carena_n + need > b->carena_cap) {
         size_t cap = b->carena_cap ? b->carena_cap * 2 : 1 << 20;
         char *a = realloc(b->carena, cap);
-        if (!a) return 0; /* the cache is an optimisation: no room, no entry */
+        if (!a) return; /* the cache is an optimisation: no room, no entry */
         b->carena = a;
         b->carena_cap = cap;
     }
-    bpe_cache_entry *e = &b->cache[i];
+    bpe_cache_entry *e = &b->cache[slot];
     e->key_off = (uint32_t)b->carena_n;
     e->key_len = (uint32_t)n;
     memcpy(b->carena + b->carena_n, s, n);
     e->ids_off = (uint32_t)(b->carena_n + (n + 3) / 4 * 4);
-    memcpy(b->carena + e->ids_off, out->v + before, nid * 4);
+    memcpy(b->carena + e->ids_off, ids, nid * 4);
     e->n_ids = (uint32_t)nid;
     e->hash = h;
     b->carena_n += need;
     b->cache_used++;
+}
+
+static int bpe_cached_word(bpe *b, const char *s, size_t n, tok_ids *out)
+{
+    if (n > BPE_CACHE_MAX_WORD) return bpe_word(b, s, n, out, 1);
+    uint64_t h;
+    size_t slot, before = out->n;
+    int hit = bpe_cache_get(b, s, n, &h, &slot, out);
+    if (hit) return hit < 0 ? -1 : 0;
+    if (bpe_word(b, s, n, out, 0)) return -1;
+    bpe_cache_put(b, s, n, h, slot, out->v + before, out->n - before);
     return 0;
 }
 

@@ -151,6 +151,32 @@ static void check_repair(void)
     CHECK(tok_utf8_repair("caf\xc3\xa9", 5, &n, &err) == NULL, "valid text needs no repair");
 }
 
+/* With no pre-tokenizer the whole text is one word, merged run by run between symbols no merge
+ * can join; "d a" and "\xc3\xa9 a" (ASCII bitmap, non-ASCII set) must keep d|a, é|a together. */
+static void check_runs(const char *last, int32_t last_id, int32_t joined_id)
+{
+    char json[600], text[200];
+    snprintf(json, sizeof json, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, "
+             "\"d\": 3, \"\xc3\xa9\": 4, \"bc\": 5, \"abc\": 6, \"da\": 7, \"\xc3\xa9" "a\": 8}, "
+             "\"merges\": [\"%s a\", \"b c\", \"a bc\"]}}", last);
+    const char *path = "test_tokenizer_runs.json";
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "write %s", path); return; }
+    fputs(json, f);
+    fclose(f);
+    tokenizer *t = tokenizer_open(path);
+    CHECK(t != NULL, "runs tokenizer: %s", t ? "" : loom_error());
+    size_t n = 0, count = 0;
+    for (int r = 0; r < 20; r++) n += (size_t)snprintf(text + n, sizeof text - n, "abc%s", last);
+    int32_t *ids = t ? tokenizer_encode_alloc(t, text, n, &count) : NULL;
+    int ok = ids && count == 1 + 2 * 19 + 1 && ids[0] == 6 && ids[count - 1] == last_id;
+    for (size_t i = 1; ok && i + 1 < count; i += 2) ok = ids[i] == joined_id && ids[i + 1] == 5;
+    CHECK(ok, "runs (%s): %zu ids, want abc (%s+a bc)x19 %s", last, count, last, last);
+    free(ids);
+    tokenizer_free(t);
+    remove(path);
+}
+
 int main(void)
 {
     size_t n;
@@ -168,6 +194,8 @@ int main(void)
     check_specials();
     check_byte();
     check_repair();
+    check_runs("d", 3, 7);
+    check_runs("\xc3\xa9", 4, 8);
     check_bad("unsupported model", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "unsupported model type \"WordPiece\"");
     check_bad("unknown merge token", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
               "\"merges\": [\"a b\", \"a c\"]}}", "merge 1 names the unknown token \"c\"");
