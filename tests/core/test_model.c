@@ -384,11 +384,13 @@ static void check_bind_regions(int llama, int lora)
 
 /* The head on the positions with a target only (model_forward's compact path) against the head on
  * every position (full_head, the path pretraining takes): the same loss sum and gradients, for a
- * batch with half its positions masked, on every variant, full training and LoRA. Bitwise: the
- * masked rows' dlogits are exact zeros (they add exactly 0 to the head's weight gradient and get
- * an input gradient of exactly 0) and each kept row's logits are the same C-term dot products.
- * The head's weight gradient sums 8 instead of 16 terms: equal here because OpenBLAS sums such a
- * short K in one block in order; a BLAS that regrouped it would need check_tol_sum's bound. */
+ * batch with half its positions masked, on every variant, full training and LoRA. The masked rows'
+ * dlogits are exact zeros, so the two differ only in how the BLAS groups the head's sums: the
+ * logits' and dx's C-term dots (a kernel may take another code path for an 8-row than a 16-row
+ * matrix: valgrind's CPU gets other kernels than this one, which happen to give equal bits) and
+ * dW's N instead of N/2 terms. Each is within 6 sqrt(K) u of its terms' magnitudes, K = N >= C;
+ * the perturbation then passes through 2 (L + 1) products of the forward and backward, each adding
+ * that relative error again, with the gradient tensor's largest magnitude standing in for S. */
 static void check_compact_head(int llama, int lora)
 {
     backend *be = cpu();
@@ -427,13 +429,24 @@ static void check_compact_head(int llama, int lora)
     float *gr = malloc(m->nparams * sizeof(float)), *gm = malloc(m->nparams * sizeof(float));
     be->ops->copy_d2h(be, gr, ref->grads, m->nparams * sizeof(float));
     be->ops->copy_d2h(be, gm, m->grads, m->nparams * sizeof(float));
-    CHECK(lr == lm, "%s: compact head loss %.9g vs full head %.9g", llama ? "llama" : "gpt2", lm, lr);
-    check_equal_f32("compact head gradients", gm, gr, m->nparams);
-    /* the device loss sum (model_take_loss) puts each loss back at its position */
+    double gmax = 0, *want = malloc(m->nparams * sizeof(double));
+    for (size_t j = 0; j < m->nparams; j++) {
+        want[j] = gr[j];
+        gmax = fabs(gr[j]) > gmax ? fabs(gr[j]) : gmax;
+    }
+    double hops = 2.0 * (mc.n_layer + 1);
+    check_tol tg = check_tol_sum(N, gmax, 4, CHECK_U_FP32), tl = check_tol_sum(mc.d_model, fabs(lr), 2, CHECK_U_FP32);
+    tg.atol *= hops, tg.rtol *= hops;
+    CHECK(fabs(lm - lr) <= tl.atol + tl.rtol * fabs(lr), "%s: compact head loss %.9g vs full head %.9g",
+          llama ? "llama" : "gpt2", lm, lr);
+    check_allclose("compact head gradients", gm, want, m->nparams, tg);
+    free(want);
+    /* the device loss sum (model_take_loss) puts each loss back at its position: the same sum as
+     * the host's for the same path, bit for bit */
     CHECK(model_forward(ref, 0.0f, NULL) == 0 && model_forward(m, 0.0f, NULL) == 0, "loss-only passes");
     double tr = model_take_loss(ref), tm = model_take_loss(m);
-    CHECK(tr == lr && tm == lr, "take_loss %.9g / %.9g vs %.9g", tm, tr, lr);
-    printf("compact head (%s%s): %d of %d rows, loss and %zu gradients equal the full head\n",
+    CHECK(tr == lr && tm == lm, "take_loss %.9g / %.9g vs %.9g / %.9g", tm, tr, lm, lr);
+    printf("compact head (%s%s): %d of %d rows, loss and %zu gradients match the full head\n",
            llama ? "llama" : "gpt2", lora ? " + LoRA" : "", m->head_rows_n, N, m->nparams);
     free(gr); free(gm); free(host);
     model_destroy(ref);
