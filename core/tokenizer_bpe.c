@@ -259,18 +259,6 @@ static uint32_t bpe_pack_char(const bpe *b, const char *s, size_t n, int last)
     return v;
 }
 
-static uint64_t bpe_join_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 29; }
-
-int bpe_joinable(const bpe *b, uint32_t l, uint32_t r)
-{
-    if (l < 128 && r < 128) return b->join_ascii[(l * 128 + r) >> 3] >> (r & 7) & 1;
-    uint64_t key = (uint64_t)l << 32 | r;
-    for (size_t h = bpe_join_hash(key) & b->join_mask;; h = (h + 1) & b->join_mask) {
-        if (b->join[h] == key) return 1;
-        if (b->join[h] == UINT64_MAX) return 0;
-    }
-}
-
 /* The chars at which tokens may meet in a merge: from every merge's (left, right). */
 static int bpe_load_joins(bpe *b, size_t vocab)
 {

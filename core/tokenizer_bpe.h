@@ -101,7 +101,19 @@ uint64_t bpe_hash_bytes(const char *s, size_t n);
 /* After the normalizers and added tokens are loaded: each normalized token's match text and the
  * first-byte tables. */
 int bpe_prepare_added(bpe *b);
-/* 1 when a token ending in char l may ever merge with one starting with char r. */
-int bpe_joinable(const bpe *b, uint32_t l, uint32_t r);
+/* The join set's slot for a (l << 32 | r) key (open addressing, linear probing). */
+static inline uint64_t bpe_join_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 29; }
+
+/* 1 when a token ending in char l may ever merge with one starting with char r. Inline: the
+ * encoder asks it at every symbol boundary, and the loader fills the tables it reads. */
+static inline int bpe_joinable(const bpe *b, uint32_t l, uint32_t r)
+{
+    if (l < 128 && r < 128) return b->join_ascii[(l * 128 + r) >> 3] >> (r & 7) & 1;
+    uint64_t key = (uint64_t)l << 32 | r;
+    for (size_t h = bpe_join_hash(key) & b->join_mask;; h = (h + 1) & b->join_mask) {
+        if (b->join[h] == key) return 1;
+        if (b->join[h] == UINT64_MAX) return 0;
+    }
+}
 
 #endif
