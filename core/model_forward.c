@@ -48,22 +48,10 @@ void model_layer_forward(model *m, int l, float *x_out)
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
     int B = m->B, T = m->T, N = B * T, C = c->d_model;
-    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
+    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H;
 
     /* attention block */
-    model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, a->x, p->ln1_w, p->ln1_b, N);
-    /* with qk_norm the projections land in qr, kr and the per-head norm writes q, k */
-    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
-    model_linear(m, q, a->ln1, p->q_w, p->q_b, N, C, qC);
-    model_adapt(m, l, LORA_Q, q, a->ln1, N);
-    model_linear(m, k, a->ln1, p->k_w, p->k_b, N, C, kvC);
-    model_adapt(m, l, LORA_K, k, a->ln1, N);
-    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
-    model_adapt(m, l, LORA_V, a->v, a->ln1, N);
-    if (c->qk_norm) { /* RMSNorm of each head's D values: rows of D in the (N*H, D) view */
-        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
-        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
-    }
+    model_qkv_forward(m, l, a, a->x, N);
     if (model_uses_rope(c)) {
         model_rope(m, a->q, B, T, H, 0);
         model_rope(m, a->k, B, T, Hkv, 0);
@@ -76,6 +64,30 @@ void model_layer_forward(model *m, int l, float *x_out)
     model_adapt(m, l, LORA_O, a->xm, a->att, N);
 
     model_mlp_forward(m, l, a, x_out, N);
+}
+
+/* The attention block's inputs of layer l on N rows of x:  ln1 = Norm1(x);  q, k, v = ln1 W^T + b
+ * (LoRA terms added where targeted, through m->acts[l]'s xa scratch); with qk_norm the
+ * projections land in qr, kr and each head's D values are RMS-normalised into q, k. Before RoPE.
+ * The training forward and model_gen's decode step share it. */
+void model_qkv_forward(model *m, int l, const layer_acts *a, const float *x, int N)
+{
+    backend *be = m->be;
+    const model_config *c = &m->cfg;
+    const layer_params *p = &m->p.layer[l];
+    int C = c->d_model, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
+    model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
+    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
+    model_linear(m, q, a->ln1, p->q_w, p->q_b, N, C, qC);
+    model_adapt(m, l, LORA_Q, q, a->ln1, N);
+    model_linear(m, k, a->ln1, p->k_w, p->k_b, N, C, kvC);
+    model_adapt(m, l, LORA_K, k, a->ln1, N);
+    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
+    model_adapt(m, l, LORA_V, a->v, a->ln1, N);
+    if (c->qk_norm) { /* rows of D in the (N*H, D) view */
+        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
+        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
+    }
 }
 
 /* The MLP block of layer l on N rows, a->xm in:  ln2 = Norm2(xm);  act = SwiGLU(ln2 Wg^T, ln2 Wu^T)

@@ -353,24 +353,13 @@ static void gen_layer_step(model_gen *g, int l, int R)
     const layer_params *p = &m->p.layer[l];
     const layer_acts *a = &g->acts[l];
     int C = c->d_model, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
-    int qC = D * H, kvC = D * Hkv;
+    int qC = D * H;
     const float *x = g->X[l % 2];
-    float *x_out = g->X[(l + 1) % 2], eps = c->norm_eps;
+    float *x_out = g->X[(l + 1) % 2];
 
-    if (a->ln1_mean) be->ops->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, R, C, eps);
-    else be->ops->rmsnorm_forward(be, a->ln1, a->ln1_rstd, x, p->ln1_w, R, C, eps);
-    /* with qk_norm the projections land in qr, kr and the per-head norm writes q, k */
-    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
-    model_linear(m, q, a->ln1, p->q_w, p->q_b, R, C, qC);
-    gen_adapt(g, l, LORA_Q, q, a->ln1, R);
-    model_linear(m, k, a->ln1, p->k_w, p->k_b, R, C, kvC);
-    gen_adapt(g, l, LORA_K, k, a->ln1, R);
-    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, R, C, kvC);
-    gen_adapt(g, l, LORA_V, a->v, a->ln1, R);
-    if (c->qk_norm) { /* RMSNorm of each head's D values: rows of D in the (R*H, D) view */
-        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, R * H, D, eps);
-        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, R * Hkv, D, eps);
-    }
+    gen_swap sw = gen_enter(g, R, 1); /* the LoRA terms use the step's xa scratch */
+    model_qkv_forward(m, l, a, x, R);
+    gen_leave(g, sw);
     if (model_uses_rope(c)) { /* att is free until attention writes it */
         gen_rope(g, a->q, a->att, R, H, D);
         gen_rope(g, a->k, a->att, R, Hkv, D);
@@ -382,7 +371,7 @@ static void gen_layer_step(model_gen *g, int l, int R)
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
     gen_adapt(g, l, LORA_O, a->xm, a->att, R);
 
-    gen_swap sw = gen_enter(g, R, 1); /* the MLP's LoRA terms use the step's xa scratch */
+    sw = gen_enter(g, R, 1);
     model_mlp_forward(m, l, a, x_out, R);
     gen_leave(g, sw);
 }

@@ -20,6 +20,7 @@ void model_norm_forward(model *m, float *out, float *mean, float *rstd, const fl
                         const float *w, const float *b, int N);
 void model_layer_forward(model *m, int l, float *x_out);
 void model_adapt(model *m, int l, int t, float *y, const float *x, int N);
+void model_qkv_forward(model *m, int l, const layer_acts *a, const float *x, int N);
 void model_mlp_forward(model *m, int l, const layer_acts *a, float *x_out, int N);
 int model_begin(model *m, int region, int backward); /* the hooks, when installed */
 int model_end(model *m, int region, int backward);

@@ -164,15 +164,24 @@ static const char *tok_config_token(const cJSON *root, const char *key)
 }
 
 /* eos_token and chat_template from dir/tokenizer_config.json when there is one. */
+/* dir/name whole into *text (malloc'd; NULL when there is no such file) and path. -1 + loom_fail
+ * when it exists but cannot be read. */
+static int tok_read_beside(const char *dir, const char *name, char *path, size_t cap, char **text, size_t *len)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    struct stat st;
+    *text = NULL;
+    if (stat(path, &st) != 0) return 0;
+    *text = tok_read(path, len);
+    return *text ? 0 : -1;
+}
+
 static int tok_read_config(tokenizer *t, const char *dir)
 {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    struct stat st;
-    if (stat(path, &st) != 0) return 0;
+    char path[1100], *text;
     size_t len;
-    char *text = tok_read(path, &len);
-    if (!text) return -1;
+    if (tok_read_beside(dir, "tokenizer_config.json", path, sizeof path, &text, &len)) return -1;
+    if (!text) return 0;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
     if (!root) return loom_fail("%s: invalid JSON", path);
@@ -195,12 +204,8 @@ static int tok_read_config(tokenizer *t, const char *dir)
 static int tok_read_template_file(tokenizer *t, const char *dir)
 {
     char path[1100];
-    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    struct stat st;
-    if (stat(path, &st) != 0) return 0;
     size_t len;
-    t->chat_template = tok_read(path, &len);
-    return t->chat_template ? 0 : -1;
+    return tok_read_beside(dir, "chat_template.jinja", path, sizeof path, &t->chat_template, &len);
 }
 
 /* Defaults for eos / end of turn / padding from the usual names, first found wins. */
