@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "core/config.h"
 #include "core/model.h"
+#include "bench/smol_shapes.h"
 
 static double now(void)
 {
@@ -38,13 +39,7 @@ int main(int argc, char **argv)
     backend_prepare_process(argv);
     int B = atoi(argv[1]), P = atoi(argv[2]), N = atoi(argv[3]);
     int threads = argc > 4 ? atoi(argv[4]) : 0, tiny = argc > 5 && strcmp(argv[5], "tiny") == 0;
-    job_config cfg;
-    config_defaults(&cfg);
-    model_config mc = cfg.model;
-    config_apply_preset(&mc, "llama-small");
-    mc.vocab = tiny ? 512 : 49152; mc.d_model = tiny ? 64 : 576; mc.n_layer = tiny ? 2 : 30;
-    mc.n_head = 9 - 5 * tiny; mc.n_kv_head = 3 - 2 * tiny; mc.d_ff = tiny ? 128 : 1536;
-    mc.tied_embeddings = 1; mc.rope_theta = 100000.0f; mc.max_seq = P + N;
+    model_config mc = bench_smol_config(tiny, P + N);
     if (tiny) mc.n_head = 4, mc.n_kv_head = 1;
     backend_config bc = {.threads = threads};
     backend *be = backend_select("cpu", &bc, NULL, 0);

@@ -14,6 +14,7 @@
 #include "base/rng.h"
 #include "core/config.h"
 #include "core/model.h"
+#include "bench/smol_shapes.h"
 
 static double now(void)
 {
@@ -152,13 +153,7 @@ int main(int argc, char **argv)
     int B = atoi(argv[1]), T = atoi(argv[2]), r = atoi(argv[3]), steps = atoi(argv[4]);
     double frac = atof(argv[5]);
     int threads = argc > 6 ? atoi(argv[6]) : 0, tiny = argc > 7 && strcmp(argv[7], "tiny") == 0;
-    job_config cfg;
-    config_defaults(&cfg);
-    model_config mc = cfg.model;
-    config_apply_preset(&mc, "llama-small");
-    mc.vocab = tiny ? 512 : 49152; mc.d_model = tiny ? 64 : 576; mc.n_layer = tiny ? 2 : 30;
-    mc.n_head = tiny ? 4 : 9; mc.n_kv_head = tiny ? 1 : 3; mc.d_ff = tiny ? 128 : 1536;
-    mc.tied_embeddings = 1; mc.rope_theta = 100000.0f; mc.max_seq = T;
+    model_config mc = bench_smol_config(tiny, T);
     lora_spec ls = {.rank = r, .alpha = 2.0f * r, .targets = 0xF}; /* q, k, v, o */
     backend_config bc = {.threads = threads};
     backend *be = backend_select("cpu", &bc, NULL, 0);
