@@ -20,14 +20,13 @@ struct metrics {
     int total;
     FILE *jsonl;
     char svg_path[600];
-    double flops_per_token;
     double elapsed;
     int n;               /* steps recorded */
     plot_series loss, val, tps;
     double *tps_hist, *mfu_hist;
 };
 
-metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, int quiet)
+metrics *metrics_open(const job_config *cfg, int rank, int quiet)
 {
     metrics *mt = calloc(1, sizeof *mt);
     if (!mt) { loom_fail("out of host memory"); return NULL; }
@@ -41,7 +40,6 @@ metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, i
         loom_fail("out of host memory");
         return NULL;
     }
-    mt->flops_per_token = flops_per_token;
     if (rank != 0) return mt;
     mt->active = 1;
     mt->quiet = quiet;
@@ -68,11 +66,11 @@ static void metrics_format_time(char *buf, size_t len, double s)
 }
 
 void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
-                  double tokens, double seconds)
+                  double tokens, double flops, double seconds)
 {
     double tps = tokens / seconds;
     double peak = backend_peak_flops(s->be) * s->comm->size;
-    double mfu = peak > 0 ? mt->flops_per_token * tps / peak : 0.0;
+    double mfu = peak > 0 ? flops / seconds / peak : 0.0;
     mt->elapsed += seconds;
     if (mt->n <= mt->total) {
         mt->tps_hist[mt->n] = tps;

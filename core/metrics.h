@@ -9,9 +9,9 @@
 
 typedef struct metrics metrics;
 
-metrics *metrics_open(const job_config *cfg, double flops_per_token, int rank, int quiet);
+metrics *metrics_open(const job_config *cfg, int rank, int quiet);
 void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
-                  double tokens, double seconds);
+                  double tokens, double flops, double seconds);
 void metrics_val(metrics *mt, int step, double val_loss);
 /* Median tokens/s and MFU over the steps after the first (which pays warm-up costs). */
 void metrics_summary(const metrics *mt, double *tokens_per_s, double *mfu);

@@ -647,7 +647,8 @@ void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
     model_head_plan(m, targets);
 }
 
-double model_flops_per_token(const model *m, int T)
+/* Per-token FLOPs split in the body (every real position) and the head (positions with a loss). */
+static void model_flops_split(const model *m, int T, double *body, double *head)
 {
     /* 6 flops per matmul weight per token (2 forward, 4 backward), plus causal attention:
      * QK^T and PV cost 2 * 2 * (T/2 avg keys) * C forward per layer, times 3 with backward.
@@ -656,7 +657,22 @@ double model_flops_per_token(const model *m, int T)
     const model_config *c = &m->cfg;
     double C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
     double per_layer = C * qC * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
-    double matmul_w = per_layer * c->n_layer + (double)c->vocab * C;
-    double weights = m->lora.rank ? 4.0 * matmul_w + 6.0 * (double)m->nparams : 6.0 * matmul_w;
-    return weights + 6.0 * c->n_layer * (double)T * C;
+    double per_weight = m->lora.rank ? 4.0 : 6.0;
+    *head = per_weight * (double)c->vocab * C;
+    *body = per_weight * per_layer * c->n_layer + (m->lora.rank ? 6.0 * (double)m->nparams : 0.0) +
+            6.0 * c->n_layer * (double)T * C;
+}
+
+double model_flops_per_token(const model *m, int T)
+{
+    double body, head;
+    model_flops_split(m, T, &body, &head);
+    return body + head;
+}
+
+double model_step_flops(const model *m, int T, double tokens, double head_rows)
+{
+    double body, head;
+    model_flops_split(m, T, &body, &head);
+    return body * tokens + head * (m->full_head ? tokens : head_rows);
 }

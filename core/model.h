@@ -214,8 +214,11 @@ int model_gen_pos(const model_gen *g, int i); /* tokens live row i holds so far 
 int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
                    double *sum_out);
 
-/* Matmul FLOPs of one training token (forward + backward), for MFU. */
+/* Matmul FLOPs of one training token (forward + backward) in rows of T, head included, for MFU. */
 double model_flops_per_token(const model *m, int T);
+/* Matmul FLOPs of one optimizer step that computed `tokens` real positions in rows of T and the
+ * head on `head_rows` of them (the compact head: only positions with a target), for MFU. */
+double model_step_flops(const model *m, int T, double tokens, double head_rows);
 
 /* Index of a tensor by name, -1 if absent. */
 int model_find(const model *m, const char *name);

@@ -108,7 +108,8 @@ static double trainer_global_targets(const trainer *t, int step)
 }
 
 /* One optimizer step: 0 done, 1 skipped (non-finite), -1 error. */
-static int trainer_step(trainer *t, int step, double *loss, double *norm, float *lr_out, double *tokens)
+static int trainer_step(trainer *t, int step, double *loss, double *norm, float *lr_out, double *tokens,
+                        double *flops)
 {
     session *s = t->s;
     const train_config *tc = &t->cfg.train;
@@ -133,6 +134,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     if (comm_allreduce_host(s->comm, stats, 2)) return -1;
     *loss = targets > 0 ? stats[0] / targets : 0.0;
     *tokens = stats[1];
+    *flops = model_step_flops(s->model, T, stats[1], targets); /* this step's row length, its head rows */
     *norm = sqrt(dp_grad_sumsq(s->dp));
     *lr_out = optim_lr(tc, step);
     if (!isfinite(*loss) || !isfinite(*norm)) return 1; /* every rank sees the same sums */
@@ -193,8 +195,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     if (!t->tokens || !t->targets) return loom_fail("train: out of host memory");
     t->s->init_from_base = !finetune && opt && opt->init;
     if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
-    t->log = metrics_open(&t->cfg, model_flops_per_token(t->s->model, t->T), c->rank,
-                          opt && opt->quiet);
+    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
     backend_peak_flops(t->s->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;
 }
@@ -234,9 +235,9 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
     int bad_in_row = 0;
     for (int step = (int)t->s->step; step < tc->steps; step++) {
         fault_at_step(t->s->comm->rank, step + 1);
-        double t0 = now_s(), loss = 0, norm = 0, tokens = 0;
+        double t0 = now_s(), loss = 0, norm = 0, tokens = 0, flops = 0;
         float lr = 0;
-        int st = trainer_step(t, step, &loss, &norm, &lr, &tokens);
+        int st = trainer_step(t, step, &loss, &norm, &lr, &tokens, &flops);
         if (st < 0) return -1;
         const char *broken = backend_failure(t->s->be); /* before the NaN it caused counts as bad */
         if (broken) return loom_fail("train: step %d: %s", step + 1, broken);
@@ -252,7 +253,7 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         t->s->step = step + 1;
         trainer_slow_waits(t, t->s->comm, 0);
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
-        metrics_step(t->log, t->s, step + 1, loss, lr, norm, tokens, dt);
+        metrics_step(t->log, t->s, step + 1, loss, lr, norm, tokens, flops, dt);
         rep->last_loss = loss;
         rep->steps_done = step + 1;
         if (trainer_maybe_validate(t, step + 1, rep)) return -1;

@@ -10,3 +10,4 @@ loom_add_test(test_resume_check ${CMAKE_CURRENT_SOURCE_DIR}/test_resume_check.c 
 add_test(NAME generate_cli COMMAND ${PROJECT_SOURCE_DIR}/tests/core/generate_cli.sh $<TARGET_FILE:loom>)
 set_tests_properties(generate_cli PROPERTIES TIMEOUT 300)
 loom_add_test(test_lora_targets ${CMAKE_CURRENT_SOURCE_DIR}/test_lora_targets.c loom_core)
+loom_add_test(test_flops ${CMAKE_CURRENT_SOURCE_DIR}/test_flops.c loom_core)
