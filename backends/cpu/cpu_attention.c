@@ -1,6 +1,7 @@
 /* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise.
- * Forward work items are (b, h, block of CPU_ATT_BQ queries), backward items (b, h); a block's
- * scores against its causal keys (BQ x T at most) live in per-thread scratch and go through sgemm.
+ * A work item is one kv head of one sequence with its G = H/Hkv query heads stacked: a block of
+ * rows queries x G heads (M = rows G score rows against the block's causal keys) goes through
+ * sgemm as one product, so GQA shares each K/V pass and writes dK/dV itself, in a fixed order.
  * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
@@ -16,29 +17,50 @@
 #include <cblas.h>
 #endif
 
-#define CPU_ATT_BQ 64 /* queries per block: scores block is 64 x T floats (256 KB at T = 1024) */
+/* Score rows per block (queries x heads of a group): 192 x T floats (768 KB at T = 1024). Fewer
+ * queries per block as G grows, so a block's sgemm stays this tall, between 8 and 64 queries. */
+#define CPU_ATT_M 192
+#define CPU_ATT_BQ_MAX 64
 
-/* Geometry of one query block of one (b, h): rows [i0, i1) see keys [0, i1). */
+static int cpu_att_bq(int G)
+{
+    int bq = CPU_ATT_M / G;
+    return bq > CPU_ATT_BQ_MAX ? CPU_ATT_BQ_MAX : bq < 8 ? 8 : bq;
+}
+
+/* Geometry of one query block of one (b, kv head): queries [i0, i0 + rows) of the G heads
+ * hk G .. hk G + G - 1 (score row r G + g: query i0 + r, head hk G + g) see keys [0, nk). */
 typedef struct {
-    int i0, rows, nk;
-    const float *q, *k, *v; /* first row of this head's q block / kv head's k, v */
-    size_t ldq, ldk;        /* row strides: H*D for q/out, Hkv*D for k/v */
+    int i0, rows, nk, M, G, D;
+    size_t ldq, ldk;         /* row strides: H*D for q/out, Hkv*D for k/v */
+    size_t qoff;             /* q/out offset of query i0, head hk G */
+    const float *k, *v;      /* first row of this kv head */
 } cpu_att_blk;
 
-static cpu_att_blk cpu_att_block(const float *q, const float *k, const float *v, int b, int h,
-                                 int qb, int T, int H, int Hkv, int D)
+static cpu_att_blk cpu_att_block(const float *k, const float *v, int b, int hk, int i0, int bq,
+                                 int T, int H, int Hkv, int D)
 {
     cpu_att_blk g;
-    int hk = h / (H / Hkv);
-    g.i0 = qb * CPU_ATT_BQ;
-    g.rows = T - g.i0 < CPU_ATT_BQ ? T - g.i0 : CPU_ATT_BQ;
-    g.nk = g.i0 + g.rows;
+    g.G = H / Hkv;
+    g.D = D;
+    g.i0 = i0;
+    g.rows = T - i0 < bq ? T - i0 : bq;
+    g.nk = i0 + g.rows;
+    g.M = g.rows * g.G;
     g.ldq = (size_t)H * D;
     g.ldk = (size_t)Hkv * D;
-    g.q = q + ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
+    g.qoff = ((size_t)b * T + i0) * g.ldq + (size_t)hk * g.G * D;
     g.k = k + (size_t)b * T * g.ldk + (size_t)hk * D;
     g.v = v + (size_t)b * T * g.ldk + (size_t)hk * D;
     return g;
+}
+
+/* dst (M x D, packed) <- the block's rows of src (q layout): one G*D run per query. */
+static void cpu_att_pack(float *dst, const float *src, const cpu_att_blk *g)
+{
+    size_t run = (size_t)g->G * g->D;
+    for (int r = 0; r < g->rows; r++)
+        memcpy(dst + r * run, src + g->qoff + r * g->ldq, run * sizeof(float));
 }
 
 /* C (M x N, ldc) = alpha op(A) op(B) + beta C with explicit leading dimensions. */
@@ -49,9 +71,9 @@ static void cpu_att_gemm(int tA, int tB, int M, int N, int K, float alpha, const
                 N, K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-/* Row r of a score block (query i0 + r sees keys 0..i0+r): s_j <- e^(s_j - m) in place, zeros
- * past the diagonal; returns the sum (the 1/sum normalisation is applied to the output row,
- * D wide, instead of to the scores, nk wide). */
+/* Row of a score block (its query sees `valid` keys): s_j <- e^(s_j - m) in place, zeros past
+ * the diagonal; returns the sum (the 1/sum normalisation is applied to the output row, D wide,
+ * instead of to the scores, nk wide). */
 CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_out)
 {
     float m = -INFINITY, sum = 0.0f;
@@ -68,45 +90,53 @@ CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_
     return sum;
 }
 
-CPU_CLONES static void cpu_k_scale_row(float *o, float a, int n)
+CPU_CLONES static void cpu_k_scaled_copy(float *o, const float *x, float a, int n)
 {
 #pragma omp simd
-    for (int i = 0; i < n; i++) o[i] *= a;
+    for (int i = 0; i < n; i++) o[i] = a * x[i];
 }
 
 /* One query block: S = scale Q K^T, E = e^(S - m) causal, O = (E V) / rowsum(E),
- * lse = m + log rowsum(E) saved for the backward. */
-static void cpu_att_fwd_block(float *S, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int b, int h, int qb, int T, int H, int Hkv, int D)
+ * lse = m + log rowsum(E) saved for the backward. scr holds M (nk + 2 D) floats. */
+static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int b, int hk, int i0, int bq, int T, int H, int Hkv,
+                              int D)
 {
-    cpu_att_blk g = cpu_att_block(q, k, v, b, h, qb, T, H, Hkv, D);
-    float scale = 1.0f / sqrtf((float)D), sums[CPU_ATT_BQ];
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, scale, g.q, g.ldq, g.k, g.ldk, 0.0f, S, (size_t)g.nk);
-    float *l = lse + ((size_t)b * H + h) * T + g.i0;
-    for (int r = 0; r < g.rows; r++) {
-        float m;
-        sums[r] = cpu_k_att_exp_row(S + (size_t)r * g.nk, g.i0 + r + 1, g.nk, &m);
-        l[r] = m + logf(sums[r]);
+    cpu_att_blk g = cpu_att_block(k, v, b, hk, i0, bq, T, H, Hkv, D);
+    float scale = 1.0f / sqrtf((float)D);
+    float *S = scr, *Qp = S + (size_t)g.M * g.nk, *Op = Qp + (size_t)g.M * D;
+    cpu_att_pack(Qp, q, &g);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, S, (size_t)g.nk);
+    float *rs = Qp; /* Q is spent: its first M floats take the row sums' reciprocals */
+    for (int i = 0; i < g.M; i++) {
+        int r = i / g.G, h = hk * g.G + i % g.G;
+        float m, sum = cpu_k_att_exp_row(S + (size_t)i * g.nk, i0 + r + 1, g.nk, &m);
+        lse[((size_t)b * H + h) * T + i0 + r] = m + logf(sum);
+        rs[i] = 1.0f / sum;
     }
-    float *o = out + ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
-    cpu_att_gemm(0, 0, g.rows, D, g.nk, 1.0f, S, (size_t)g.nk, g.v, g.ldk, 0.0f, o, g.ldq);
-    for (int r = 0; r < g.rows; r++) cpu_k_scale_row(o + r * g.ldq, 1.0f / sums[r], D);
+    cpu_att_gemm(0, 0, g.M, D, g.nk, 1.0f, S, (size_t)g.nk, g.v, g.ldk, 0.0f, Op, (size_t)D);
+    for (int r = 0; r < g.rows; r++)
+        for (int gg = 0; gg < g.G; gg++) {
+            int i = r * g.G + gg;
+            cpu_k_scaled_copy(out + g.qoff + r * g.ldq + (size_t)gg * D, Op + (size_t)i * D, rs[i], D);
+        }
 }
 
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, int B, int T, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int nq = (T + CPU_ATT_BQ - 1) / CPU_ATT_BQ;
-    long items = (long)B * H * nq;
-    if (cpu_scratch_reserve(st, (size_t)CPU_ATT_BQ * T) != 0) return;
+    int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq;
+    long items = (long)B * Hkv * nq;
+    size_t M = (size_t)bq * G;
+    if (cpu_scratch_reserve(st, M * ((size_t)T + 2 * (size_t)D)) != 0) return;
     cpu_blas_enter_parallel(); /* the parallelism is ours: blocks run concurrently */
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
-        int qb = nq - 1 - (int)(it / ((long)B * H)); /* longest (last) blocks first: balance */
-        int bh = (int)(it % ((long)B * H));
-        cpu_att_fwd_block(st->scratch[CPU_TID()], out, lse, q, k, v, bh / H, bh % H, qb, T, H,
-                          Hkv, D);
+        int qb = nq - 1 - (int)(it / ((long)B * Hkv)); /* longest (last) blocks first: balance */
+        int bh = (int)(it % ((long)B * Hkv));
+        cpu_att_fwd_block(st->scratch[CPU_TID()], out, lse, q, k, v, bh / Hkv, bh % Hkv, qb * bq,
+                          bq, T, H, Hkv, D);
     }
 }
 
@@ -131,110 +161,74 @@ CPU_CLONES static float cpu_k_dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* Pointers of the backward for one (b, h): dout/out/dq share q's layout; dk/dv point at the
- * first row this head accumulates into, ldd apart (the kv head itself, or a per-head partial). */
+/* Backward inputs and outputs; dk/dv in k's layout, written by the item of their kv head only. */
 typedef struct {
-    const float *dout, *out, *lse;
+    const float *dout, *q, *k, *v, *out, *lse;
     float *dq, *dk, *dv;
-    size_t ldd;
-} cpu_att_grads;
+    int T, H, Hkv, D, bq;
+} cpu_att_bwd_args;
 
-/* One query block of the backward (math in cpu_att_bwd_head):
+/* One query block of the backward (math in cpu_att_bwd_item), scr holding M (2 nk + 2 D):
  * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO. */
-static void cpu_att_bwd_block(float *P, float *dP, const cpu_att_grads *gr, const float *q,
-                              const float *k, const float *v, int b, int h, int qb, int T, int H,
-                              int Hkv, int D)
+static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0)
 {
-    cpu_att_blk g = cpu_att_block(q, k, v, b, h, qb, T, H, Hkv, D);
+    int T = a->T, H = a->H, D = a->D;
+    cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D);
     float scale = 1.0f / sqrtf((float)D);
-    size_t off = ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
-    const float *dO = gr->dout + off, *O = gr->out + off;
-    const float *l = gr->lse + ((size_t)b * H + h) * T + g.i0;
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, scale, g.q, g.ldq, g.k, g.ldk, 0.0f, P, (size_t)g.nk);
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, 1.0f, dO, g.ldq, g.v, g.ldk, 0.0f, dP, (size_t)g.nk);
-    for (int r = 0; r < g.rows; r++) {
-        float delta = cpu_k_dot(dO + r * g.ldq, O + r * g.ldq, D);
-        cpu_k_att_dscore(P + (size_t)r * g.nk, dP + (size_t)r * g.nk, l[r], delta, g.i0 + r + 1,
-                         g.nk);
+    float *P = scr, *dP = P + (size_t)g.M * g.nk, *Qp = dP + (size_t)g.M * g.nk;
+    float *dOp = Qp + (size_t)g.M * D;
+    cpu_att_pack(Qp, a->q, &g);
+    cpu_att_pack(dOp, a->dout, &g);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, P, (size_t)g.nk);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, 1.0f, dOp, D, g.v, g.ldk, 0.0f, dP, (size_t)g.nk);
+    for (int i = 0; i < g.M; i++) {
+        int r = i / g.G, h = hk * g.G + i % g.G;
+        const float *O = a->out + g.qoff + r * g.ldq + (size_t)(i % g.G) * D;
+        float delta = cpu_k_dot(dOp + (size_t)i * D, O, D);
+        float l = a->lse[((size_t)b * H + h) * T + i0 + r];
+        cpu_k_att_dscore(P + (size_t)i * g.nk, dP + (size_t)i * g.nk, l, delta, i0 + r + 1, g.nk);
     }
-    cpu_att_gemm(0, 0, g.rows, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, gr->dq + off,
-                 g.ldq);
-    cpu_att_gemm(1, 0, g.nk, D, g.rows, scale, dP, (size_t)g.nk, g.q, g.ldq, 1.0f, gr->dk, gr->ldd);
-    cpu_att_gemm(1, 0, g.nk, D, g.rows, 1.0f, P, (size_t)g.nk, dO, g.ldq, 1.0f, gr->dv, gr->ldd);
+    float *dk = a->dk + (size_t)b * T * g.ldk + (size_t)hk * D;
+    float *dv = a->dv + (size_t)b * T * g.ldk + (size_t)hk * D;
+    cpu_att_gemm(1, 0, g.nk, D, g.M, scale, dP, (size_t)g.nk, Qp, D, 1.0f, dk, g.ldk);
+    cpu_att_gemm(1, 0, g.nk, D, g.M, 1.0f, P, (size_t)g.nk, dOp, D, 1.0f, dv, g.ldk);
+    /* dQ lands packed in Q's place (Q is spent), then goes to its rows: each written once */
+    cpu_att_gemm(0, 0, g.M, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, Qp, D);
+    size_t run = (size_t)g.G * D;
+    for (int r = 0; r < g.rows; r++)
+        memcpy(a->dq + g.qoff + r * g.ldq, Qp + r * run, run * sizeof(float));
 }
 
-/* The whole backward of query head h of batch b: zero its dK/dV destination, then its query
- * blocks in order. With s_ij = scale q_i.k_j and p = softmax_j(s): ds_ij = p_ij (dp_ij - delta_i),
- * delta_i = sum_j p_ij dp_ij = dO_i . O_i (since O_i = sum_j p_ij v_j), dp_ij = dO_i . v_j. */
-static void cpu_att_bwd_head(float *scr, cpu_att_grads gr, const float *q, const float *k,
-                             const float *v, int b, int h, int T, int H, int Hkv, int D)
+/* The whole backward of kv head hk of batch b (its G query heads together): zero its dK/dV rows,
+ * then its query blocks in order. With s_ij = scale q_i.k_j and p = softmax_j(s):
+ * ds_ij = p_ij (dp_ij - delta_i), delta_i = sum_j p_ij dp_ij = dO_i . O_i (since
+ * O_i = sum_j p_ij v_j), dp_ij = dO_i . v_j; dK, dV sum over the group's heads and queries. */
+static void cpu_att_bwd_item(float *scr, const cpu_att_bwd_args *a, int b, int hk)
 {
-    for (int t = 0; t < T; t++)
-        for (int d = 0; d < D; d++) gr.dk[t * gr.ldd + d] = gr.dv[t * gr.ldd + d] = 0.0f;
-    int nq = (T + CPU_ATT_BQ - 1) / CPU_ATT_BQ;
-    float *P = scr, *dP = scr + (size_t)CPU_ATT_BQ * T;
-    for (int qb = 0; qb < nq; qb++) cpu_att_bwd_block(P, dP, &gr, q, k, v, b, h, qb, T, H, Hkv, D);
-}
-
-/* GQA: dk[b, t, hk] = sum over the group's heads h = hk G .. hk G + G - 1 of their partials, in
- * that order (part is (B, H, T, D) for dK, then the same for dV). */
-static void cpu_att_reduce_group(float *dk, float *dv, const float *part, int B, int T, int H,
-                                 int Hkv, int D, int threads)
-{
-    int G = H / Hkv;
-    size_t half = (size_t)B * H * T * D;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long r = 0; r < (long)B * T; r++) {
-        int b = (int)(r / T), t = (int)(r % T);
-        for (int hk = 0; hk < Hkv; hk++) {
-            float *ok = dk + ((size_t)r * Hkv + hk) * D, *ov = dv + ((size_t)r * Hkv + hk) * D;
-            for (int d = 0; d < D; d++) ok[d] = ov[d] = 0.0f;
-            for (int h = hk * G; h < (hk + 1) * G; h++) {
-                const float *pk = part + (((size_t)b * H + h) * T + t) * D;
-                for (int d = 0; d < D; d++) ok[d] += pk[d], ov[d] += pk[half + d];
-            }
-        }
+    size_t ldk = (size_t)a->Hkv * a->D;
+    for (int t = 0; t < a->T; t++) {
+        size_t o = ((size_t)b * a->T + t) * ldk + (size_t)hk * a->D;
+        memset(a->dk + o, 0, (size_t)a->D * sizeof(float));
+        memset(a->dv + o, 0, (size_t)a->D * sizeof(float));
     }
+    for (int i0 = 0; i0 < a->T; i0 += a->bq) cpu_att_bwd_block(scr, a, b, hk, i0);
 }
 
-/* Parallel over (b, h). With H == Hkv each head owns its dk/dv rows; with GQA each head writes a
- * private partial and the group is summed afterwards in head order: no races, same bits on
- * every run and every thread count. */
+/* Parallel over (b, kv head): each item owns its dk/dv rows and its heads' dq rows, so there are
+ * no races and the same bits come out on every run and every thread count. */
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, int B, int T, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int G = H / Hkv, items = B * H;
-    if (cpu_scratch_reserve(st, 2 * (size_t)CPU_ATT_BQ * T) != 0) return;
-    size_t half = (size_t)B * H * T * D;
-    if (G > 1 && 2 * half > st->att_part_cap) {
-        float *p = malloc(2 * half * sizeof(float));
-        if (!p) {
-            log_warn("cpu backend: out of memory for attention partials (%zu floats)", 2 * half);
-            return;
-        }
-        free(st->att_part);
-        st->att_part = p;
-        st->att_part_cap = 2 * half;
-    }
+    int G = H / Hkv, bq = cpu_att_bq(G), items = B * Hkv;
+    size_t M = (size_t)bq * G;
+    if (cpu_scratch_reserve(st, 2 * M * ((size_t)T + (size_t)D)) != 0) return;
+    cpu_att_bwd_args a = {dout, q, k, v, out, lse, dq, dk, dv, T, H, Hkv, D, bq};
     cpu_blas_enter_parallel();
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
-    for (int it = 0; it < items; it++) {
-        int b = it / H, h = it % H;
-        size_t ldk = (size_t)Hkv * D;
-        cpu_att_grads gr = {dout, out, lse, dq, NULL, NULL, ldk};
-        if (G == 1) {
-            gr.dk = dk + (size_t)b * T * ldk + (size_t)h * D;
-            gr.dv = dv + (size_t)b * T * ldk + (size_t)h * D;
-        } else {
-            gr.dk = st->att_part + ((size_t)b * H + h) * T * D;
-            gr.dv = gr.dk + half;
-            gr.ldd = (size_t)D;
-        }
-        cpu_att_bwd_head(st->scratch[CPU_TID()], gr, q, k, v, b, h, T, H, Hkv, D);
-    }
-    if (G > 1) cpu_att_reduce_group(dk, dv, st->att_part, B, T, H, Hkv, D, st->threads);
+    for (int it = 0; it < items; it++)
+        cpu_att_bwd_item(st->scratch[CPU_TID()], &a, it / Hkv, it % Hkv);
 }
 
 /* One head of one query over Tk keys/values with row stride ldk: s_j = q.k_j / sqrt(D),

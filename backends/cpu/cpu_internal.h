@@ -53,8 +53,6 @@ typedef struct cpu_state {
     int rope_T, rope_D;
     float rope_theta;
     float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
-    float *att_part;     /* GQA backward: per query head dK, dV partials (2 B H T D floats) */
-    size_t att_part_cap;
 } cpu_state;
 
 static inline cpu_state *cpu_st(backend *be) { return (cpu_state *)be->impl; }

@@ -118,6 +118,8 @@ int main(int argc, char **argv)
     test_attention(be, 1, 64, 4, 1, 8, 300);  /* T = block, MQA */
     test_attention(be, 2, 130, 2, 2, 16, 60); /* three blocks */
     test_attention(be, 1, 300, 2, 1, 64, 8);  /* GPT-2 head size, five blocks, MQA */
+    test_attention(be, 2, 150, 9, 3, 16, 60); /* SmolLM2's 9/3 heads: 3-head groups, 3 blocks */
+    test_attention(be, 1, 50, 16, 1, 8, 60);  /* 16-head group: 12-query blocks, a short last */
     be->ops->destroy(be);
     return test_finish("test_cpu_attention");
 }
