@@ -1,6 +1,6 @@
 /* test_cpu_attention.c: CPU causal GQA attention against a double reference (out and lse) and
  * its backward (dq, dk, dv) against central finite differences of a random functional of out.
- * Shapes cover H == Hkv, GQA, T = 1, T at and off the 64-query block size, several blocks. */
+ * Shapes cover H == Hkv, GQA, T = 1, T at and off the block size (48 / G queries), several blocks. */
 #include "cpu_test.h"
 
 typedef struct {
@@ -115,11 +115,12 @@ int main(int argc, char **argv)
     test_attention(be, 1, 67, 2, 2, 8, 0);    /* H == Hkv, T off the block size, full FD */
     test_attention(be, 2, 67, 4, 2, 8, 300);  /* GQA */
     test_attention(be, 2, 1, 4, 2, 16, 0);    /* T = 1 */
-    test_attention(be, 1, 64, 4, 1, 8, 300);  /* T = block, MQA */
+    test_attention(be, 1, 48, 2, 2, 8, 0);    /* T = block (48 queries) */
+    test_attention(be, 1, 64, 4, 1, 8, 300);  /* MQA, 12-query blocks */
     test_attention(be, 2, 130, 2, 2, 16, 60); /* three blocks */
-    test_attention(be, 1, 300, 2, 1, 64, 8);  /* GPT-2 head size, five blocks, MQA */
-    test_attention(be, 2, 150, 9, 3, 16, 60); /* SmolLM2's 9/3 heads: 3-head groups, 3 blocks */
-    test_attention(be, 1, 50, 16, 1, 8, 60);  /* 16-head group: 12-query blocks, a short last */
+    test_attention(be, 1, 300, 2, 1, 64, 8);  /* GPT-2 head size, MQA, 13 blocks */
+    test_attention(be, 2, 150, 9, 3, 16, 60); /* SmolLM2's 9/3 heads: 3-head groups, 16-query blocks */
+    test_attention(be, 1, 50, 16, 1, 8, 60);  /* 16-head group: 4-query blocks, a short last */
     be->ops->destroy(be);
     return test_finish("test_cpu_attention");
 }
