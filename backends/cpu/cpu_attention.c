@@ -171,8 +171,10 @@ typedef struct {
 } cpu_att_bwd_args;
 
 /* One query block of the backward (math in cpu_att_bwd_item), scr holding M (2 nk + 2 D):
- * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO. */
-static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0)
+ * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO,
+ * dk/dv: this kv head's first row, ldd apart. */
+static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0,
+                              float *dk, float *dv, size_t ldd)
 {
     int T = a->T, H = a->H, D = a->D;
     cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D);
@@ -190,10 +192,8 @@ static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int 
         float l = a->lse[((size_t)b * H + h) * T + i0 + r];
         cpu_k_att_dscore(P + (size_t)i * g.nk, dP + (size_t)i * g.nk, l, delta, i0 + r + 1, g.nk);
     }
-    float *dk = a->dk + (size_t)b * T * g.ldk + (size_t)hk * D;
-    float *dv = a->dv + (size_t)b * T * g.ldk + (size_t)hk * D;
-    cpu_att_gemm(1, 0, g.nk, D, g.M, scale, dP, (size_t)g.nk, Qp, D, 1.0f, dk, g.ldk);
-    cpu_att_gemm(1, 0, g.nk, D, g.M, 1.0f, P, (size_t)g.nk, dOp, D, 1.0f, dv, g.ldk);
+    cpu_att_gemm(1, 0, g.nk, D, g.M, scale, dP, (size_t)g.nk, Qp, D, 1.0f, dk, ldd);
+    cpu_att_gemm(1, 0, g.nk, D, g.M, 1.0f, P, (size_t)g.nk, dOp, D, 1.0f, dv, ldd);
     /* dQ lands packed in Q's place (Q is spent), then goes to its rows: each written once */
     cpu_att_gemm(0, 0, g.M, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, Qp, D);
     size_t run = (size_t)g.G * D;
@@ -201,36 +201,91 @@ static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int 
         memcpy(a->dq + g.qoff + r * g.ldq, Qp + r * run, run * sizeof(float));
 }
 
-/* The whole backward of kv head hk of batch b (its G query heads together): zero its dK/dV rows,
- * then its query blocks in order. With s_ij = scale q_i.k_j and p = softmax_j(s):
+/* Query blocks [q0, q1) of kv head hk of batch b (its G query heads together), in order, into
+ * dk/dv (T rows, ldd apart), zeroed first. With s_ij = scale q_i.k_j and p = softmax_j(s):
  * ds_ij = p_ij (dp_ij - delta_i), delta_i = sum_j p_ij dp_ij = dO_i . O_i (since
  * O_i = sum_j p_ij v_j), dp_ij = dO_i . v_j; dK, dV sum over the group's heads and queries. */
-static void cpu_att_bwd_item(float *scr, const cpu_att_bwd_args *a, int b, int hk)
+static void cpu_att_bwd_item(float *scr, const cpu_att_bwd_args *a, int b, int hk, int q0, int q1,
+                             float *dk, float *dv, size_t ldd)
 {
-    size_t ldk = (size_t)a->Hkv * a->D;
     for (int t = 0; t < a->T; t++) {
-        size_t o = ((size_t)b * a->T + t) * ldk + (size_t)hk * a->D;
-        memset(a->dk + o, 0, (size_t)a->D * sizeof(float));
-        memset(a->dv + o, 0, (size_t)a->D * sizeof(float));
+        memset(dk + t * ldd, 0, (size_t)a->D * sizeof(float));
+        memset(dv + t * ldd, 0, (size_t)a->D * sizeof(float));
     }
-    for (int i0 = 0; i0 < a->T; i0 += a->bq) cpu_att_bwd_block(scr, a, b, hk, i0);
+    for (int qb = q0; qb < q1; qb++) cpu_att_bwd_block(scr, a, b, hk, qb * a->bq, dk, dv, ldd);
 }
 
-/* Parallel over (b, kv head): each item owns its dk/dv rows and its heads' dq rows, so there are
- * no races and the same bits come out on every run and every thread count. */
+/* Fewer (b, kv head) items than this (B = 1 with few kv heads): each is cut into segments of its
+ * query blocks with private dK/dV partials, summed afterwards in segment order. The count comes
+ * from the shapes only, never the threads, so the bits do not depend on the thread count. */
+#define CPU_ATT_MIN_ITEMS 8
+
+/* First query block of segment s of nseg: block qb costs ~qb + 1, so cuts at nq sqrt(s / nseg)
+ * give the segments equal work. */
+static int cpu_att_seg_start(int s, int nseg, int nq)
+{
+    return (int)(nq * sqrt((double)s / nseg) + 0.5);
+}
+
+/* dk[b, t, hk] = sum over segments in order of part[(b Hkv + hk) nseg + s] (T x D each, dK, then
+ * `half` floats later dV). */
+static void cpu_att_reduce_segments(float *dk, float *dv, const float *part, int B, int T, int Hkv,
+                                    int D, int nseg, int threads)
+{
+    size_t half = (size_t)B * Hkv * nseg * T * D;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long r = 0; r < (long)B * T; r++) {
+        int b = (int)(r / T), t = (int)(r % T);
+        for (int hk = 0; hk < Hkv; hk++) {
+            float *ok = dk + ((size_t)r * Hkv + hk) * D, *ov = dv + ((size_t)r * Hkv + hk) * D;
+            for (int d = 0; d < D; d++) ok[d] = ov[d] = 0.0f;
+            for (int s = 0; s < nseg; s++) {
+                const float *pk = part + ((((size_t)b * Hkv + hk) * nseg + s) * T + t) * D;
+                for (int d = 0; d < D; d++) ok[d] += pk[d], ov[d] += pk[half + d];
+            }
+        }
+    }
+}
+
+/* Parallel over (b, kv head[, segment]): each item owns its dk/dv rows (or its partial) and its
+ * blocks' dq rows, so there are no races and the same bits come out on every run and every
+ * thread count. */
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, int B, int T, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int G = H / Hkv, bq = cpu_att_bq(G), items = B * Hkv;
-    size_t M = (size_t)bq * G;
+    int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq, heads = B * Hkv;
+    int nseg = heads >= CPU_ATT_MIN_ITEMS ? 1 : (CPU_ATT_MIN_ITEMS + heads - 1) / heads;
+    if (nseg > nq) nseg = nq;
+    size_t M = (size_t)bq * G, ldk = (size_t)Hkv * D, half = (size_t)heads * nseg * T * D;
     if (cpu_scratch_reserve(st, 2 * M * ((size_t)T + (size_t)D)) != 0) return;
+    if (nseg > 1 && 2 * half > st->att_part_cap) {
+        float *p = malloc(2 * half * sizeof(float));
+        if (!p) {
+            log_warn("cpu backend: out of memory for attention partials (%zu floats)", 2 * half);
+            return;
+        }
+        free(st->att_part);
+        st->att_part = p;
+        st->att_part_cap = 2 * half;
+    }
     cpu_att_bwd_args a = {dout, q, k, v, out, lse, dq, dk, dv, T, H, Hkv, D, bq};
     cpu_blas_enter_parallel();
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
-    for (int it = 0; it < items; it++)
-        cpu_att_bwd_item(st->scratch[CPU_TID()], &a, it / Hkv, it % Hkv);
+    for (int it = 0; it < heads * nseg; it++) {
+        int bh = it / nseg, sg = it % nseg, b = bh / Hkv, hk = bh % Hkv;
+        int q0 = cpu_att_seg_start(sg, nseg, nq), q1 = cpu_att_seg_start(sg + 1, nseg, nq);
+        if (nseg == 1)
+            cpu_att_bwd_item(st->scratch[CPU_TID()], &a, b, hk, 0, nq,
+                             dk + (size_t)b * T * ldk + (size_t)hk * D,
+                             dv + (size_t)b * T * ldk + (size_t)hk * D, ldk);
+        else {
+            float *pk = st->att_part + (size_t)it * T * D;
+            cpu_att_bwd_item(st->scratch[CPU_TID()], &a, b, hk, q0, q1, pk, pk + half, (size_t)D);
+        }
+    }
+    if (nseg > 1) cpu_att_reduce_segments(dk, dv, st->att_part, B, T, Hkv, D, nseg, st->threads);
 }
 
 /* One head of one query over Tk keys/values with row stride ldk: s_j = q.k_j / sqrt(D),

@@ -95,6 +95,7 @@ static void cpu_destroy(backend *be)
         free(st->scratch);
         free(st->rope_tab);
         free(st->rope_key);
+        free(st->att_part);
         free(st);
     }
     free(be);

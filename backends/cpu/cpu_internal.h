@@ -53,6 +53,8 @@ typedef struct cpu_state {
     int rope_T, rope_D;
     float rope_theta;
     float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
+    float *att_part;     /* attention backward, few kv heads: per segment dK, dV partials */
+    size_t att_part_cap;
 } cpu_state;
 
 static inline cpu_state *cpu_st(backend *be) { return (cpu_state *)be->impl; }
