@@ -1,7 +1,6 @@
-/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise.
- * A work item is one kv head of one sequence with its G = H/Hkv query heads stacked: a block of
- * rows queries x G heads (M = rows G score rows against the block's causal keys) goes through
- * sgemm as one product, so GQA shares each K/V pass and writes dK/dV itself, in a fixed order.
+/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise. An item is
+ * one kv head of one sequence (or a run of its query blocks) with its G query heads stacked, so a
+ * block of queries x G heads goes through sgemm as one product against the shared K/V.
  * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
