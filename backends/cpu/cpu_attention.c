@@ -1,6 +1,6 @@
-/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise.
- * Forward work items are (b, h, block of CPU_ATT_BQ queries), backward items (b, h); a block's
- * scores against its causal keys (BQ x T at most) live in per-thread scratch and go through sgemm.
+/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise. An item is
+ * one kv head of one sequence (or a run of its query blocks) with its G query heads stacked, so a
+ * block of queries x G heads goes through sgemm as one product against the shared K/V.
  * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
@@ -16,29 +16,52 @@
 #include <cblas.h>
 #endif
 
-#define CPU_ATT_BQ 64 /* queries per block: scores block is 64 x T floats (256 KB at T = 1024) */
+/* Score rows per block (queries x heads of a group): 48 x T floats. Fewer queries per block as
+ * G grows, so a block's sgemm keeps this height, between 4 and 64 queries. Short blocks waste
+ * little on the causal diagonal: at T = 256, D = 64, G = 3, 16-query blocks ran the backward in
+ * 23 ms against 27 ms for 64-query ones (one thread; 32: 23, 8: 27). */
+#define CPU_ATT_M 48
+#define CPU_ATT_BQ_MAX 64
 
-/* Geometry of one query block of one (b, h): rows [i0, i1) see keys [0, i1). */
+static int cpu_att_bq(int G)
+{
+    int bq = CPU_ATT_M / G;
+    return bq > CPU_ATT_BQ_MAX ? CPU_ATT_BQ_MAX : bq < 4 ? 4 : bq;
+}
+
+/* Geometry of one query block of one (b, kv head): queries [i0, i0 + rows) of the G heads
+ * hk G .. hk G + G - 1 (score row r G + g: query i0 + r, head hk G + g) see keys [0, nk). */
 typedef struct {
-    int i0, rows, nk;
-    const float *q, *k, *v; /* first row of this head's q block / kv head's k, v */
-    size_t ldq, ldk;        /* row strides: H*D for q/out, Hkv*D for k/v */
+    int i0, rows, nk, M, G, D;
+    size_t ldq, ldk;         /* row strides: H*D for q/out, Hkv*D for k/v */
+    size_t qoff;             /* q/out offset of query i0, head hk G */
+    const float *k, *v;      /* first row of this kv head */
 } cpu_att_blk;
 
-static cpu_att_blk cpu_att_block(const float *q, const float *k, const float *v, int b, int h,
-                                 int qb, int T, int H, int Hkv, int D)
+static cpu_att_blk cpu_att_block(const float *k, const float *v, int b, int hk, int i0, int bq,
+                                 int T, int H, int Hkv, int D)
 {
     cpu_att_blk g;
-    int hk = h / (H / Hkv);
-    g.i0 = qb * CPU_ATT_BQ;
-    g.rows = T - g.i0 < CPU_ATT_BQ ? T - g.i0 : CPU_ATT_BQ;
-    g.nk = g.i0 + g.rows;
+    g.G = H / Hkv;
+    g.D = D;
+    g.i0 = i0;
+    g.rows = T - i0 < bq ? T - i0 : bq;
+    g.nk = i0 + g.rows;
+    g.M = g.rows * g.G;
     g.ldq = (size_t)H * D;
     g.ldk = (size_t)Hkv * D;
-    g.q = q + ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
+    g.qoff = ((size_t)b * T + i0) * g.ldq + (size_t)hk * g.G * D;
     g.k = k + (size_t)b * T * g.ldk + (size_t)hk * D;
     g.v = v + (size_t)b * T * g.ldk + (size_t)hk * D;
     return g;
+}
+
+/* dst (M x D, packed) <- the block's rows of src (q layout): one G*D run per query. */
+static void cpu_att_pack(float *dst, const float *src, const cpu_att_blk *g)
+{
+    size_t run = (size_t)g->G * g->D;
+    for (int r = 0; r < g->rows; r++)
+        memcpy(dst + r * run, src + g->qoff + r * g->ldq, run * sizeof(float));
 }
 
 /* C (M x N, ldc) = alpha op(A) op(B) + beta C with explicit leading dimensions. */
@@ -49,9 +72,9 @@ static void cpu_att_gemm(int tA, int tB, int M, int N, int K, float alpha, const
                 N, K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
-/* Row r of a score block (query i0 + r sees keys 0..i0+r): s_j <- e^(s_j - m) in place, zeros
- * past the diagonal; returns the sum (the 1/sum normalisation is applied to the output row,
- * D wide, instead of to the scores, nk wide). */
+/* Row of a score block (its query sees `valid` keys): s_j <- e^(s_j - m) in place, zeros past
+ * the diagonal; returns the sum (the 1/sum normalisation is applied to the output row, D wide,
+ * instead of to the scores, nk wide). */
 CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_out)
 {
     float m = -INFINITY, sum = 0.0f;
@@ -68,45 +91,53 @@ CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_
     return sum;
 }
 
-CPU_CLONES static void cpu_k_scale_row(float *o, float a, int n)
+CPU_CLONES static void cpu_k_scaled_copy(float *o, const float *x, float a, int n)
 {
 #pragma omp simd
-    for (int i = 0; i < n; i++) o[i] *= a;
+    for (int i = 0; i < n; i++) o[i] = a * x[i];
 }
 
 /* One query block: S = scale Q K^T, E = e^(S - m) causal, O = (E V) / rowsum(E),
- * lse = m + log rowsum(E) saved for the backward. */
-static void cpu_att_fwd_block(float *S, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int b, int h, int qb, int T, int H, int Hkv, int D)
+ * lse = m + log rowsum(E) saved for the backward. scr holds M (nk + 2 D) floats. */
+static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int b, int hk, int i0, int bq, int T, int H, int Hkv,
+                              int D)
 {
-    cpu_att_blk g = cpu_att_block(q, k, v, b, h, qb, T, H, Hkv, D);
-    float scale = 1.0f / sqrtf((float)D), sums[CPU_ATT_BQ];
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, scale, g.q, g.ldq, g.k, g.ldk, 0.0f, S, (size_t)g.nk);
-    float *l = lse + ((size_t)b * H + h) * T + g.i0;
-    for (int r = 0; r < g.rows; r++) {
-        float m;
-        sums[r] = cpu_k_att_exp_row(S + (size_t)r * g.nk, g.i0 + r + 1, g.nk, &m);
-        l[r] = m + logf(sums[r]);
+    cpu_att_blk g = cpu_att_block(k, v, b, hk, i0, bq, T, H, Hkv, D);
+    float scale = 1.0f / sqrtf((float)D);
+    float *S = scr, *Qp = S + (size_t)g.M * g.nk, *Op = Qp + (size_t)g.M * D;
+    cpu_att_pack(Qp, q, &g);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, S, (size_t)g.nk);
+    float *rs = Qp; /* Q is spent: its first M floats take the row sums' reciprocals */
+    for (int i = 0; i < g.M; i++) {
+        int r = i / g.G, h = hk * g.G + i % g.G;
+        float m, sum = cpu_k_att_exp_row(S + (size_t)i * g.nk, i0 + r + 1, g.nk, &m);
+        lse[((size_t)b * H + h) * T + i0 + r] = m + logf(sum);
+        rs[i] = 1.0f / sum;
     }
-    float *o = out + ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
-    cpu_att_gemm(0, 0, g.rows, D, g.nk, 1.0f, S, (size_t)g.nk, g.v, g.ldk, 0.0f, o, g.ldq);
-    for (int r = 0; r < g.rows; r++) cpu_k_scale_row(o + r * g.ldq, 1.0f / sums[r], D);
+    cpu_att_gemm(0, 0, g.M, D, g.nk, 1.0f, S, (size_t)g.nk, g.v, g.ldk, 0.0f, Op, (size_t)D);
+    for (int r = 0; r < g.rows; r++)
+        for (int gg = 0; gg < g.G; gg++) {
+            int i = r * g.G + gg;
+            cpu_k_scaled_copy(out + g.qoff + r * g.ldq + (size_t)gg * D, Op + (size_t)i * D, rs[i], D);
+        }
 }
 
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, int B, int T, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int nq = (T + CPU_ATT_BQ - 1) / CPU_ATT_BQ;
-    long items = (long)B * H * nq;
-    if (cpu_scratch_reserve(st, (size_t)CPU_ATT_BQ * T) != 0) return;
+    int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq;
+    long items = (long)B * Hkv * nq;
+    size_t M = (size_t)bq * G;
+    if (cpu_scratch_reserve(st, M * ((size_t)T + 2 * (size_t)D)) != 0) return;
     cpu_blas_enter_parallel(); /* the parallelism is ours: blocks run concurrently */
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
-        int qb = nq - 1 - (int)(it / ((long)B * H)); /* longest (last) blocks first: balance */
-        int bh = (int)(it % ((long)B * H));
-        cpu_att_fwd_block(st->scratch[CPU_TID()], out, lse, q, k, v, bh / H, bh % H, qb, T, H,
-                          Hkv, D);
+        int qb = nq - 1 - (int)(it / ((long)B * Hkv)); /* longest (last) blocks first: balance */
+        int bh = (int)(it % ((long)B * Hkv));
+        cpu_att_fwd_block(st->scratch[CPU_TID()], out, lse, q, k, v, bh / Hkv, bh % Hkv, qb * bq,
+                          bq, T, H, Hkv, D);
     }
 }
 
@@ -131,84 +162,104 @@ CPU_CLONES static float cpu_k_dot(const float *a, const float *b, int n)
     return s;
 }
 
-/* Pointers of the backward for one (b, h): dout/out/dq share q's layout; dk/dv point at the
- * first row this head accumulates into, ldd apart (the kv head itself, or a per-head partial). */
+/* Backward inputs and outputs; dk/dv in k's layout, written by the item of their kv head only. */
 typedef struct {
-    const float *dout, *out, *lse;
+    const float *dout, *q, *k, *v, *out, *lse;
     float *dq, *dk, *dv;
-    size_t ldd;
-} cpu_att_grads;
+    int T, H, Hkv, D, bq;
+} cpu_att_bwd_args;
 
-/* One query block of the backward (math in cpu_att_bwd_head):
- * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO. */
-static void cpu_att_bwd_block(float *P, float *dP, const cpu_att_grads *gr, const float *q,
-                              const float *k, const float *v, int b, int h, int qb, int T, int H,
-                              int Hkv, int D)
+/* One query block of the backward (math in cpu_att_bwd_item), scr holding M (2 nk + 2 D):
+ * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO,
+ * dk/dv: this kv head's first row, ldd apart. */
+static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0,
+                              float *dk, float *dv, size_t ldd)
 {
-    cpu_att_blk g = cpu_att_block(q, k, v, b, h, qb, T, H, Hkv, D);
+    int T = a->T, H = a->H, D = a->D;
+    cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D);
     float scale = 1.0f / sqrtf((float)D);
-    size_t off = ((size_t)b * T + g.i0) * g.ldq + (size_t)h * D;
-    const float *dO = gr->dout + off, *O = gr->out + off;
-    const float *l = gr->lse + ((size_t)b * H + h) * T + g.i0;
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, scale, g.q, g.ldq, g.k, g.ldk, 0.0f, P, (size_t)g.nk);
-    cpu_att_gemm(0, 1, g.rows, g.nk, D, 1.0f, dO, g.ldq, g.v, g.ldk, 0.0f, dP, (size_t)g.nk);
-    for (int r = 0; r < g.rows; r++) {
-        float delta = cpu_k_dot(dO + r * g.ldq, O + r * g.ldq, D);
-        cpu_k_att_dscore(P + (size_t)r * g.nk, dP + (size_t)r * g.nk, l[r], delta, g.i0 + r + 1,
-                         g.nk);
+    float *P = scr, *dP = P + (size_t)g.M * g.nk, *Qp = dP + (size_t)g.M * g.nk;
+    float *dOp = Qp + (size_t)g.M * D;
+    cpu_att_pack(Qp, a->q, &g);
+    cpu_att_pack(dOp, a->dout, &g);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, P, (size_t)g.nk);
+    cpu_att_gemm(0, 1, g.M, g.nk, D, 1.0f, dOp, D, g.v, g.ldk, 0.0f, dP, (size_t)g.nk);
+    for (int i = 0; i < g.M; i++) {
+        int r = i / g.G, h = hk * g.G + i % g.G;
+        const float *O = a->out + g.qoff + r * g.ldq + (size_t)(i % g.G) * D;
+        float delta = cpu_k_dot(dOp + (size_t)i * D, O, D);
+        float l = a->lse[((size_t)b * H + h) * T + i0 + r];
+        cpu_k_att_dscore(P + (size_t)i * g.nk, dP + (size_t)i * g.nk, l, delta, i0 + r + 1, g.nk);
     }
-    cpu_att_gemm(0, 0, g.rows, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, gr->dq + off,
-                 g.ldq);
-    cpu_att_gemm(1, 0, g.nk, D, g.rows, scale, dP, (size_t)g.nk, g.q, g.ldq, 1.0f, gr->dk, gr->ldd);
-    cpu_att_gemm(1, 0, g.nk, D, g.rows, 1.0f, P, (size_t)g.nk, dO, g.ldq, 1.0f, gr->dv, gr->ldd);
+    cpu_att_gemm(1, 0, g.nk, D, g.M, scale, dP, (size_t)g.nk, Qp, D, 1.0f, dk, ldd);
+    cpu_att_gemm(1, 0, g.nk, D, g.M, 1.0f, P, (size_t)g.nk, dOp, D, 1.0f, dv, ldd);
+    /* dQ lands packed in Q's place (Q is spent), then goes to its rows: each written once */
+    cpu_att_gemm(0, 0, g.M, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, Qp, D);
+    size_t run = (size_t)g.G * D;
+    for (int r = 0; r < g.rows; r++)
+        memcpy(a->dq + g.qoff + r * g.ldq, Qp + r * run, run * sizeof(float));
 }
 
-/* The whole backward of query head h of batch b: zero its dK/dV destination, then its query
- * blocks in order. With s_ij = scale q_i.k_j and p = softmax_j(s): ds_ij = p_ij (dp_ij - delta_i),
- * delta_i = sum_j p_ij dp_ij = dO_i . O_i (since O_i = sum_j p_ij v_j), dp_ij = dO_i . v_j. */
-static void cpu_att_bwd_head(float *scr, cpu_att_grads gr, const float *q, const float *k,
-                             const float *v, int b, int h, int T, int H, int Hkv, int D)
+/* Query blocks [q0, q1) of kv head hk of batch b (its G query heads together), in order, into
+ * dk/dv (T rows, ldd apart), zeroed first. With s_ij = scale q_i.k_j and p = softmax_j(s):
+ * ds_ij = p_ij (dp_ij - delta_i), delta_i = sum_j p_ij dp_ij = dO_i . O_i (since
+ * O_i = sum_j p_ij v_j), dp_ij = dO_i . v_j; dK, dV sum over the group's heads and queries. */
+static void cpu_att_bwd_item(float *scr, const cpu_att_bwd_args *a, int b, int hk, int q0, int q1,
+                             float *dk, float *dv, size_t ldd)
 {
-    for (int t = 0; t < T; t++)
-        for (int d = 0; d < D; d++) gr.dk[t * gr.ldd + d] = gr.dv[t * gr.ldd + d] = 0.0f;
-    int nq = (T + CPU_ATT_BQ - 1) / CPU_ATT_BQ;
-    float *P = scr, *dP = scr + (size_t)CPU_ATT_BQ * T;
-    for (int qb = 0; qb < nq; qb++) cpu_att_bwd_block(P, dP, &gr, q, k, v, b, h, qb, T, H, Hkv, D);
+    for (int t = 0; t < a->T; t++) {
+        memset(dk + t * ldd, 0, (size_t)a->D * sizeof(float));
+        memset(dv + t * ldd, 0, (size_t)a->D * sizeof(float));
+    }
+    for (int qb = q0; qb < q1; qb++) cpu_att_bwd_block(scr, a, b, hk, qb * a->bq, dk, dv, ldd);
 }
 
-/* GQA: dk[b, t, hk] = sum over the group's heads h = hk G .. hk G + G - 1 of their partials, in
- * that order (part is (B, H, T, D) for dK, then the same for dV). */
-static void cpu_att_reduce_group(float *dk, float *dv, const float *part, int B, int T, int H,
-                                 int Hkv, int D, int threads)
+/* Fewer (b, kv head) items than this (B = 1 with few kv heads): each is cut into segments of its
+ * query blocks with private dK/dV partials, summed afterwards in segment order. The count comes
+ * from the shapes only, never the threads, so the bits do not depend on the thread count. */
+#define CPU_ATT_MIN_ITEMS 8
+
+/* First query block of segment s of nseg: block qb costs ~qb + 1, so cuts at nq sqrt(s / nseg)
+ * give the segments equal work. */
+static int cpu_att_seg_start(int s, int nseg, int nq)
 {
-    int G = H / Hkv;
-    size_t half = (size_t)B * H * T * D;
+    return (int)(nq * sqrt((double)s / nseg) + 0.5);
+}
+
+/* dk[b, t, hk] = sum over segments in order of part[(b Hkv + hk) nseg + s] (T x D each, dK, then
+ * `half` floats later dV). */
+static void cpu_att_reduce_segments(float *dk, float *dv, const float *part, int B, int T, int Hkv,
+                                    int D, int nseg, int threads)
+{
+    size_t half = (size_t)B * Hkv * nseg * T * D;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (long r = 0; r < (long)B * T; r++) {
         int b = (int)(r / T), t = (int)(r % T);
         for (int hk = 0; hk < Hkv; hk++) {
             float *ok = dk + ((size_t)r * Hkv + hk) * D, *ov = dv + ((size_t)r * Hkv + hk) * D;
             for (int d = 0; d < D; d++) ok[d] = ov[d] = 0.0f;
-            for (int h = hk * G; h < (hk + 1) * G; h++) {
-                const float *pk = part + (((size_t)b * H + h) * T + t) * D;
+            for (int s = 0; s < nseg; s++) {
+                const float *pk = part + ((((size_t)b * Hkv + hk) * nseg + s) * T + t) * D;
                 for (int d = 0; d < D; d++) ok[d] += pk[d], ov[d] += pk[half + d];
             }
         }
     }
 }
 
-/* Parallel over (b, h). With H == Hkv each head owns its dk/dv rows; with GQA each head writes a
- * private partial and the group is summed afterwards in head order: no races, same bits on
- * every run and every thread count. */
+/* Parallel over (b, kv head[, segment]): each item owns its dk/dv rows (or its partial) and its
+ * blocks' dq rows, so there are no races and the same bits come out on every run and every
+ * thread count. */
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, int B, int T, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int G = H / Hkv, items = B * H;
-    if (cpu_scratch_reserve(st, 2 * (size_t)CPU_ATT_BQ * T) != 0) return;
-    size_t half = (size_t)B * H * T * D;
-    if (G > 1 && 2 * half > st->att_part_cap) {
+    int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq, heads = B * Hkv;
+    int nseg = heads >= CPU_ATT_MIN_ITEMS ? 1 : (CPU_ATT_MIN_ITEMS + heads - 1) / heads;
+    if (nseg > nq) nseg = nq;
+    size_t M = (size_t)bq * G, ldk = (size_t)Hkv * D, half = (size_t)heads * nseg * T * D;
+    if (cpu_scratch_reserve(st, 2 * M * ((size_t)T + (size_t)D)) != 0) return;
+    if (nseg > 1 && 2 * half > st->att_part_cap) {
         float *p = malloc(2 * half * sizeof(float));
         if (!p) {
             log_warn("cpu backend: out of memory for attention partials (%zu floats)", 2 * half);
@@ -218,23 +269,22 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
         st->att_part = p;
         st->att_part_cap = 2 * half;
     }
+    cpu_att_bwd_args a = {dout, q, k, v, out, lse, dq, dk, dv, T, H, Hkv, D, bq};
     cpu_blas_enter_parallel();
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
-    for (int it = 0; it < items; it++) {
-        int b = it / H, h = it % H;
-        size_t ldk = (size_t)Hkv * D;
-        cpu_att_grads gr = {dout, out, lse, dq, NULL, NULL, ldk};
-        if (G == 1) {
-            gr.dk = dk + (size_t)b * T * ldk + (size_t)h * D;
-            gr.dv = dv + (size_t)b * T * ldk + (size_t)h * D;
-        } else {
-            gr.dk = st->att_part + ((size_t)b * H + h) * T * D;
-            gr.dv = gr.dk + half;
-            gr.ldd = (size_t)D;
+    for (int it = 0; it < heads * nseg; it++) {
+        int bh = it / nseg, sg = it % nseg, b = bh / Hkv, hk = bh % Hkv;
+        int q0 = cpu_att_seg_start(sg, nseg, nq), q1 = cpu_att_seg_start(sg + 1, nseg, nq);
+        if (nseg == 1)
+            cpu_att_bwd_item(st->scratch[CPU_TID()], &a, b, hk, 0, nq,
+                             dk + (size_t)b * T * ldk + (size_t)hk * D,
+                             dv + (size_t)b * T * ldk + (size_t)hk * D, ldk);
+        else {
+            float *pk = st->att_part + (size_t)it * T * D;
+            cpu_att_bwd_item(st->scratch[CPU_TID()], &a, b, hk, q0, q1, pk, pk + half, (size_t)D);
         }
-        cpu_att_bwd_head(st->scratch[CPU_TID()], gr, q, k, v, b, h, T, H, Hkv, D);
     }
-    if (G > 1) cpu_att_reduce_group(dk, dv, st->att_part, B, T, H, Hkv, D, st->threads);
+    if (nseg > 1) cpu_att_reduce_segments(dk, dv, st->att_part, B, T, Hkv, D, nseg, st->threads);
 }
 
 /* One head of one query over Tk keys/values with row stride ldk: s_j = q.k_j / sqrt(D),

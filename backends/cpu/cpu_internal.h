@@ -53,7 +53,7 @@ typedef struct cpu_state {
     int rope_T, rope_D;
     float rope_theta;
     float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
-    float *att_part;     /* GQA backward: per query head dK, dV partials (2 B H T D floats) */
+    float *att_part;     /* attention backward, few kv heads: per segment dK, dV partials */
     size_t att_part_cap;
 } cpu_state;
 

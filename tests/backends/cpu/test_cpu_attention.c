@@ -1,6 +1,7 @@
 /* test_cpu_attention.c: CPU causal GQA attention against a double reference (out and lse) and
  * its backward (dq, dk, dv) against central finite differences of a random functional of out.
- * Shapes cover H == Hkv, GQA, T = 1, T at and off the 64-query block size, several blocks. */
+ * Shapes cover H == Hkv, GQA, T = 1, T at and off the block size (48 / G queries), several blocks,
+ * the backward with and without per-segment partials (under 8 (b, kv head) items: with). */
 #include "cpu_test.h"
 
 typedef struct {
@@ -115,9 +116,14 @@ int main(int argc, char **argv)
     test_attention(be, 1, 67, 2, 2, 8, 0);    /* H == Hkv, T off the block size, full FD */
     test_attention(be, 2, 67, 4, 2, 8, 300);  /* GQA */
     test_attention(be, 2, 1, 4, 2, 16, 0);    /* T = 1 */
-    test_attention(be, 1, 64, 4, 1, 8, 300);  /* T = block, MQA */
+    test_attention(be, 1, 48, 2, 2, 8, 0);    /* T = block (48 queries) */
+    test_attention(be, 1, 64, 4, 1, 8, 300);  /* MQA, 12-query blocks */
     test_attention(be, 2, 130, 2, 2, 16, 60); /* three blocks */
-    test_attention(be, 1, 300, 2, 1, 64, 8);  /* GPT-2 head size, five blocks, MQA */
+    test_attention(be, 1, 300, 2, 1, 64, 8);  /* GPT-2 head size, MQA, 13 blocks */
+    test_attention(be, 2, 150, 9, 3, 16, 60); /* SmolLM2's 9/3 heads: 3-head groups, 16-query blocks */
+    test_attention(be, 1, 50, 16, 1, 8, 60);  /* 16-head group: 4-query blocks, a short last */
+    test_attention(be, 1, 200, 6, 3, 16, 60); /* 3 kv heads, 3 segments each (partials) */
+    test_attention(be, 4, 40, 4, 2, 8, 60);   /* 8 (b, kv head) items: no partials */
     be->ops->destroy(be);
     return test_finish("test_cpu_attention");
 }
