@@ -1,7 +1,6 @@
 /* cpu_gemm.c: which library runs the CPU backend's large sgemms: OpenBLAS (linked), or oneDNN or
  * BLIS loaded with dlopen when installed, picked once per process by a short race or $LOOM_GEMM.
  * It must never make oneDNN or BLIS a build or run dependency: when absent, OpenBLAS runs. */
-#define _GNU_SOURCE
 #include "backends/cpu/cpu_gemm.h"
 
 #include <stdint.h>
@@ -145,6 +144,14 @@ static double cpu_gemm_race_one(int lib, int round, const float *a, const float 
  * the default. Returns the winner and logs the rates. */
 static int cpu_gemm_race(int threads)
 {
+    int libs[CPU_GEMM_COUNT], nl = 0;
+    for (int i = 0; i < CPU_GEMM_COUNT; i++)
+        if (cpu_gemm_available(i)) libs[nl++] = i;
+    if (nl == 1) {
+        log_info("cpu: sgemm by openblas (no oneDNN or BLIS to race: apt-get install %s %s)",
+                 cpu_gemm_packages[CPU_GEMM_ONEDNN], cpu_gemm_packages[CPU_GEMM_BLIS]);
+        return CPU_GEMM_OPENBLAS;
+    }
     size_t n = RACE_ELEMS;
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
           *c = malloc(n * sizeof(float));
@@ -156,9 +163,6 @@ static int cpu_gemm_race(int threads)
         a[i] = (float)((i * 7) % 13) * 0.01f;
         b[i] = (float)((i * 5) % 11) * 0.01f;
     }
-    int libs[CPU_GEMM_COUNT], nl = 0;
-    for (int i = 0; i < CPU_GEMM_COUNT; i++)
-        if (cpu_gemm_available(i)) libs[nl++] = i;
     cpu_blas_set_threads(threads);
     double best[CPU_GEMM_COUNT];
     for (int i = 0; i < nl; i++) best[i] = 1e30;

@@ -28,6 +28,8 @@ static void check_lib(int lib, backend *be, int M, int N, int K)
         for (int tB = 0; tB < 2; tB++)
             for (int beta = 0; beta < 2; beta++) {
                 float *C = fcopy(C0, (size_t)M * N);
+                if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
+                    for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
                 for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
                 ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
                 if (be)
