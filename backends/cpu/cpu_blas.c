@@ -201,8 +201,8 @@ double cpu_blas_calibrate(int threads)
         b[i] = (float)((i * 5) % 11) * 0.01f;
         c[i] = 0.0f;
     }
-    int lib = cpu_gemm_choose(threads); /* the rate of the library the large matmuls take */
     cpu_blas_set_threads(threads);
+    int lib = cpu_gemm_choose(threads); /* the rate of the library the large matmuls take */
     double best = 1e30, start = cpu_now();
     for (int it = 0; it < 5 || cpu_now() - start < 0.2; it++) {
         double t0 = cpu_now();

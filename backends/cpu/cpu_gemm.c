@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/cpu/cpu_internal.h"
 #include "base/log.h"
 
 #ifdef __APPLE__
@@ -163,7 +162,9 @@ static int cpu_gemm_race(int threads)
         a[i] = (float)((i * 7) % 13) * 0.01f;
         b[i] = (float)((i * 5) % 11) * 0.01f;
     }
-    cpu_blas_set_threads(threads);
+    /* OpenBLAS's count is the caller's (cpu_blas_set_threads); BLIS's and oneDNN's are set here */
+    if (g.bli_threads) g.bli_threads(threads);
+    if (g.omp_threads) g.omp_threads(threads);
     double best[CPU_GEMM_COUNT];
     for (int i = 0; i < nl; i++) best[i] = 1e30;
     for (int round = 0; round < 2; round++)

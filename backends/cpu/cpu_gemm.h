@@ -12,7 +12,8 @@ enum { CPU_GEMM_OPENBLAS, CPU_GEMM_ONEDNN, CPU_GEMM_BLIS, CPU_GEMM_COUNT };
 
 /* The library for large products, decided on first call: $LOOM_GEMM (openblas|onednn|blis; auto
  * or unset: race) or a ~0.15 s race of those installed on three layer-sized shapes at `threads`
- * threads (another library must beat OpenBLAS by 3%). Logs the choice and the rates. */
+ * threads (another library must beat OpenBLAS by 3%). Logs the choice and the rates. The caller
+ * has set OpenBLAS's thread count to `threads` (cpu_blas_set_threads). */
 int cpu_gemm_choose(int threads);
 
 /* Make `lib` the choice (tests, benchmarks). -1 when it is not installed. */
