@@ -3,7 +3,11 @@
 # is missing, so running it again costs a second. Uses sudo when not root.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libpcre2-dev libutf8proc-dev
-      openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools)
+      openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools
+      libdnnl2 libblis4-openmp)
+# libdnnl2 (oneDNN) and libblis4-openmp (BLIS): optional at run time (dlopen'd); when present the
+# CPU backend races them against OpenBLAS at start and runs its large sgemms on the fastest
+# (docs/cpu-gemm.md). BLIS registers libblas.so.3 at a lower priority than OpenBLAS: no change there.
 # EXTRA_PKGS: more for CI only (valgrind), so a newcomer's install stays what the build needs
 read -r -a extra <<<"${EXTRA_PKGS:-}"
 pkgs+=("${extra[@]}")

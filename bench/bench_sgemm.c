@@ -1,6 +1,6 @@
 /* bench_sgemm.c: sgemm GFLOP/s through the CPU backend for the matmul shapes of one GPT-2 124M
- * training step at B*T = 1024 tokens (forward, dinp and dweight of each linear layer), the BLAS
- * kernel in use, and each rate as a fraction of the square 2048^3 rate. A benchmark: no asserts. */
+ * training step at B*T = 1024 tokens (forward, dinp and dweight of each linear layer), one column
+ * per installed library (OpenBLAS, oneDNN, BLIS), each over the square 2048^3 rate. No asserts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -89,25 +90,43 @@ int main(int argc, char **argv)
         sh[ns++] = (shape){"  dinp", T, lin[i].in, lin[i].out, 0, 0, 0.0f, lin[i].per_step};
         sh[ns++] = (shape){"  dweight", lin[i].out, lin[i].in, T, 1, 0, 1.0f, lin[i].per_step};
     }
+    int libs[CPU_GEMM_COUNT], nl = 0;
+    for (int i = 0; i < CPU_GEMM_COUNT; i++) {
+        if (cpu_gemm_available(i)) libs[nl++] = i;
+        else printf("%s: not installed (apt-get install %s)\n", cpu_gemm_lib_name(i),
+                    i == CPU_GEMM_ONEDNN ? "libdnnl2" : "libblis4-openmp");
+    }
+    /* the peak (MFU reference) of the library the race or LOOM_GEMM picks, before any forcing */
+    double peak = backend_peak_flops(be) / 1e9;
+    printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s (%s)\n", be->description,
+           cpu_blas_corename(), peak, cpu_gemm_lib_name(cpu_gemm_choose(be->cfg.threads)));
     shape sq = {"square", 2048, 2048, 2048, 0, 0, 0.0f, 0};
-    double sq_rate = bench_shape(be, &sq, min_s);
-    printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s\n", be->description,
-           cpu_blas_corename(), backend_peak_flops(be) / 1e9);
-    printf("%-10s %6s %6s %6s %3s %3s %9s %7s\n", "shape", "M", "N", "K", "tA", "tB", "GFLOP/s",
-           "/square");
-    printf("%-10s %6d %6d %6d %3d %3d %9.1f %7.2f\n", sq.what, sq.M, sq.N, sq.K, 0, 0, sq_rate,
-           1.0);
-    double flops = 0.0, secs = 0.0;
+    double sq_rate[CPU_GEMM_COUNT];
+    for (int l = 0; l < nl; l++) cpu_gemm_force(libs[l]), sq_rate[l] = bench_shape(be, &sq, min_s);
+    printf("%-10s %6s %6s %6s %3s %3s", "shape", "M", "N", "K", "tA", "tB");
+    for (int l = 0; l < nl; l++) printf(" %9s %7s", cpu_gemm_lib_name(libs[l]), "/square");
+    printf("\n%-10s %6d %6d %6d %3d %3d", sq.what, sq.M, sq.N, sq.K, 0, 0);
+    for (int l = 0; l < nl; l++) printf(" %9.1f %7.2f", sq_rate[l], 1.0);
+    printf("\n");
+    double flops = 0.0, secs[CPU_GEMM_COUNT] = {0};
     for (int i = 0; i < ns; i++) {
-        double r = bench_shape(be, &sh[i], min_s);
         double f = 2.0 * sh[i].M * (double)sh[i].N * sh[i].K * sh[i].per_step;
         flops += f;
-        secs += f / (r * 1e9);
-        printf("%-10s %6d %6d %6d %3d %3d %9.1f %7.2f\n", sh[i].what, sh[i].M, sh[i].N, sh[i].K,
-               sh[i].tA, sh[i].tB, r, r / sq_rate);
+        printf("%-10s %6d %6d %6d %3d %3d", sh[i].what, sh[i].M, sh[i].N, sh[i].K, sh[i].tA,
+               sh[i].tB);
+        for (int l = 0; l < nl; l++) { /* the libraries alternate shape by shape */
+            cpu_gemm_force(libs[l]);
+            double r = bench_shape(be, &sh[i], min_s);
+            secs[l] += f / (r * 1e9);
+            printf(" %9.1f %7.2f", r, r / sq_rate[l]);
+        }
+        printf("\n");
+        fflush(stdout);
     }
-    printf("one step's matmuls: %.1f GFLOP in %.3f s = %.1f GFLOP/s, %.2f of square\n", flops / 1e9,
-           secs, flops / secs / 1e9, flops / secs / 1e9 / sq_rate);
+    for (int l = 0; l < nl; l++)
+        printf("%s: one step's matmuls: %.1f GFLOP in %.3f s = %.1f GFLOP/s, %.2f of square\n",
+               cpu_gemm_lib_name(libs[l]), flops / 1e9, secs[l], flops / secs[l] / 1e9,
+               flops / secs[l] / 1e9 / sq_rate[l]);
     be->ops->destroy(be);
     return 0;
 }

@@ -6,3 +6,8 @@ target_link_libraries(bench_sgemm PRIVATE loom_cpu loom_util)
 # op family, step FLOP/s as a fraction of the calibrated sgemm peak (the MFU bar).
 add_executable(bench_cpu_step ${CMAKE_CURRENT_SOURCE_DIR}/bench_cpu_step.c)
 target_link_libraries(bench_cpu_step PRIVATE loom_cpu loom_util)
+# bench_gemm_libs [threads] [rounds] [min_seconds] [model]: sgemm GFLOP/s of OpenBLAS, BLIS and
+# oneDNN (each dlopen'd; a missing one is named with its package) alternated on the shapes of
+# SmolLM2-135M LoRA, GPT-2 124M and gpt2-small6 steps. Standalone: links no loom library.
+add_executable(bench_gemm_libs ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_libs.c)
+target_link_libraries(bench_gemm_libs PRIVATE ${CMAKE_DL_LIBS} m)

@@ -1,5 +1,6 @@
-/* cpu_blas.c: the OpenBLAS side of the CPU backend: kernel check and re-exec, thread count,
- * matmul (cblas_sgemm) and the sgemm calibration that gives the peak FLOP/s for MFU.
+/* cpu_blas.c: the BLAS side of the CPU backend: OpenBLAS's kernel check and re-exec, thread count,
+ * matmul (OpenBLAS, or for large products the library cpu_gemm.c chose) and the sgemm calibration
+ * that gives the peak FLOP/s for MFU.
  * It must never call sgemm with a thread count different from what the caller set. */
 #include "backends/cpu/cpu_blas.h"
 
@@ -9,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/log.h"
 
@@ -114,6 +116,7 @@ void cpu_blas_set_threads(int n)
 #ifndef __APPLE__
     openblas_set_num_threads(n);
 #endif
+    cpu_gemm_set_threads(n);
 }
 
 /* The OpenMP build of OpenBLAS already runs single-threaded inside a parallel region; the
@@ -163,9 +166,10 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);
         return;
     }
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, transA ? M : K, B,
-                transB ? K : N, beta, C, N);
+    /* large products: the library the race (or LOOM_GEMM) picked, decided on the first one */
+    int lib = (double)M * N * K >= CPU_GEMM_BIG ? cpu_gemm_choose(threads) : CPU_GEMM_OPENBLAS;
+    cpu_gemm_lib(lib, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, beta,
+                 C, N);
 }
 
 static double cpu_now(void)
@@ -198,10 +202,11 @@ double cpu_blas_calibrate(int threads)
         c[i] = 0.0f;
     }
     cpu_blas_set_threads(threads);
+    int lib = cpu_gemm_choose(threads); /* the rate of the library the large matmuls take */
     double best = 1e30, start = cpu_now();
     for (int it = 0; it < 5 || cpu_now() - start < 0.2; it++) {
         double t0 = cpu_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
+        cpu_gemm_lib(lib, 0, 1, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
         double dt = cpu_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }

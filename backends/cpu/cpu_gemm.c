@@ -1,0 +1,215 @@
+/* cpu_gemm.c: which library runs the CPU backend's large sgemms: OpenBLAS (linked), or oneDNN or
+ * BLIS loaded with dlopen when installed, picked once per process by a short race or $LOOM_GEMM.
+ * It must never make oneDNN or BLIS a build or run dependency: when absent, OpenBLAS runs. */
+#include "backends/cpu/cpu_gemm.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+
+#ifdef __APPLE__
+#include <Accelerate/Accelerate.h>
+#else
+#include <cblas.h>
+#endif
+#if defined(__linux__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define CPU_GEMM_DLOPEN 1
+#endif
+
+/* oneDNN's dnnl_sgemm (2.x and 3.x): row-major, 'N'/'T', dnnl_dim_t = int64_t, returns a status. */
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
+/* BLIS's typed bli_sgemm (Debian: dim_t/inc_t int64_t, BLIS_TRANSPOSE 8) with row and column
+ * strides. Not BLIS's cblas_sgemm: that name, and the sgemm_ it calls, are OpenBLAS's too. */
+typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *, const float *,
+                             int64_t, int64_t, const float *, int64_t, int64_t, const float *,
+                             float *, int64_t, int64_t);
+
+static struct {
+    int chosen;          /* a CPU_GEMM_* once decided; -1 before */
+    int tried[CPU_GEMM_COUNT]; /* dlopen attempted */
+    dnnl_sgemm_fn dnnl;
+    bli_sgemm_fn bli;
+    void (*bli_threads)(int64_t);
+    void (*omp_threads)(int); /* oneDNN sizes its OpenMP regions by omp_get_max_threads() */
+} g = {-1, {0}, NULL, NULL, NULL, NULL};
+
+static const char *const cpu_gemm_names[CPU_GEMM_COUNT] = {"openblas", "onednn", "blis"};
+static const char *const cpu_gemm_packages[CPU_GEMM_COUNT] = {"libopenblas0-openmp", "libdnnl2",
+                                                              "libblis4-openmp"};
+
+const char *cpu_gemm_lib_name(int lib)
+{
+    return lib >= 0 && lib < CPU_GEMM_COUNT ? cpu_gemm_names[lib] : "?";
+}
+
+int cpu_gemm_lib_from_name(const char *name)
+{
+    for (int i = 0; i < CPU_GEMM_COUNT; i++)
+        if (name && strcmp(name, cpu_gemm_names[i]) == 0) return i;
+    return -1;
+}
+
+/* 1 when `lib` can run: OpenBLAS always; the others once dlopen found them (tried once). */
+int cpu_gemm_available(int lib)
+{
+    if (lib == CPU_GEMM_OPENBLAS) return 1;
+    if (lib < 0 || lib >= CPU_GEMM_COUNT) return 0;
+#ifdef CPU_GEMM_DLOPEN
+    if (!g.tried[lib]) {
+        g.tried[lib] = 1;
+        static const char *const so[CPU_GEMM_COUNT][3] = {
+            {NULL}, {"libdnnl.so.3", "libdnnl.so.2", NULL}, {"libblis.so.4", NULL}};
+        void *h = NULL;
+        for (int i = 0; so[lib][i] && !h; i++) h = dlopen(so[lib][i], RTLD_NOW | RTLD_LOCAL);
+        if (h && lib == CPU_GEMM_ONEDNN) {
+            g.dnnl = (dnnl_sgemm_fn)dlsym(h, "dnnl_sgemm");
+            g.omp_threads = (void (*)(int))dlsym(h, "omp_set_num_threads");
+        } else if (h && lib == CPU_GEMM_BLIS) {
+            g.bli = (bli_sgemm_fn)dlsym(h, "bli_sgemm");
+            g.bli_threads = (void (*)(int64_t))dlsym(h, "bli_thread_set_num_threads");
+            if (!g.bli_threads) g.bli = NULL; /* could not match loom's thread count */
+        }
+    }
+#endif
+    return lib == CPU_GEMM_ONEDNN ? g.dnnl != NULL : g.bli != NULL;
+}
+
+/* oneDNN takes the host thread's OpenMP count, which the backend set at create; it is restated
+ * only while oneDNN is the choice, so nothing else of OpenMP's changes otherwise. */
+void cpu_gemm_set_threads(int n)
+{
+    if (g.omp_threads && g.chosen == CPU_GEMM_ONEDNN) g.omp_threads(n);
+    if (g.bli_threads) g.bli_threads(n);
+}
+
+void cpu_gemm_lib(int lib, int transA, int transB, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    if (lib == CPU_GEMM_ONEDNN && g.dnnl) {
+        g.dnnl(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C,
+               ldc);
+    } else if (lib == CPU_GEMM_BLIS && g.bli) {
+        g.bli(transA ? 8 : 0, transB ? 8 : 0, M, N, K, &alpha, A, lda, 1, B, ldb, 1, &beta, C, ldc,
+              1);
+    } else {
+        cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                    transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                    ldc);
+    }
+}
+
+static double cpu_gemm_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* The race's shapes: a transformer layer at 512 tokens, 576 wide, MLP 1536 (forward x W^T,
+ * dx = dy W, dW = dy^T x), 0.9 GFLOP each: ~4.5 ms at 200 GFLOP/s, so the race (3 libraries x 3
+ * shapes x 3 calls) takes ~0.15 s. a, b, c hold RACE_ELEMS floats. */
+#define RACE_T 512
+#define RACE_ELEMS (1536 * 576)
+static const int cpu_gemm_race_shapes[3][5] = {
+    {RACE_T, 1536, 576, 0, 1}, {RACE_T, 576, 1536, 0, 0}, {1536, 576, RACE_T, 1, 0}};
+
+/* Seconds `lib` takes for the race's shapes, summed; round 0 first runs each shape untimed (the
+ * warm-up, which also lets oneDNN generate its kernels). */
+static double cpu_gemm_race_one(int lib, int round, const float *a, const float *b, float *c)
+{
+    double total = 0.0;
+    for (int s = 0; s < 3; s++) {
+        const int *sh = cpu_gemm_race_shapes[s];
+        int M = sh[0], N = sh[1], K = sh[2], tA = sh[3], tB = sh[4];
+        double best = 1e30;
+        for (int it = round == 0 ? 0 : 1; it < 2; it++) {
+            double t0 = cpu_gemm_now();
+            cpu_gemm_lib(lib, tA, tB, M, N, K, 1.0f, a, tA ? M : K, b, tB ? K : N, 0.0f, c, N);
+            double dt = cpu_gemm_now() - t0;
+            if (it > 0 && dt < best) best = dt;
+        }
+        total += best;
+    }
+    return total;
+}
+
+/* The race: every library present, in alternating order over two rounds (a burst of load hits
+ * them alike), best round each. Another library must beat OpenBLAS by 3%, so a near-tie keeps
+ * the default. Returns the winner and logs the rates. */
+static int cpu_gemm_race(int threads)
+{
+    int libs[CPU_GEMM_COUNT], nl = 0;
+    for (int i = 0; i < CPU_GEMM_COUNT; i++)
+        if (cpu_gemm_available(i)) libs[nl++] = i;
+    if (nl == 1) {
+        log_info("cpu: sgemm by openblas (no oneDNN or BLIS to race: apt-get install %s %s)",
+                 cpu_gemm_packages[CPU_GEMM_ONEDNN], cpu_gemm_packages[CPU_GEMM_BLIS]);
+        return CPU_GEMM_OPENBLAS;
+    }
+    size_t n = RACE_ELEMS;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float)),
+          *c = malloc(n * sizeof(float));
+    if (!a || !b || !c) {
+        free(a), free(b), free(c);
+        return CPU_GEMM_OPENBLAS;
+    }
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)((i * 7) % 13) * 0.01f;
+        b[i] = (float)((i * 5) % 11) * 0.01f;
+    }
+    /* OpenBLAS's count is the caller's (cpu_blas_set_threads); BLIS's and oneDNN's are set here */
+    if (g.bli_threads) g.bli_threads(threads);
+    if (g.omp_threads) g.omp_threads(threads);
+    double best[CPU_GEMM_COUNT];
+    for (int i = 0; i < nl; i++) best[i] = 1e30;
+    for (int round = 0; round < 2; round++)
+        for (int j = 0; j < nl; j++) {
+            int i = round ? nl - 1 - j : j;
+            double t = cpu_gemm_race_one(libs[i], round, a, b, c);
+            if (t < best[i]) best[i] = t;
+        }
+    free(a), free(b), free(c);
+    int win = 0;
+    for (int i = 1; i < nl; i++)
+        if (best[i] < best[win] && best[i] * 1.03 < best[0]) win = i;
+    char rates[160] = "";
+    for (int i = 0; i < nl; i++) {
+        size_t len = strlen(rates);
+        snprintf(rates + len, sizeof rates - len, "%s%s %.0f", i ? ", " : "",
+                 cpu_gemm_names[libs[i]], 3 * 2.0 * RACE_T * 1536 * 576 / best[i] / 1e9);
+    }
+    log_info("cpu: sgemm by %s (GFLOP/s on %d thread%s: %s; LOOM_GEMM=openblas|onednn|blis "
+             "forces one)", cpu_gemm_names[libs[win]], threads, threads == 1 ? "" : "s", rates);
+    return libs[win];
+}
+
+int cpu_gemm_choose(int threads)
+{
+    if (g.chosen >= 0) return g.chosen;
+    const char *env = getenv("LOOM_GEMM");
+    int want = env && env[0] && strcmp(env, "auto") != 0 ? cpu_gemm_lib_from_name(env) : -1;
+    if (env && env[0] && strcmp(env, "auto") != 0 && want < 0) {
+        log_warn("cpu: LOOM_GEMM=%s is not openblas, onednn, blis or auto; racing them", env);
+    } else if (want >= 0 && !cpu_gemm_available(want)) {
+        log_warn("cpu: LOOM_GEMM=%s but it is not installed (apt-get install %s); using openblas",
+                 env, cpu_gemm_packages[want]);
+        want = CPU_GEMM_OPENBLAS;
+    } else if (want >= 0) {
+        log_info("cpu: sgemm by %s (LOOM_GEMM)", cpu_gemm_names[want]);
+    }
+    g.chosen = want >= 0 ? want : cpu_gemm_race(threads);
+    cpu_gemm_set_threads(threads); /* the chosen library's own count, now that it is known */
+    return g.chosen;
+}
+
+int cpu_gemm_force(int lib)
+{
+    if (!cpu_gemm_available(lib)) return -1;
+    g.chosen = lib;
+    return 0;
+}

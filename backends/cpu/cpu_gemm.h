@@ -1,0 +1,36 @@
+/* cpu_gemm.h: the sgemm library choice of the CPU backend (OpenBLAS linked; oneDNN, BLIS found with
+ * dlopen at run time). Internal to backends/cpu and its tests; the choice is process-wide and made
+ * on the host thread. Never a hard dependency: a missing library is logged and OpenBLAS runs. */
+#ifndef LOOM_CPU_GEMM_H
+#define LOOM_CPU_GEMM_H
+
+enum { CPU_GEMM_OPENBLAS, CPU_GEMM_ONEDNN, CPU_GEMM_BLIS, CPU_GEMM_COUNT };
+
+/* Products with M*N*K at least this go to the chosen library; smaller ones always to OpenBLAS,
+ * so small models (all the tests') neither pay for the race nor change with its outcome. */
+#define CPU_GEMM_BIG ((double)(1 << 26))
+
+/* The library for large products, decided on first call: $LOOM_GEMM (openblas|onednn|blis; auto
+ * or unset: race) or a ~0.15 s race of those installed on three layer-sized shapes at `threads`
+ * threads (another library must beat OpenBLAS by 3%). Logs the choice and the rates. The caller
+ * has set OpenBLAS's thread count to `threads` (cpu_blas_set_threads). */
+int cpu_gemm_choose(int threads);
+
+/* Make `lib` the choice (tests, benchmarks). -1 when it is not installed. */
+int cpu_gemm_force(int lib);
+
+/* 1 when `lib` is usable here (dlopen on first ask). */
+int cpu_gemm_available(int lib);
+
+const char *cpu_gemm_lib_name(int lib);   /* "openblas", "onednn", "blis" */
+int cpu_gemm_lib_from_name(const char *name); /* -1 if none */
+
+/* Thread count for the loaded libraries (OpenBLAS's is set by cpu_blas_set_threads). */
+void cpu_gemm_set_threads(int n);
+
+/* C = alpha op(A) op(B) + beta C by `lib` (row-major, leading dimensions as stored); OpenBLAS when
+ * `lib` is not loaded. */
+void cpu_gemm_lib(int lib, int transA, int transB, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif

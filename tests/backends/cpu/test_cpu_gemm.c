@@ -1,0 +1,115 @@
+/* test_cpu_gemm.c: every sgemm library the CPU backend can pick (OpenBLAS; oneDNN and BLIS when
+ * installed) against a double reference in all transposition cases, within the sgemm bound, and
+ * LOOM_GEMM honoured (a probe child reports its choice). An absent library is reported, not failed. */
+#include "cpu_test.h"
+
+#include <unistd.h>
+
+#include "backends/cpu/cpu_gemm.h"
+
+static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
+                       int tB, double alpha, double beta)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++)
+                s += (double)(tA ? A[k * M + i] : A[i * K + k]) * (tB ? B[j * K + k] : B[k * N + j]);
+            C[i * N + j] = alpha * s + (beta != 0.0 ? beta * C[i * N + j] : 0.0);
+        }
+}
+
+/* C = 0.7 op(A) op(B) + beta C through `lib` directly (be == NULL) or the backend's matmul. */
+static void check_lib(int lib, backend *be, int M, int N, int K)
+{
+    float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
+    double *want = malloc((size_t)M * N * sizeof(double));
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++)
+            for (int beta = 0; beta < 2; beta++) {
+                float *C = fcopy(C0, (size_t)M * N);
+                if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
+                    for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
+                for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
+                ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
+                if (be)
+                    be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+                else
+                    cpu_gemm_lib(lib, tA, tB, M, N, K, 0.7f, A, tA ? M : K, B, tB ? K : N,
+                                 (float)beta, C, N);
+                char name[96];
+                snprintf(name, sizeof name, "%s%s %dx%dx%d tA=%d tB=%d beta=%d",
+                         cpu_gemm_lib_name(lib), be ? " (backend)" : "", M, N, K, tA, tB, beta);
+                /* K products of U(-1,1) entries (E|ab| = 1/4, taken x2) times 0.7, plus beta*C
+                 * (|C| < 1); alpha, beta and the final add round once each */
+                check_allclose_v(name, C, want, (size_t)M * N,
+                                 check_tol_sum(K, 0.35 * K + 1, 3, CHECK_U_FP32), 0);
+                free(C);
+            }
+    free(A), free(B), free(C0), free(want);
+}
+
+/* The library a child process with LOOM_GEMM=`value` picks for a large matmul. */
+static int probe(const char *value, char *out, size_t len)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "LOOM_GEMM=%s /proc/%d/exe --probe 2>/dev/null", value,
+             (int)getpid());
+    FILE *p = popen(cmd, "r");
+    if (!p || !fgets(out, (int)len, p)) {
+        if (p) pclose(p);
+        return -1;
+    }
+    out[strcspn(out, "\n")] = 0;
+    return pclose(p) == 0 ? 0 : -1;
+}
+
+static void test_forced(void)
+{
+    for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
+        char got[64] = "";
+        const char *name = cpu_gemm_lib_name(lib);
+        int rc = probe(name, got, sizeof got);
+        const char *want = cpu_gemm_available(lib) ? name : "openblas"; /* absent: the fallback */
+        CHECK(rc == 0 && strcmp(got, want) == 0, "LOOM_GEMM=%s gives %s (got '%s')", name, want,
+              got);
+        printf("LOOM_GEMM=%s: the child's large matmuls run on %s\n", name, got);
+    }
+    char got[64] = "";
+    int rc = probe("auto", got, sizeof got);
+    CHECK(rc == 0 && cpu_gemm_lib_from_name(got) >= 0 &&
+              cpu_gemm_available(cpu_gemm_lib_from_name(got)),
+          "LOOM_GEMM=auto races to an installed library (got '%s')", got);
+}
+
+int main(int argc, char **argv)
+{
+    cpu_blas_ensure_fast_kernel(argv);
+    int probe_run = argc > 1 && strcmp(argv[1], "--probe") == 0;
+    log_set_quiet(!probe_run); /* a probe logs its choice (to stderr) */
+    backend_config cfg = {2, 0, BACKEND_FP32, 0};
+    backend *be = cpu_backend_entry.create(&cfg);
+    CHECK(be != NULL, "cpu backend: %s", be ? "" : loom_error());
+    if (!be) return 1;
+    if (probe_run) {
+        printf("%s\n", cpu_gemm_lib_name(cpu_gemm_choose(2)));
+        return 0;
+    }
+    for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
+        if (!cpu_gemm_available(lib)) {
+            printf("skip %s: not installed\n", cpu_gemm_lib_name(lib));
+            continue;
+        }
+        check_lib(lib, NULL, 37, 53, 29);
+        check_lib(lib, NULL, 130, 70, 90);
+        check_lib(lib, NULL, 1, 300, 77);
+        /* through the backend with the choice forced: large enough (M*N*K >= CPU_GEMM_BIG) that
+         * the backend hands it to the forced library */
+        CHECK(cpu_gemm_force(lib) == 0, "force %s", cpu_gemm_lib_name(lib));
+        check_lib(lib, be, 520, 384, 344);
+        printf("done %s: 4 shapes x 8 cases against the sgemm bound\n", cpu_gemm_lib_name(lib));
+    }
+    test_forced();
+    be->ops->destroy(be);
+    return check_exit_code("test_cpu_gemm");
+}
