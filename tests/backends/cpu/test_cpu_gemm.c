@@ -93,11 +93,13 @@ int main(int argc, char **argv)
     if (!be) return 1;
     if (probe_run) {
         printf("%s\n", cpu_gemm_lib_name(cpu_gemm_choose(2)));
+        fflush(stdout); /* before a leak report at exit could end the process unflushed */
+        be->ops->destroy(be);
         return 0;
     }
     for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
         if (!cpu_gemm_available(lib)) {
-            printf("skip %s: not installed\n", cpu_gemm_lib_name(lib));
+            printf("skip %s: not installed (or a sanitizer build, which loads neither)\n", cpu_gemm_lib_name(lib));
             continue;
         }
         check_lib(lib, NULL, 37, 53, 29);
