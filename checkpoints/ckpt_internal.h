@@ -87,6 +87,19 @@ int ckpt_seal_verify(const char *path, ckpt_seal_state *state);
  * ckpt_seal (ckpt_info.c) verifies the tensors first. */
 int ckpt_seal_write(const char *path, int replace);
 
+/* A tensor's data as ckpt_save wrote it: its byte range in the file and the CRC32C of those bytes
+ * (computed over the very buffer handed to HDF5, which stores fp32 as is: contiguous, no filter,
+ * no conversion). */
+typedef struct ckpt_extent {
+    uint64_t off, len;
+    uint32_t crc;
+} ckpt_extent;
+/* ckpt_seal_write(path, 0) without reading the tensors again: the whole-file CRC32C is the gaps
+ * between the extents (HDF5's metadata, read back) combined with the extents' own CRCs. The seal
+ * means the same (a CRC of every byte before it) and is checked the same way; extents that do not
+ * tile the file (overlapping, past its end) make it read the whole file instead. ext is sorted. */
+int ckpt_seal_write_known(const char *path, ckpt_extent *ext, int n);
+
 /* ckpt_open without the seal check (ckpt_read.c): for `ckpt seal`, on a file the user vouches for. */
 struct ckpt_reader *ckpt_open_unsealed(const char *file);
 

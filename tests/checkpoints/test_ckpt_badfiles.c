@@ -4,7 +4,8 @@
  * fail with their own message and never crash; `ckpt_seal` accepts an edited file only when its
  * tensors are sound (every one of its manifest present), and never changes a file it refuses. Files edited
  * through HDF5 lose their seal; to test the checks behind it they are re-sealed with the raw
- * ckpt_seal_write (checkpoints/ckpt_internal.h). Must never modify the good original. */
+ * ckpt_seal_write (checkpoints/ckpt_internal.h); the seal ckpt_save builds from the tensors' CRCs
+ * equals a full re-read's. Must never modify the good original. */
 #include <hdf5.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/ckpt_crc.h"
 #include "checkpoints/ckpt_internal.h"
 #include "ckpt_test_util.h"
 #include "base/error.h"
@@ -98,6 +100,48 @@ static int same_bytes(const char *a, const char *b)
     free(x);
     free(y);
     return same;
+}
+
+/* The seal ckpt_save computes from the tensors' CRCs (ckpt_seal_write_known) is the one a full
+ * re-read gives; extents are trusted only when they tile the file (a wrong CRC in one shows that
+ * its bytes were not read), and else the whole file is read. */
+static void seal_from_extents(const char *dir)
+{
+    char path[4200], copy[4200];
+    snprintf(copy, sizeof copy, "%s/resealed.h5", dir);
+    CHECK(tc_copy(good, copy) == 0, "copy to %s", copy);
+    CHECK(ckpt_seal_write(copy, 1) == 0, "full re-seal: %s", loom_error());
+    CHECK(same_bytes(good, copy), "ckpt_save's seal equals the seal of a full re-read");
+
+    unsigned char bytes[10000];
+    uint32_t x = 7;
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 24);
+    snprintf(path, sizeof path, "%s/extents.bin", dir);
+    struct { uint64_t off, len; int bad; const char *want; } cases[][3] = {
+        {{5000, 2000, 0, NULL}, {100, 3000, 0, NULL}, {9000, 0, 0, NULL}},      /* unsorted, one empty */
+        {{0, 5000, 0, NULL}, {5000, 5000, 0, NULL}, {10000, 0, 0, NULL}},       /* no gaps at all */
+        {{100, 3000, 1, "whole-file checksum mismatch (damaged file)"}, {5000, 10, 0, NULL}, {0, 0, 0, NULL}},
+        {{100, 3000, 1, NULL}, {3000, 10, 0, NULL}, {0, 0, 0, NULL}},           /* overlap: read all */
+        {{100, 3000, 1, NULL}, {9000, 1001, 0, NULL}, {0, 0, 0, NULL}},         /* past the end: idem */
+        {{100, 3000, 1, NULL}, {UINT64_MAX, 4, 0, NULL}, {0, 0, 0, NULL}},      /* no address: idem */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(bytes, 1, sizeof bytes, f) == sizeof bytes, "write %s", path);
+        if (f) fclose(f);
+        ckpt_extent ext[3];
+        const char *want = NULL;
+        for (int i = 0; i < 3; i++) {
+            ext[i].off = cases[k][i].off;
+            ext[i].len = cases[k][i].len;
+            int inside = ext[i].off <= sizeof bytes && ext[i].len <= sizeof bytes - ext[i].off;
+            ext[i].crc = inside ? ckpt_crc32c(0, bytes + ext[i].off, ext[i].len) ^ (uint32_t)cases[k][i].bad : 1;
+            if (cases[k][i].want) want = cases[k][i].want;
+        }
+        CHECK(ckpt_seal_write_known(path, ext, 3) == 0, "case %zu: seal: %s", k, loom_error());
+        if (want) CHECK_FAILS(ckpt_seal_verify(path, NULL) == -1, want);
+        else CHECK(ckpt_seal_verify(path, NULL) == 0, "case %zu: %s", k, loom_error());
+    }
 }
 
 /* xor 0x10 into byte `at` of the file. */
@@ -423,6 +467,7 @@ int main(void)
     flipped_byte(dir);
     damaged_seal(dir);
     seal_write_fails(dir);
+    seal_from_extents(dir);
     edited(dir);
     damaged_headers(dir);
     fifos(dir);
