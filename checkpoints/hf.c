@@ -292,6 +292,8 @@ int hf_read(hf_model *h, const char *name, float *out, size_t numel)
     int k;
     if (st_set_find(h->set, h->maps[i].hf, &f, &k)) return loom_fail("%s: tensor %s vanished", h->dir, h->maps[i].hf);
     size_t hn = f->t[k].numel;
+    /* the same layout: straight into out (no scratch pass, no scratch the size of the embedding) */
+    if (hf_is_copy(&h->maps[i]) && hn == numel) return st_read_f32(f, k, out, hn);
     if (hn > h->scratch_n) {
         float *s = realloc(h->scratch, (hn ? hn : 1) * sizeof(float));
         if (!s) return loom_fail("out of memory for tensor %s (%zu floats)", h->maps[i].hf, hn);

@@ -38,7 +38,9 @@ const hf_loom_tensor *hf_tensors(const hf_model *h, int *n);
 /* loom tensor `name` in loom's layout, converted to fp32, into out[0 .. numel). */
 int hf_read(hf_model *h, const char *name, float *out, size_t numel);
 
-/* loom tensor `name`'s fp32 contents in loom's layout (host), NULL if absent. */
+/* loom tensor `name`'s fp32 contents in loom's layout (host), NULL if absent. hf_export is done
+ * with each pointer before its next call (so a getter may read every tensor into one buffer);
+ * hf_export_peft is not. */
 typedef const float *(*hf_get_fn)(void *ctx, const char *loom_name);
 
 /* Write an HF folder into out_dir (created by the caller) from loom's model config JSON and

@@ -96,6 +96,7 @@ typedef struct hf_out {
     const hf_map *maps;
     int nmaps;
     int *first;           /* index into maps of each HF tensor's first entry */
+    char *single;         /* 1: the HF tensor is one loom tensor, unchanged (hf_is_copy) */
     st_wtensor *wt;
     int n;
     hf_get_fn get;
@@ -109,6 +110,11 @@ static const float *hf_out_fetch(void *ctx, int k)
 {
     hf_out *o = ctx;
     const hf_map *m0 = &o->maps[o->first[k]];
+    if (o->single[k]) { /* the loom tensor is the HF tensor: hand it over as it is */
+        const float *x = o->get(o->ctx, m0->loom);
+        if (!x) loom_fail("export: the checkpoint has no tensor %s (for %s)", m0->loom, m0->hf);
+        return x;
+    }
     size_t n = (size_t)m0->hf_shape[0] * (size_t)(m0->hf_ndim > 1 ? m0->hf_shape[1] : 1);
     if (n > o->cap) {
         float *b = realloc(o->buf, n * sizeof(float));
@@ -129,11 +135,16 @@ static int hf_out_plan(hf_out *o)
 {
     o->first = calloc((size_t)o->nmaps, sizeof *o->first);
     o->wt = calloc((size_t)o->nmaps, sizeof *o->wt);
-    if (!o->first || !o->wt) return loom_fail("out of memory");
+    o->single = calloc((size_t)o->nmaps, 1);
+    if (!o->first || !o->wt || !o->single) return loom_fail("out of memory");
     for (int i = 0; i < o->nmaps; i++) {
-        int seen = 0;
-        for (int k = 0; k < o->n && !seen; k++) seen = strcmp(o->wt[k].name, o->maps[i].hf) == 0;
-        if (seen) continue;
+        int seen = -1;
+        for (int k = 0; k < o->n && seen < 0; k++) seen = strcmp(o->wt[k].name, o->maps[i].hf) == 0 ? k : -1;
+        if (seen >= 0) {
+            o->single[seen] = 0; /* assembled from several loom tensors */
+            continue;
+        }
+        o->single[o->n] = (char)hf_is_copy(&o->maps[i]);
         o->first[o->n] = i;
         st_wtensor *w = &o->wt[o->n++];
         w->name = o->maps[i].hf;
@@ -183,6 +194,7 @@ int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *
     if (rc == 0) log_info("exported %s (%d tensors, %s) to %s", fam->arch, o.n, hf_torch_dtype(dtype), out_dir);
     free((void *)o.maps);
     free(o.first);
+    free(o.single);
     free(o.wt);
     free(o.buf);
     return rc;
