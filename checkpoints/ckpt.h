@@ -73,6 +73,13 @@ typedef struct ckpt_state {
  * `latest` untouched) on failure. */
 int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep);
 
+/* ckpt_save of the one group g whose tensors come in pieces (g->data and g->fetch NULL), for a
+ * writer that should hold no whole tensor: pieces(ctx, k, e0, n, dst) puts elements [e0, e0 + n)
+ * of tensor k into dst, asked in order (whole rows of about 1 MB); -1 + loom_fail aborts. */
+typedef int (*ckpt_pieces_fn)(void *ctx, int k, size_t e0, size_t n, float *dst);
+int ckpt_save_pieces(const char *dir, const ckpt_state *state, const ckpt_group *g, ckpt_pieces_fn pieces,
+                     void *ctx, int keep);
+
 /* Resolve a directory (its `latest`) or a file to the checkpoint file path. */
 int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len);
 

@@ -37,6 +37,10 @@ const char *hf_arch_name(const hf_model *h);
 const hf_loom_tensor *hf_tensors(const hf_model *h, int *n);
 /* loom tensor `name` in loom's layout, converted to fp32, into out[0 .. numel). */
 int hf_read(hf_model *h, const char *name, float *out, size_t numel);
+/* Elements [e0, e0 + n) of that tensor (numel in all) into out, for a reader going front to back
+ * in pieces: a tensor in HF's layout is converted piece by piece from the mapped file; one whose
+ * layout changes is converted whole at its first piece (e0 = 0) and kept until the next. */
+int hf_read_range(hf_model *h, const char *name, size_t numel, size_t e0, size_t n, float *out);
 
 /* loom tensor `name`'s fp32 contents in loom's layout (host), NULL if absent. hf_export is done
  * with each pointer before its next call (so a getter may read every tensor into one buffer);

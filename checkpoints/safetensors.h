@@ -42,6 +42,9 @@ int st_find(const st_file *f, const char *name);
 /* Tensor i converted to fp32 into out[0 .. numel) (numel must match), then its pages released
  * from memory (so an import holds one tensor at a time). */
 int st_read_f32(st_file *f, int i, float *out, size_t numel);
+/* Elements [e0, e0 + n) of tensor i as fp32 into out; the tensor's pages are released once its
+ * last element has been read (so a reader going front to back in pieces holds one tensor). */
+int st_read_f32_range(st_file *f, int i, size_t e0, size_t n, float *out);
 
 /* Parse a dtype name ("F32", "BF16", "F16"); -1 for any other. */
 int st_dtype_parse(const char *s);
