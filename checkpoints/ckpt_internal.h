@@ -46,12 +46,12 @@ int ckpt_h5_exists(hid_t loc, const char *path);
  * the caller names the tensor and adds ckpt_h5_reason). */
 int ckpt_h5_pieces(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse, uint32_t *crc);
 size_t ckpt_piece_floats(int ndim, const int64_t *shape);
-/* ckpt_h5_pieces whose pieces are first filled by fill(ctx, e0, n, dst) (elements [e0, e0 + n) of
- * the tensor into dst; -1 + loom_fail aborts); write = 1 and reuse = 1 are the use. -2 when fill
- * failed (its loom_fail stands), -1 on HDF5 failure. */
-typedef int (*ckpt_fill_fn)(void *ctx, size_t e0, size_t n, float *dst);
-int ckpt_h5_write_filled(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse,
-                         uint32_t *crc, ckpt_fill_fn fill, void *ctx);
+/* ckpt_h5_pieces with a callback per piece (elements [e0, e0 + n) of the tensor at x, reuse = 1 is
+ * the use): writing, fn fills the piece before it moves; reading, fn takes it after it moved (and
+ * was checksummed). fn's -1 (with loom_fail) aborts: -2 then, -1 on HDF5 failure. */
+typedef int (*ckpt_piece_fn)(void *ctx, size_t e0, size_t n, float *x);
+int ckpt_h5_pieces_via(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse,
+                       uint32_t *crc, ckpt_piece_fn fn, void *ctx);
 
 /* Scalar attributes. Writers return 0/-1 (loom_fail names `what` and the attribute). */
 int ckpt_attr_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *val,

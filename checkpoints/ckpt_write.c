@@ -171,7 +171,7 @@ static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, cons
     hid_t dset = space < 0 ? -1 : H5Dcreate2(gid, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int rc = dset >= 0 ? ckpt_attr_write(dset, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc, what) : -1;
     /* ckpt_h5_pieces only reads from x when writing. */
-    int moved = rc ? 0 : src ? ckpt_h5_write_filled(dset, t->ndim, t->shape, src->piece, 1, 1, &crc, fill_piece, src)
+    int moved = rc ? 0 : src ? ckpt_h5_pieces_via(dset, t->ndim, t->shape, src->piece, 1, 1, &crc, fill_piece, src)
                              : ckpt_h5_pieces(dset, t->ndim, t->shape, (float *)data, 1, 0, &crc);
     if (moved == -2) {
         rc = loom_fail("%s: no data for /%s/%s (%s)", what, gpath, t->name, loom_error());

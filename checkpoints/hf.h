@@ -54,6 +54,15 @@ typedef const float *(*hf_get_fn)(void *ctx, const char *loom_name);
 int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *ctx,
               st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes);
 
+/* Loom tensor `name` pushed in order through put(pctx, x, n), all its values; -1 + loom_fail
+ * (or put's -1) aborts. */
+typedef int (*hf_pieces_fn)(void *ctx, const char *loom_name, int (*put)(void *pctx, const float *x, size_t n),
+                            void *pctx);
+/* hf_export reading the tensors whose layout does not change in pieces (pieces may be NULL: then
+ * hf_export): memory holds no whole tensor but those few that change layout (get asks for them). */
+int hf_export_pieces(const char *out_dir, const char *model_json, hf_get_fn get, hf_pieces_fn pieces, void *ctx,
+                     st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes);
+
 /* A PEFT LoRA adapter folder: adapter_config.json (r, lora_alpha, target_modules) and
  * adapter_model.safetensors, PEFT's names. targets: bit t = loom LoRA target t (LORA_* order:
  * q, k, v, o, fc, gate, up, proj); get() is asked for "h.<l>.<stem>.lora_A"/"lora_B". */

@@ -136,4 +136,13 @@ typedef const float *(*st_fetch_fn)(void *ctx, int k);
 int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
                  st_fetch_fn fetch, void *ctx, uint64_t max_shard_bytes);
 
+/* st_write_dir for a writer that hands each tensor over in pieces: stream(ctx, k, sink) pushes
+ * tensor k's fp32 values, in order, through st_sink_put (converted and written as they come);
+ * exactly the shape's count, else an error naming the tensor. -1 aborts (the file is removed). */
+typedef struct st_sink st_sink;
+int st_sink_put(st_sink *s, const float *x, size_t n);
+typedef int (*st_stream_fn)(void *ctx, int k, st_sink *sink);
+int st_write_dir_stream(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
+                        st_stream_fn stream, void *ctx, uint64_t max_shard_bytes);
+
 #endif

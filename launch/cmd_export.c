@@ -23,6 +23,7 @@ typedef struct export_src {
     ckpt_reader *r;      /* streaming: the checkpoint's /model, each tensor into buf in turn */
     ckpt_tensor *ct;     /* r's table (t as ckpt_tensors) */
     float *buf;          /* the largest tensor */
+    float *piece;        /* the largest piece (ckpt_piece_size) */
 } export_src;
 
 static const float *export_get(void *ctx, const char *name)
@@ -135,19 +136,40 @@ static int export_job(const char *ckpt, char *file, size_t len, job_config *cfg,
     return rc;
 }
 
-/* `export hf` of a whole-model checkpoint: one tensor in memory at a time (hf_export converts and
- * writes each before it asks for the next), from the reader export_job opened. */
+/* A tensor of the streamed checkpoint in pieces of about 1 MB (its checksum checked at the end:
+ * a bad one fails the export, whose file is then removed). */
+static int export_pieces(void *ctx, const char *name, int (*put)(void *pctx, const float *x, size_t n), void *pctx)
+{
+    const export_src *s = ctx;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->t[i].name, name) == 0) return ckpt_read_pieces(s->r, "model", &s->ct[i], s->piece, put, pctx);
+    return loom_fail("export: the checkpoint has no tensor %s", name);
+}
+
+/* `export hf` of a whole-model checkpoint, from the reader export_job opened: tensors whose
+ * layout does not change in pieces, the others (q/k rows of RoPE models, GPT-2's fused and
+ * transposed ones) one whole tensor at a time (hf_export is done with each before the next). */
 static int export_streamed(ckpt_reader *r, const char *file, const model_tensor *t, int n, const char *out,
                            const char *mj, const export_args *a, const char *sd)
 {
-    size_t maxn = 1;
-    for (int i = 0; i < n; i++) maxn = t[i].numel > maxn ? t[i].numel : maxn;
-    export_src src = {t, n, NULL, r, session_ckpt_table_of(t, n), malloc(maxn * sizeof(float))};
+    size_t maxn = 1, maxp = 1;
+    export_src src = {t, n, NULL, r, session_ckpt_table_of(t, n), NULL, NULL};
+    for (int i = 0; src.ct && i < n; i++) {
+        size_t p = ckpt_piece_size(&src.ct[i]);
+        maxn = t[i].numel > maxn ? t[i].numel : maxn;
+        maxp = p > maxp ? p : maxp;
+    }
+    /* malloc'd but touched only as far as the tensors read whole need (a few MB): the embedding
+     * goes through in pieces */
+    src.buf = malloc(maxn * sizeof(float));
+    src.piece = malloc(maxp * sizeof(float));
     int rc = ckpt_has_group(r, "model") ? 0 : loom_fail("%s: no /model group", file);
-    if (rc == 0 && (!src.ct || !src.buf)) rc = loom_fail("export: out of host memory");
-    if (rc == 0) rc = hf_export(out, mj, export_get, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
+    if (rc == 0 && (!src.ct || !src.buf || !src.piece)) rc = loom_fail("export: out of host memory");
+    if (rc == 0)
+        rc = hf_export_pieces(out, mj, export_get, export_pieces, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
     free(src.ct);
     free(src.buf);
+    free(src.piece);
     return rc;
 }
 
@@ -185,10 +207,10 @@ static int export_run(const export_args *a)
     if (rc == 0) rc = session_mkdirs(a->out);
     const char *sd = export_side_dir(file, &cfg, side, sizeof side);
     if (rc == 0 && peft) {
-        export_src src = {m->tensors, m->ntensors, ad, NULL, NULL, NULL};
+        export_src src = {m->tensors, m->ntensors, ad, NULL, NULL, NULL, NULL};
         rc = hf_export_peft(a->out, mj, export_get, &src, ls.rank, ls.alpha, ls.targets, cfg.finetune.base);
     } else if (rc == 0 && lora) {
-        export_src src = {bt, nb, base, NULL, NULL, NULL};
+        export_src src = {bt, nb, base, NULL, NULL, NULL, NULL};
         rc = hf_export(a->out, mj, export_get, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
     } else if (rc == 0) {
         rc = export_streamed(r, file, bt, nb, a->out, mj, a, sd);

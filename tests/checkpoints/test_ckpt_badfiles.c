@@ -22,6 +22,13 @@
 
 static char good[4400];
 
+static int64_t ckpt_numel_of(const ckpt_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
 /* Open + read everything; 0 if the whole checkpoint loads. */
 static int load_all(const char *file)
 {
@@ -100,6 +107,43 @@ static int same_bytes(const char *a, const char *b)
     free(x);
     free(y);
     return same;
+}
+
+/* ckpt_read_pieces's sink: counts, and copies into x when given. */
+typedef struct piece_sink {
+    float *x;
+    size_t n;
+    int pieces;
+} piece_sink;
+
+static int piece_put(void *ctx, const float *x, size_t n)
+{
+    piece_sink *s = ctx;
+    if (s->x) memcpy(s->x + s->n, x, n * sizeof(float));
+    s->n += n;
+    s->pieces++;
+    return 0;
+}
+
+/* Every tensor of the good file read in pieces equals the whole read, bit for bit. */
+static void read_in_pieces(const test_ckpt *want)
+{
+    ckpt_reader *r = ckpt_open(good);
+    CHECK(r != NULL, "open: %s", loom_error());
+    for (int g = 0; r && g < TC_NGROUPS; g++)
+        for (int k = 0; k < want->groups[g].ntensors; k++) {
+            const ckpt_tensor *t = &want->groups[g].tensors[k];
+            size_t n = (size_t)ckpt_numel_of(t);
+            float *piece = malloc(ckpt_piece_size(t) * sizeof(float) + 4), *all = malloc(n * sizeof(float) + 4);
+            piece_sink ps = {all, 0, 0};
+            CHECK(ckpt_read_pieces(r, want->groups[g].path, t, piece, piece_put, &ps) == 0, "%s/%s: %s",
+                  want->groups[g].path, t->name, loom_error());
+            CHECK(ps.n == n && memcmp(all, want->groups[g].data + t->offset, n * sizeof(float)) == 0,
+                  "%s/%s in pieces differs", want->groups[g].path, t->name);
+            free(piece);
+            free(all);
+        }
+    ckpt_close(r);
 }
 
 /* The seal ckpt_save computes from the tensors' CRCs (ckpt_seal_write_known) is the one a full
@@ -191,6 +235,17 @@ static void flipped_byte(const char *dir)
     test_ckpt cb;
     tc_make_empty(&cb);
     CHECK_FAILS(rb && ckpt_read_group(rb, &cb.groups[3]) == -1, "checksum mismatch in /lora/big.2d (corrupt file)");
+    /* in pieces (export hf): every piece handed over, then the checksum refuses them */
+    const ckpt_tensor *big = NULL;
+    for (int k = 0; k < cb.groups[3].ntensors; k++)
+        if (strcmp(cb.groups[3].tensors[k].name, "big.2d") == 0) big = &cb.groups[3].tensors[k];
+    CHECK(big != NULL, "fixture has big.2d");
+    float *piece = big ? malloc(ckpt_piece_size(big) * sizeof(float)) : NULL;
+    piece_sink ps = {NULL, 0, 0};
+    CHECK_FAILS(rb && piece && ckpt_read_pieces(rb, "lora", big, piece, piece_put, &ps) == -1,
+                "checksum mismatch in /lora/big.2d (corrupt file)");
+    CHECK(ps.pieces == 3 && ps.n == 700000, "big.2d came in %d pieces, %zu values", ps.pieces, ps.n);
+    free(piece);
     ckpt_close(rb);
     tc_free(&cb);
 
@@ -463,6 +518,7 @@ int main(void)
     CHECK(ckpt_save(dir, &c.state, c.groups, TC_NGROUPS, 0) == 0, "save: %s", loom_error());
     snprintf(good, sizeof good, "%s/step_00000010.h5", dir);
     CHECK(tc_load_check(good, &c) == 0, "the original loads");
+    read_in_pieces(&c);
     truncated(dir);
     flipped_byte(dir);
     damaged_seal(dir);
