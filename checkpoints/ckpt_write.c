@@ -2,11 +2,9 @@
  * (whole-file CRC32C trailer, from the CRCs taken while writing), made durable (fsync), renamed
  * into place; then `latest` moves and old checkpoints are rotated out.
  * Must never touch the previous checkpoint or `latest` before the new file is complete on disk. */
-#define _GNU_SOURCE /* sync_file_range */
 #include "checkpoints/ckpt.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,24 +193,6 @@ static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, cons
     return rc;
 }
 
-/* Start the disk writing the bytes [*done, end) HDF5 has handed the kernel, once they reach
- * CKPT_WRITEBACK_BYTES (Linux; a hint, never waited for): the writeback overlaps the next tensors'
- * conversion instead of all of it waiting for the fsync. Large ranges only: a call per tensor
- * made ext4 allocate in small pieces and the writes slower. */
-#define CKPT_WRITEBACK_BYTES ((uint64_t)64 << 20)
-static void start_writeback(hid_t fid, uint64_t *done, uint64_t end, int last)
-{
-#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    void *handle = NULL;
-    if (end <= *done || (!last && end - *done < CKPT_WRITEBACK_BYTES) || getenv("LOOM_TMP_NOSFR")) return;
-    if (H5Fget_vfd_handle(fid, H5P_DEFAULT, &handle) >= 0 && handle)
-        (void)sync_file_range(*(int *)handle, (off_t)*done, (off_t)(end - *done), SYNC_FILE_RANGE_WRITE);
-    *done = end;
-#else
-    (void)fid, (void)done, (void)end, (void)last;
-#endif
-}
-
 static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const char *what, ckpt_extent *ext,
                         save_src *src)
 {
@@ -222,7 +202,6 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
              H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 &&
              H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED) >= 0
                  ? 0 : loom_fail("%s: cannot set up HDF5 property lists", what);
-    uint64_t synced = 0;
     for (int i = 0; i < ngroups && !rc; i++) {
         const ckpt_group *g = &groups[i];
         const char *path = g->path + strspn(g->path, "/");
@@ -232,7 +211,6 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
             const float *x = src ? NULL : g->data ? g->data + g->tensors[k].offset : g->fetch(g->fetch_ctx, k);
             if (src) src->k = k;
             rc = write_tensor(gid, path, &g->tensors[k], x, dcpl, what, ext, src);
-            if (!rc && ext->off != UINT64_MAX) start_writeback(fid, &synced, ext->off + ext->len, 0);
             ext++;
         }
         if (gid >= 0) H5Gclose(gid);
@@ -249,7 +227,7 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
 static void ckpt_release_space(hid_t fid)
 {
     void *handle = NULL;
-    if (!getenv("LOOM_TMP_NOSFR") && H5Fget_vfd_handle(fid, H5P_DEFAULT, &handle) >= 0 && handle) {
+    if (H5Fget_vfd_handle(fid, H5P_DEFAULT, &handle) >= 0 && handle) {
         int fd = *(int *)handle;
         if (ftruncate(fd, 0) != 0) { /* nothing more to try: the close below reports it */ }
     }

@@ -1,12 +1,10 @@
 /* safetensors_set.c: a folder's weights as one set (model.safetensors, or the shards an index
  * names) and the writer of such a folder (single file or shards + index, the HF layout).
  * Must never follow a shard name out of the folder, nor keep a half-written file under its name. */
-#define _GNU_SOURCE /* sync_file_range */
 #include "checkpoints/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,21 +186,6 @@ static int st_put(FILE *f, const float *x, size_t n, st_dtype d, uint8_t *buf)
     return 0;
 }
 
-/* Start the disk writing what f holds past *done once that reaches 64 MB (Linux; a hint, never
- * waited for): the writeback overlaps the next tensors' conversion instead of all of it waiting
- * for the fsync. Large ranges only: small ones make ext4 allocate in pieces. */
-static void st_start_writeback(FILE *f, long *done)
-{
-#if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
-    long end = ftell(f);
-    if (end - *done < (64l << 20) || getenv("LOOM_TMP_NOSFR") || fflush(f) != 0) return;
-    (void)sync_file_range(fileno(f), (off_t)*done, (off_t)(end - *done), SYNC_FILE_RANGE_WRITE);
-    *done = end;
-#else
-    (void)f, (void)done;
-#endif
-}
-
 struct st_sink {
     FILE *f;
     st_dtype d;
@@ -234,12 +217,10 @@ static int st_write_file(const char *path, st_dtype d, const st_wtensor *t, int 
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     if (rc == 0 && (fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen))
         rc = loom_fail("%s: write failed: %s", tmp, strerror(errno));
-    long synced = 0;
     for (int k = a; rc == 0 && k < b; k++) {
         st_sink sink = {f, d, buf, (size_t)(st_bytes(&t[k], d) / st_dtype_size(d)), tmp, t[k].name};
         rc = stream(ctx, k, &sink);
         if (rc == 0 && sink.left) rc = loom_fail("%s: tensor %s: %zu values short of its shape", tmp, t[k].name, sink.left);
-        if (rc == 0) st_start_writeback(f, &synced);
     }
     if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0) && rc == 0) rc = loom_fail("%s: flush failed: %s", tmp, strerror(errno));
     if (f && fclose(f) != 0 && rc == 0) rc = loom_fail("%s: close failed: %s", tmp, strerror(errno));
