@@ -73,6 +73,13 @@ typedef struct ckpt_state {
  * `latest` untouched) on failure. */
 int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep);
 
+/* ckpt_save of the one group g whose tensors come in pieces (g->data and g->fetch NULL), for a
+ * writer that should hold no whole tensor: pieces(ctx, k, e0, n, dst) puts elements [e0, e0 + n)
+ * of tensor k into dst, asked in order (whole rows of about 1 MB); -1 + loom_fail aborts. */
+typedef int (*ckpt_pieces_fn)(void *ctx, int k, size_t e0, size_t n, float *dst);
+int ckpt_save_pieces(const char *dir, const ckpt_state *state, const ckpt_group *g, ckpt_pieces_fn pieces,
+                     void *ctx, int keep);
+
 /* Resolve a directory (its `latest`) or a file to the checkpoint file path. */
 int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len);
 
@@ -102,6 +109,14 @@ int ckpt_has_group(ckpt_reader *r, const char *path);
 /* Read every tensor of g into g->data at its offset, checking shape and checksum;
  * -1 + loom_fail naming the tensor on a missing dataset, shape mismatch or bad checksum. */
 int ckpt_read_group(ckpt_reader *r, const ckpt_group *g);
+/* Tensor t of `group` (t's offset ignored) in pieces through buf (ckpt_piece_size(t) floats):
+ * put(ctx, x, n) is handed each piece in order; its checksum is checked after the last one, so a
+ * caller must treat what it was given as void on -1 (+ loom_fail naming the tensor, as
+ * ckpt_read_group's; put's own -1 aborts with its loom_fail). */
+int ckpt_read_pieces(ckpt_reader *r, const char *group, const ckpt_tensor *t, float *buf,
+                     int (*put)(void *ctx, const float *x, size_t n), void *ctx);
+/* Floats ckpt_read_pieces's buf must hold for t: about 1 MB, or one row if that is longer. */
+size_t ckpt_piece_size(const ckpt_tensor *t);
 void ckpt_close(ckpt_reader *r);
 /* Free the strings ckpt_read_state allocated. */
 void ckpt_state_free(ckpt_state *state);

@@ -267,6 +267,36 @@ uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len)
     return ckpt_crc32c_sw(crc, buf, len);
 }
 
+/* a(x) * b(x) mod P in the reflected representation (bit 31 is x^0), as zlib's multmodp. */
+static uint32_t crc_multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+uint32_t ckpt_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    /* crc(A||B) = crc1 * x^(8 len2) mod P, xor crc2 (the pre/post conditioning cancels out).
+     * x^(2^k) mod P is found by squaring, one power per bit of 8 len2: 64 tiny steps at most. */
+    uint32_t xn = 1u << 30, p = 1u << 31; /* x^1, and the running product x^0 */
+    for (uint64_t n = len2, k = 0; n; k++) {
+        if (k >= 3) { /* bits 0..2 of 8 len2 are zero */
+            if (n & 1) p = crc_multmodp(xn, p);
+            n >>= 1;
+        }
+        xn = crc_multmodp(xn, xn);
+    }
+    return crc_multmodp(p, crc1) ^ crc2;
+}
+
 uint32_t ckpt_crc32c_f32(uint32_t crc, const float *x, size_t n)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__

@@ -20,6 +20,10 @@ uint32_t ckpt_crc32c_sw(uint32_t crc, const void *buf, size_t len);
  * carry-less multiply folding (VPCLMULQDQ) for buffers of 256 bytes and more. */
 int ckpt_crc32c_hw(void);
 
+/* CRC32C of A||B from crc1 = CRC32C(A), crc2 = CRC32C(B) and B's length, as zlib's
+ * crc32_combine: a file's checksum from its pieces' checksums without reading them again. */
+uint32_t ckpt_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
 /* CRC32C of n fp32 values as little-endian bytes (what the file stores), whatever the host;
  * continues from crc like ckpt_crc32c (start with 0). */
 uint32_t ckpt_crc32c_f32(uint32_t crc, const float *x, size_t n);

@@ -214,17 +214,16 @@ static int seal_pread(int fd, void *buf, size_t n, uint64_t off)
     return 0;
 }
 
-/* CRC32C of the first len bytes of fd. 0, or -1 + loom_fail naming path. */
-static int seal_crc(int fd, const char *path, uint64_t len, uint32_t *crc)
+/* *crc continued over bytes [from, from + len) of fd. 0, or -1 + loom_fail naming path. */
+static int seal_crc_range(int fd, const char *path, uint64_t from, uint64_t len, uint32_t *crc)
 {
     size_t cap = len < SEAL_READ_BYTES ? (size_t)len : SEAL_READ_BYTES;
     unsigned char *buf = malloc(cap ? cap : 1);
     if (!buf) return loom_fail("checkpoint %s: out of memory for the checksum", path);
-    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* a hint: a failure changes nothing */
-    uint32_t c = 0;
+    uint32_t c = *crc;
     int rc = 0;
-    for (uint64_t done = 0; done < len && !rc;) {
-        size_t want = len - done < cap ? (size_t)(len - done) : cap;
+    for (uint64_t done = from, end = from + len; done < end && !rc;) {
+        size_t want = end - done < cap ? (size_t)(end - done) : cap;
         if (seal_pread(fd, buf, want, done) != 0)
             rc = loom_fail("checkpoint %s: read failed at byte %llu (%s)", path, (unsigned long long)done,
                            errno ? strerror(errno) : "the file shrank while being read");
@@ -235,6 +234,44 @@ static int seal_crc(int fd, const char *path, uint64_t len, uint32_t *crc)
     free(buf);
     *crc = c;
     return rc;
+}
+
+/* CRC32C of the first len bytes of fd. 0, or -1 + loom_fail naming path. */
+static int seal_crc(int fd, const char *path, uint64_t len, uint32_t *crc)
+{
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); /* a hint: a failure changes nothing */
+    *crc = 0;
+    return seal_crc_range(fd, path, 0, len, crc);
+}
+
+static int seal_extent_cmp(const void *a, const void *b)
+{
+    const ckpt_extent *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The CRC of fd's first len bytes from the extents' CRCs and the gaps between them, read. 1 (no
+ * loom_fail) when the extents do not tile [0, len): the caller reads the whole file. */
+static int seal_crc_known(int fd, const char *path, uint64_t len, ckpt_extent *ext, int n, uint32_t *crc)
+{
+    qsort(ext, (size_t)n, sizeof *ext, seal_extent_cmp);
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (ext[i].len == 0) continue;
+        if (ext[i].off < at || ext[i].off > len || ext[i].len > len - ext[i].off) return 1;
+        at = ext[i].off + ext[i].len;
+    }
+    uint32_t c = 0;
+    at = 0;
+    for (int i = 0; i < n; i++) {
+        if (ext[i].len == 0) continue;
+        if (seal_crc_range(fd, path, at, ext[i].off - at, &c)) return -1;
+        c = ckpt_crc32c_combine(c, ext[i].crc, ext[i].len);
+        at = ext[i].off + ext[i].len;
+    }
+    if (seal_crc_range(fd, path, at, len - at, &c)) return -1;
+    *crc = c;
+    return 0;
 }
 
 static const unsigned char seal_h5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
@@ -350,7 +387,8 @@ static int seal_put(int fd, const char *path, uint64_t at, const unsigned char *
     return loom_fail("%s: cannot write the checkpoint's seal (%s)", path, strerror(err));
 }
 
-int ckpt_seal_write(const char *path, int replace)
+/* ckpt_seal_write, with the n extents (n > 0) standing in for reads of their bytes. */
+static int seal_write(const char *path, int replace, ckpt_extent *ext, int n)
 {
     int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return loom_fail("%s: cannot open to seal (%s)", path, strerror(errno));
@@ -362,7 +400,9 @@ int ckpt_seal_write(const char *path, int replace)
     if (!rc && replace && (size < CKPT_SEAL_BYTES || seal_pread(fd, old, sizeof old, size - CKPT_SEAL_BYTES) != 0))
         rc = loom_fail("%s: no seal to replace", path);
     uint64_t len = replace ? size - CKPT_SEAL_BYTES : size;
-    if (!rc) rc = seal_crc(fd, path, len, &crc);
+    int known = !rc && n > 0 ? seal_crc_known(fd, path, len, ext, n, &crc) : 1;
+    if (known < 0) rc = -1;
+    if (!rc && known) rc = seal_crc(fd, path, len, &crc);
     if (!rc) {
         seal_encode(t, len, crc);
         rc = seal_put(fd, path, len, t, replace ? old : NULL);
@@ -370,6 +410,10 @@ int ckpt_seal_write(const char *path, int replace)
     if (close(fd) != 0 && !rc) rc = loom_fail("%s: close after sealing failed (%s)", path, strerror(errno));
     return rc;
 }
+
+int ckpt_seal_write(const char *path, int replace) { return seal_write(path, replace, NULL, 0); }
+
+int ckpt_seal_write_known(const char *path, ckpt_extent *ext, int n) { return seal_write(path, 0, ext, n); }
 
 int ckpt_lock(const char *dir, int *fd_out)
 {

@@ -120,14 +120,21 @@ static herr_t move(hid_t dset, hid_t mspace, hid_t fspace, float *x, int write)
 
 int ckpt_h5_pieces(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse, uint32_t *crc)
 {
+    return ckpt_h5_pieces_via(dset, ndim, shape, x, write, reuse, crc, NULL, NULL);
+}
+
+int ckpt_h5_pieces_via(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse,
+                       uint32_t *crc, ckpt_piece_fn fill, void *ctx)
+{
     size_t n = (size_t)ckpt_numel(ndim, shape), row;
     size_t per = piece_rows(ndim, shape, &row);
     if (n == 0) return 0;
     if (ndim == 0 || (size_t)shape[0] <= per) { /* small: one call */
+        if (write && fill && fill(ctx, 0, n, x)) return -2;
         if (write) *crc = ckpt_crc32c_f32(*crc, x, n);
         if (move(dset, H5S_ALL, H5S_ALL, x, write) < 0) return -1;
         if (!write) *crc = ckpt_crc32c_f32(*crc, x, n);
-        return 0;
+        return !write && fill && fill(ctx, 0, n, x) ? -2 : 0;
     }
     hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
     for (int d = 0; d < ndim; d++) count[d] = (hsize_t)shape[d];
@@ -139,6 +146,10 @@ int ckpt_h5_pieces(hid_t dset, int ndim, const int64_t *shape, float *x, int wri
         float *p = reuse ? x : x + r * row;
         start[0] = r;
         count[0] = nr;
+        if (write && fill && fill(ctx, r * row, m, p)) {
+            rc = -2;
+            break;
+        }
         hid_t mspace = H5Screate_simple(1, &m, NULL);
         if (write) *crc = ckpt_crc32c_f32(*crc, p, m);
         if (mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0 ||
@@ -146,6 +157,7 @@ int ckpt_h5_pieces(hid_t dset, int ndim, const int64_t *shape, float *x, int wri
             rc = -1;
         else if (!write)
             *crc = ckpt_crc32c_f32(*crc, p, m);
+        if (!rc && !write && fill && fill(ctx, r * row, m, p)) rc = -2;
         if (mspace >= 0) H5Sclose(mspace);
     }
     if (fspace >= 0) H5Sclose(fspace);

@@ -46,6 +46,12 @@ int ckpt_h5_exists(hid_t loc, const char *path);
  * the caller names the tensor and adds ckpt_h5_reason). */
 int ckpt_h5_pieces(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse, uint32_t *crc);
 size_t ckpt_piece_floats(int ndim, const int64_t *shape);
+/* ckpt_h5_pieces with a callback per piece (elements [e0, e0 + n) of the tensor at x, reuse = 1 is
+ * the use): writing, fn fills the piece before it moves; reading, fn takes it after it moved (and
+ * was checksummed). fn's -1 (with loom_fail) aborts: -2 then, -1 on HDF5 failure. */
+typedef int (*ckpt_piece_fn)(void *ctx, size_t e0, size_t n, float *x);
+int ckpt_h5_pieces_via(hid_t dset, int ndim, const int64_t *shape, float *x, int write, int reuse,
+                       uint32_t *crc, ckpt_piece_fn fn, void *ctx);
 
 /* Scalar attributes. Writers return 0/-1 (loom_fail names `what` and the attribute). */
 int ckpt_attr_write(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, const void *val,
@@ -86,6 +92,19 @@ int ckpt_seal_verify(const char *path, ckpt_seal_state *state);
  * end of the file, 0 appends one. On failure the file is left as it was. Checks nothing else:
  * ckpt_seal (ckpt_info.c) verifies the tensors first. */
 int ckpt_seal_write(const char *path, int replace);
+
+/* A tensor's data as ckpt_save wrote it: its byte range in the file and the CRC32C of those bytes
+ * (computed over the very buffer handed to HDF5, which stores fp32 as is: contiguous, no filter,
+ * no conversion). */
+typedef struct ckpt_extent {
+    uint64_t off, len;
+    uint32_t crc;
+} ckpt_extent;
+/* ckpt_seal_write(path, 0) without reading the tensors again: the whole-file CRC32C is the gaps
+ * between the extents (HDF5's metadata, read back) combined with the extents' own CRCs. The seal
+ * means the same (a CRC of every byte before it) and is checked the same way; extents that do not
+ * tile the file (overlapping, past its end) make it read the whole file instead. ext is sorted. */
+int ckpt_seal_write_known(const char *path, ckpt_extent *ext, int n);
 
 /* ckpt_open without the seal check (ckpt_read.c): for `ckpt seal`, on a file the user vouches for. */
 struct ckpt_reader *ckpt_open_unsealed(const char *file);

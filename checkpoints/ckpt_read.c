@@ -253,6 +253,13 @@ static int check_dataset(hid_t dset, const char *file, const char *dpath, const 
 
 static hid_t open_checked(ckpt_reader *r, const ckpt_group *g, int k, char *dpath, size_t len);
 
+static int read_piece_put(void *ctx, size_t e0, size_t n, float *x)
+{
+    const struct { int (*put)(void *, const float *, size_t); void *ctx; } *sink = ctx;
+    (void)e0; /* in order: the sink appends */
+    return sink->put(sink->ctx, x, n);
+}
+
 static int read_tensor(ckpt_reader *r, const ckpt_group *g, int k)
 {
     const ckpt_tensor *t = &g->tensors[k];
@@ -270,6 +277,31 @@ static int read_tensor(ckpt_reader *r, const ckpt_group *g, int k)
         rc = loom_fail("%s: cannot read %s (%s)", r->path, dpath, why);
     }
     H5Dclose(dset);
+    if (!rc && got != want) rc = loom_fail("%s: checksum mismatch in %s (corrupt file)", r->path, dpath);
+    return rc;
+}
+
+int ckpt_read_pieces(ckpt_reader *r, const char *group, const ckpt_tensor *t, float *buf,
+                     int (*put)(void *ctx, const float *x, size_t n), void *ctx)
+{
+    ckpt_h5_quiet();
+    ckpt_tensor one = *t;
+    one.offset = 0;
+    ckpt_group g = {group, &one, 1, buf, NULL, NULL};
+    char dpath[CKPT_PATH_MAX];
+    hid_t dset = open_checked(r, &g, 0, dpath, sizeof dpath);
+    if (dset < 0) return -1;
+    uint32_t want = 0, got = 0;
+    int rc = ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) == 0 ? 0 : loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
+    struct { int (*put)(void *, const float *, size_t); void *ctx; } sink = {put, ctx};
+    int moved = rc ? 0 : ckpt_h5_pieces_via(dset, t->ndim, t->shape, buf, 0, 1, &got, read_piece_put, &sink);
+    if (moved == -1) {
+        char why[320];
+        ckpt_h5_reason(why, sizeof why);
+        rc = loom_fail("%s: cannot read %s (%s)", r->path, dpath, why);
+    }
+    H5Dclose(dset);
+    if (moved == -2) rc = -1;
     if (!rc && got != want) rc = loom_fail("%s: checksum mismatch in %s (corrupt file)", r->path, dpath);
     return rc;
 }
@@ -344,4 +376,9 @@ void ckpt_close(ckpt_reader *r)
     if (!r) return;
     H5Fclose(r->fid);
     free(r);
+}
+
+size_t ckpt_piece_size(const ckpt_tensor *t)
+{
+    return t->ndim < 0 || t->ndim > CKPT_MAX_DIMS ? 1 : ckpt_piece_floats(t->ndim, t->shape);
 }

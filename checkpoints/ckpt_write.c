@@ -1,6 +1,6 @@
 /* ckpt_write.c: ckpt_save: one HDF5 file per checkpoint, written under a temporary name, sealed
- * (whole-file CRC32C trailer), made durable (fsync), renamed into place; then `latest` moves and
- * old checkpoints are rotated out.
+ * (whole-file CRC32C trailer, from the CRCs taken while writing), made durable (fsync), renamed
+ * into place; then `latest` moves and old checkpoints are rotated out.
  * Must never touch the previous checkpoint or `latest` before the new file is complete on disk. */
 #include "checkpoints/ckpt.h"
 
@@ -36,7 +36,16 @@ static int validate_tensor(const char *gpath, const ckpt_tensor *t)
     return 0;
 }
 
-static int validate(const char *dir, const ckpt_state *st, const ckpt_group *groups, int ngroups, int keep)
+/* Where ckpt_save_pieces's tensors come from (NULL for ckpt_save: each group's data or fetch). */
+typedef struct save_src {
+    ckpt_pieces_fn pieces;
+    void *ctx;
+    float *piece;        /* the largest piece any tensor needs */
+    int k;               /* the tensor being written */
+} save_src;
+
+static int validate(const char *dir, const ckpt_state *st, const ckpt_group *groups, int ngroups, int keep,
+                    const save_src *src)
 {
     if (!dir || !dir[0]) return loom_fail("ckpt_save: no directory given");
     if (!st) return loom_fail("%s: ckpt_save: missing state", dir);
@@ -46,7 +55,7 @@ static int validate(const char *dir, const ckpt_state *st, const ckpt_group *gro
     for (int i = 0; i < ngroups; i++) {
         const ckpt_group *g = &groups[i];
         const char *p = g->path ? g->path + strspn(g->path, "/") : NULL;
-        if (!p || !p[0] || g->ntensors < 0 || (g->ntensors > 0 && (!g->tensors || (!g->data && !g->fetch))))
+        if (!p || !p[0] || g->ntensors < 0 || (g->ntensors > 0 && (!g->tensors || (!g->data && !g->fetch && !src))))
             return loom_fail("%s: ckpt_save: group %d ('%s') has no path, tensors or data", dir, i,
                              g->path ? g->path : "(null)");
         for (int k = 0; k < g->ntensors; k++)
@@ -143,10 +152,16 @@ static hid_t open_group(hid_t fid, const char *path, hid_t gcpl, const char *wha
  * HDF5 hands each piece to pwrite as is). The crc32 attribute is created first with a
  * placeholder, so the object header has its final size before the data is placed after it (no
  * continuation block later: a load reads the file front to back), and set after the data. */
-static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, const float *data, hid_t dcpl,
-                        const char *what)
+static int fill_piece(void *ctx, size_t e0, size_t n, float *dst)
 {
-    if (!data) return loom_fail("%s: no data for /%s/%s (%s)", what, gpath, t->name, loom_error());
+    save_src *src = ctx;
+    return src->pieces(src->ctx, src->k, e0, n, dst);
+}
+
+static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, const float *data, hid_t dcpl,
+                        const char *what, ckpt_extent *ext, save_src *src)
+{
+    if (!data && !src) return loom_fail("%s: no data for /%s/%s (%s)", what, gpath, t->name, loom_error());
     hsize_t dims[CKPT_MAX_DIMS];
     for (int d = 0; d < t->ndim; d++) dims[d] = (hsize_t)t->shape[d];
     uint32_t crc = 0;
@@ -154,11 +169,21 @@ static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, cons
     hid_t dset = space < 0 ? -1 : H5Dcreate2(gid, t->name, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     int rc = dset >= 0 ? ckpt_attr_write(dset, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, &crc, what) : -1;
     /* ckpt_h5_pieces only reads from x when writing. */
-    if (dset < 0 || (!rc && ckpt_h5_pieces(dset, t->ndim, t->shape, (float *)data, 1, 0, &crc) < 0)) {
+    int moved = rc ? 0 : src ? ckpt_h5_pieces_via(dset, t->ndim, t->shape, src->piece, 1, 1, &crc, fill_piece, src)
+                             : ckpt_h5_pieces(dset, t->ndim, t->shape, (float *)data, 1, 0, &crc);
+    if (moved == -2) {
+        rc = loom_fail("%s: no data for /%s/%s (%s)", what, gpath, t->name, loom_error());
+    } else if (dset < 0 || moved < 0) {
         char why[320];
         ckpt_h5_reason(why, sizeof why);
         rc = loom_fail("%s: cannot write /%s/%s (%s)", what, gpath, t->name, why);
     }
+    /* Where the bytes went, for the seal: an address HDF5 cannot give (no storage yet) becomes an
+     * extent past any file, so the seal reads the whole file instead of trusting it. */
+    haddr_t at = rc ? HADDR_UNDEF : H5Dget_offset(dset);
+    ext->len = (uint64_t)ckpt_numel(t->ndim, t->shape) * sizeof(float);
+    ext->off = at == HADDR_UNDEF ? (ext->len ? UINT64_MAX : 0) : (uint64_t)at;
+    ext->crc = crc;
     hid_t attr = rc ? -1 : H5Aopen(dset, "crc32", H5P_DEFAULT);
     if (!rc && (attr < 0 || H5Awrite(attr, H5T_NATIVE_UINT32, &crc) < 0))
         rc = loom_fail("%s: cannot set the checksum of /%s/%s", what, gpath, t->name);
@@ -168,7 +193,8 @@ static int write_tensor(hid_t gid, const char *gpath, const ckpt_tensor *t, cons
     return rc;
 }
 
-static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const char *what)
+static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const char *what, ckpt_extent *ext,
+                        save_src *src)
 {
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
@@ -182,8 +208,10 @@ static int write_groups(hid_t fid, const ckpt_group *groups, int ngroups, const 
         hid_t gid = open_group(fid, path, gcpl, what);
         if (gid < 0) rc = -1;
         for (int k = 0; k < g->ntensors && !rc; k++) {
-            const float *x = g->data ? g->data + g->tensors[k].offset : g->fetch(g->fetch_ctx, k);
-            rc = write_tensor(gid, path, &g->tensors[k], x, dcpl, what);
+            const float *x = src ? NULL : g->data ? g->data + g->tensors[k].offset : g->fetch(g->fetch_ctx, k);
+            if (src) src->k = k;
+            rc = write_tensor(gid, path, &g->tensors[k], x, dcpl, what, ext, src);
+            ext++;
         }
         if (gid >= 0) H5Gclose(gid);
     }
@@ -206,7 +234,7 @@ static void ckpt_release_space(hid_t fid)
 }
 
 /* Everything up to a durable temp file: create, state, tensors, `complete`, close, seal, fsync. */
-static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *groups, int ngroups)
+static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *groups, int ngroups, save_src *src)
 {
     hid_t fapl = ckpt_h5_fapl();
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -227,8 +255,11 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
         if (!why[0]) snprintf(why, sizeof why, "%s", err ? strerror(err) : "HDF5 gave no reason");
         return loom_fail("%s: cannot create checkpoint file (%s)", tmp, why);
     }
-    int rc = write_state(fid, st, groups, ngroups, tmp);
-    if (!rc) rc = write_groups(fid, groups, ngroups, tmp);
+    int next = 0;
+    for (int i = 0; i < ngroups; i++) next += groups[i].ntensors;
+    ckpt_extent *ext = calloc((size_t)(next ? next : 1), sizeof *ext);
+    int rc = ext ? write_state(fid, st, groups, ngroups, tmp) : loom_fail("%s: out of memory", tmp);
+    if (!rc) rc = write_groups(fid, groups, ngroups, tmp, ext, src);
     if (!rc) ckpt_fault_point("after_data");
     const int32_t one = 1;
     if (!rc) rc = ckpt_attr_write(fid, "complete", H5T_STD_I32LE, H5T_NATIVE_INT32, &one, tmp);
@@ -243,9 +274,11 @@ static int write_file(const char *tmp, const ckpt_state *st, const ckpt_group *g
         ckpt_h5_reason(why, sizeof why);
         rc = loom_fail("%s: cannot close checkpoint file (%s)", tmp, why);
     }
-    /* The seal (a whole-file CRC32C after HDF5's last byte) costs one read of the file, from the
-     * page cache; its fsync makes data, metadata and seal durable together. */
-    if (!rc) rc = ckpt_seal_write(tmp, 0);
+    /* The seal (a whole-file CRC32C after HDF5's last byte) reads back only HDF5's metadata: the
+     * tensors' CRCs, taken as they were written, stand in for their bytes. Its fsync makes data,
+     * metadata and seal durable together. */
+    if (!rc) rc = ckpt_seal_write_known(tmp, ext, next);
+    free(ext);
     return rc;
 }
 
@@ -265,9 +298,10 @@ static int remove_orphan(const char *dir, const char *fin, const char *name)
     return loom_fail("%s", why);
 }
 
-int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep)
+static int save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep,
+                save_src *src)
 {
-    if (validate(dir, state, groups, ngroups, keep)) return -1;
+    if (validate(dir, state, groups, ngroups, keep, src)) return -1;
     ckpt_h5_quiet();
     if (ckpt_fs_mkdirs(dir)) return -1;
     char name[64], fin[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX];
@@ -276,7 +310,7 @@ int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups
     int nt = snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     if (nf < 0 || nt < 0 || (size_t)nt >= sizeof tmp) return loom_fail("%s: checkpoint path too long", dir);
 
-    if (write_file(tmp, state, groups, ngroups)) {
+    if (write_file(tmp, state, groups, ngroups, src)) {
         unlink(tmp);
         return -1;
     }
@@ -295,4 +329,25 @@ int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups
     int left = ckpt_rotate(dir, keep, name);
     if (left) log_warn("%s: could not delete %d old checkpoint file(s)", dir, left);
     return 0;
+}
+
+int ckpt_save(const char *dir, const ckpt_state *state, const ckpt_group *groups, int ngroups, int keep)
+{
+    return save(dir, state, groups, ngroups, keep, NULL);
+}
+
+int ckpt_save_pieces(const char *dir, const ckpt_state *state, const ckpt_group *g, ckpt_pieces_fn pieces,
+                     void *ctx, int keep)
+{
+    if (!g || !pieces) return loom_fail("%s: ckpt_save_pieces: no group or no source", dir ? dir : "(null)");
+    size_t most = 1; /* one piece buffer for every tensor: touched once, in cache after */
+    for (int k = 0; k < g->ntensors && g->tensors; k++) {
+        size_t m = g->tensors[k].ndim < 0 || g->tensors[k].ndim > CKPT_MAX_DIMS
+                       ? 0 : ckpt_piece_floats(g->tensors[k].ndim, g->tensors[k].shape);
+        most = m > most ? m : most;
+    }
+    save_src src = {pieces, ctx, malloc(most * sizeof(float)), 0};
+    int rc = src.piece ? save(dir, state, g, 1, keep, &src) : loom_fail("%s: out of memory for a piece", dir);
+    free(src.piece);
+    return rc;
 }

@@ -29,6 +29,9 @@ struct hf_model {
     hf_loom_tensor *lt;     /* one per map entry, same order */
     float *scratch;         /* the HF tensor being converted, grown to the largest */
     size_t scratch_n;
+    float *whole;           /* hf_read_range: the last loom tensor read whole (a layout change) */
+    size_t whole_n;
+    int whole_of;           /* its map index, -1 none */
 };
 
 int hf_is_folder(const char *path)
@@ -211,6 +214,7 @@ hf_model *hf_open(const char *dir)
 {
     hf_model *h = calloc(1, sizeof *h);
     if (!h) { loom_fail("out of memory"); return NULL; }
+    h->whole_of = -1;
     snprintf(h->dir, sizeof h->dir, "%s", dir);
     char cfg[2100];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
@@ -245,6 +249,7 @@ void hf_close(hf_model *h)
     free(h->lt);
     free(h->model_json);
     free(h->scratch);
+    free(h->whole);
     free(h);
 }
 
@@ -281,17 +286,49 @@ void hf_convert(const hf_map *m, float *loom, float *hf, int back)
     }
 }
 
-int hf_read(hf_model *h, const char *name, float *out, size_t numel)
+/* Map index of loom tensor `name` (numel elements) and its HF tensor; -1 + loom_fail. */
+static int hf_locate(hf_model *h, const char *name, size_t numel, st_file **f, int *k)
 {
     int i = 0;
     while (i < h->nmaps && strcmp(h->maps[i].loom, name) != 0) i++;
     if (i == h->nmaps) return loom_fail("%s: loom tensor %s has no counterpart in %s", h->dir, name, h->fam->arch);
     if (h->lt[i].numel != numel)
         return loom_fail("%s: loom tensor %s: %zu elements from the folder, %zu in the model", h->dir, name, h->lt[i].numel, numel);
+    if (st_set_find(h->set, h->maps[i].hf, f, k)) return loom_fail("%s: tensor %s vanished", h->dir, h->maps[i].hf);
+    return i;
+}
+
+int hf_read_range(hf_model *h, const char *name, size_t numel, size_t e0, size_t n, float *out)
+{
     st_file *f;
-    int k;
-    if (st_set_find(h->set, h->maps[i].hf, &f, &k)) return loom_fail("%s: tensor %s vanished", h->dir, h->maps[i].hf);
+    int k, i = hf_locate(h, name, numel, &f, &k);
+    if (i < 0) return -1;
+    if (e0 > numel || n > numel - e0) return loom_fail("%s: loom tensor %s: no elements [%zu, %zu)", h->dir, name, e0, e0 + n);
+    if (hf_is_copy(&h->maps[i]) && f->t[k].numel == numel) return st_read_f32_range(f, k, e0, n, out);
+    /* a layout change: the whole loom tensor once (at its first piece), then pieces of it */
+    if (h->whole_of != i || e0 == 0) {
+        if (numel > h->whole_n) {
+            float *w = realloc(h->whole, numel * sizeof(float));
+            if (!w) return loom_fail("out of memory for tensor %s (%zu floats)", name, numel);
+            h->whole = w;
+            h->whole_n = numel;
+        }
+        h->whole_of = -1;
+        if (hf_read(h, name, h->whole, numel)) return -1;
+        h->whole_of = i;
+    }
+    memcpy(out, h->whole + e0, n * sizeof(float));
+    return 0;
+}
+
+int hf_read(hf_model *h, const char *name, float *out, size_t numel)
+{
+    st_file *f;
+    int k, i = hf_locate(h, name, numel, &f, &k);
+    if (i < 0) return -1;
     size_t hn = f->t[k].numel;
+    /* the same layout: straight into out (no scratch pass, no scratch the size of the embedding) */
+    if (hf_is_copy(&h->maps[i]) && hn == numel) return st_read_f32(f, k, out, hn);
     if (hn > h->scratch_n) {
         float *s = realloc(h->scratch, (hn ? hn : 1) * sizeof(float));
         if (!s) return loom_fail("out of memory for tensor %s (%zu floats)", h->maps[i].hf, hn);

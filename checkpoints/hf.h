@@ -37,8 +37,14 @@ const char *hf_arch_name(const hf_model *h);
 const hf_loom_tensor *hf_tensors(const hf_model *h, int *n);
 /* loom tensor `name` in loom's layout, converted to fp32, into out[0 .. numel). */
 int hf_read(hf_model *h, const char *name, float *out, size_t numel);
+/* Elements [e0, e0 + n) of that tensor (numel in all) into out, for a reader going front to back
+ * in pieces: a tensor in HF's layout is converted piece by piece from the mapped file; one whose
+ * layout changes is converted whole at its first piece (e0 = 0) and kept until the next. */
+int hf_read_range(hf_model *h, const char *name, size_t numel, size_t e0, size_t n, float *out);
 
-/* loom tensor `name`'s fp32 contents in loom's layout (host), NULL if absent. */
+/* loom tensor `name`'s fp32 contents in loom's layout (host), NULL if absent. hf_export is done
+ * with each pointer before its next call (so a getter may read every tensor into one buffer);
+ * hf_export_peft is not. */
 typedef const float *(*hf_get_fn)(void *ctx, const char *loom_name);
 
 /* Write an HF folder into out_dir (created by the caller) from loom's model config JSON and
@@ -47,6 +53,15 @@ typedef const float *(*hf_get_fn)(void *ctx, const char *loom_name);
  * max_shard_bytes, with an index), and the tokenizer files src_dir holds. src_dir may be NULL. */
 int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *ctx,
               st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes);
+
+/* Loom tensor `name` pushed in order through put(pctx, x, n), all its values; -1 + loom_fail
+ * (or put's -1) aborts. */
+typedef int (*hf_pieces_fn)(void *ctx, const char *loom_name, int (*put)(void *pctx, const float *x, size_t n),
+                            void *pctx);
+/* hf_export reading the tensors whose layout does not change in pieces (pieces may be NULL: then
+ * hf_export): memory holds no whole tensor but those few that change layout (get asks for them). */
+int hf_export_pieces(const char *out_dir, const char *model_json, hf_get_fn get, hf_pieces_fn pieces, void *ctx,
+                     st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes);
 
 /* A PEFT LoRA adapter folder: adapter_config.json (r, lora_alpha, target_modules) and
  * adapter_model.safetensors, PEFT's names. targets: bit t = loom LoRA target t (LORA_* order:

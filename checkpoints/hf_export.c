@@ -1,6 +1,7 @@
 /* hf_export.c: loom tensors -> a Hugging Face folder (config.json + safetensors + the tokenizer
  * files the model came with) or a PEFT adapter folder (see hf.h). The family's map run backwards:
- * each HF tensor is assembled from its loom tensors one at a time, so memory is one HF tensor.
+ * each HF tensor is assembled from its loom tensors one at a time, so memory is one HF tensor
+ * (or a piece of one: a tensor whose layout does not change streams through when the caller can).
  * Must never write a tensor name or layout of its own: the maps in hf_gpt2.c / hf_llama.c decide. */
 #include "checkpoints/hf_internal.h"
 
@@ -96,9 +97,11 @@ typedef struct hf_out {
     const hf_map *maps;
     int nmaps;
     int *first;           /* index into maps of each HF tensor's first entry */
+    char *single;         /* 1: the HF tensor is one loom tensor, unchanged (hf_is_copy) */
     st_wtensor *wt;
     int n;
     hf_get_fn get;
+    hf_pieces_fn pieces;  /* NULL: every tensor through get */
     void *ctx;
     float *buf;
     size_t cap;
@@ -109,6 +112,11 @@ static const float *hf_out_fetch(void *ctx, int k)
 {
     hf_out *o = ctx;
     const hf_map *m0 = &o->maps[o->first[k]];
+    if (o->single[k]) { /* the loom tensor is the HF tensor: hand it over as it is */
+        const float *x = o->get(o->ctx, m0->loom);
+        if (!x) loom_fail("export: the checkpoint has no tensor %s (for %s)", m0->loom, m0->hf);
+        return x;
+    }
     size_t n = (size_t)m0->hf_shape[0] * (size_t)(m0->hf_ndim > 1 ? m0->hf_shape[1] : 1);
     if (n > o->cap) {
         float *b = realloc(o->buf, n * sizeof(float));
@@ -125,15 +133,34 @@ static const float *hf_out_fetch(void *ctx, int k)
     return o->buf;
 }
 
+static int hf_put_sink(void *sink, const float *x, size_t n) { return st_sink_put(sink, x, n); }
+
+/* HF tensor k into the file: in pieces when it is one loom tensor unchanged and the caller reads
+ * pieces, else assembled whole. */
+static int hf_out_stream(void *ctx, int k, st_sink *sink)
+{
+    hf_out *o = ctx;
+    if (o->pieces && o->single[k]) return o->pieces(o->ctx, o->maps[o->first[k]].loom, hf_put_sink, sink);
+    const float *x = hf_out_fetch(ctx, k);
+    size_t n = 1;
+    for (int d = 0; d < o->wt[k].ndim; d++) n *= (size_t)o->wt[k].shape[d];
+    return x ? st_sink_put(sink, x, n) : -1;
+}
+
 static int hf_out_plan(hf_out *o)
 {
     o->first = calloc((size_t)o->nmaps, sizeof *o->first);
     o->wt = calloc((size_t)o->nmaps, sizeof *o->wt);
-    if (!o->first || !o->wt) return loom_fail("out of memory");
+    o->single = calloc((size_t)o->nmaps, 1);
+    if (!o->first || !o->wt || !o->single) return loom_fail("out of memory");
     for (int i = 0; i < o->nmaps; i++) {
-        int seen = 0;
-        for (int k = 0; k < o->n && !seen; k++) seen = strcmp(o->wt[k].name, o->maps[i].hf) == 0;
-        if (seen) continue;
+        int seen = -1;
+        for (int k = 0; k < o->n && seen < 0; k++) seen = strcmp(o->wt[k].name, o->maps[i].hf) == 0 ? k : -1;
+        if (seen >= 0) {
+            o->single[seen] = 0; /* assembled from several loom tensors */
+            continue;
+        }
+        o->single[o->n] = (char)hf_is_copy(&o->maps[i]);
         o->first[o->n] = i;
         st_wtensor *w = &o->wt[o->n++];
         w->name = o->maps[i].hf;
@@ -148,6 +175,12 @@ static const char *hf_torch_dtype(st_dtype d) { return d == ST_F32 ? "float32" :
 
 int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *ctx,
               st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes)
+{
+    return hf_export_pieces(out_dir, model_json, get, NULL, ctx, dtype, src_dir, max_shard_bytes);
+}
+
+int hf_export_pieces(const char *out_dir, const char *model_json, hf_get_fn get, hf_pieces_fn pieces, void *ctx,
+                     st_dtype dtype, const char *src_dir, uint64_t max_shard_bytes)
 {
     hf_dims d;
     if (hf_dims_from_loom_json(model_json, &d)) return -1;
@@ -175,14 +208,16 @@ int hf_export(const char *out_dir, const char *model_json, hf_get_fn get, void *
     cJSON_Delete(cfg);
     hf_out o = {0};
     o.get = get;
+    o.pieces = pieces;
     o.ctx = ctx;
     if (rc == 0) rc = fam->map(&d, fam == &hf_family_gpt2 ? "transformer." : "", (hf_map **)&o.maps, &o.nmaps);
     if (rc == 0) rc = hf_out_plan(&o);
-    if (rc == 0) rc = st_write_dir(out_dir, "model", dtype, o.wt, o.n, hf_out_fetch, &o, max_shard_bytes);
+    if (rc == 0) rc = st_write_dir_stream(out_dir, "model", dtype, o.wt, o.n, hf_out_stream, &o, max_shard_bytes);
     if (rc == 0 && src_dir) rc = hf_copy_side_files(src_dir, out_dir, 0);
     if (rc == 0) log_info("exported %s (%d tensors, %s) to %s", fam->arch, o.n, hf_torch_dtype(dtype), out_dir);
     free((void *)o.maps);
     free(o.first);
+    free(o.single);
     free(o.wt);
     free(o.buf);
     return rc;

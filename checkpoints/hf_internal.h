@@ -58,6 +58,9 @@ int hf_map_add(hf_map **maps, int *n, const char *hf, const char *loom, int op, 
                int nparts, int head_dim, int hf_ndim, int64_t h0, int64_t h1, int ndim, int64_t l0,
                int64_t l1);
 
+/* 1 when map m's loom tensor is its whole HF tensor, element for element (no layout change). */
+static inline int hf_is_copy(const hf_map *m) { return m->op == HF_COPY && m->nparts <= 1; }
+
 /* loom's tensor (its layout) <- the whole HF tensor hf for map m; back = 1 runs it the other way
  * (loom is then only read). */
 void hf_convert(const hf_map *m, float *loom, float *hf, int back);

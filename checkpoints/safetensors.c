@@ -171,22 +171,44 @@ int st_find(const st_file *f, const char *name)
     return -1;
 }
 
+/* Elements [e0, e0 + n) of tensor t as fp32. */
+static void st_convert(const st_file *f, const st_tensor *t, size_t e0, size_t n, float *out)
+{
+    const uint8_t *src = f->map + f->data_start + t->begin + e0 * st_dtype_size(t->dtype);
+    if (t->dtype == ST_F32) {
+        memcpy(out, src, n * 4);
+    } else if (t->dtype == ST_BF16) { /* a loop of its own: a shift per element, vectorised */
+        for (size_t j = 0; j < n; j++) out[j] = st_bf16_to_f32((uint16_t)(src[2 * j] | (src[2 * j + 1] << 8)));
+    } else {
+        for (size_t j = 0; j < n; j++) out[j] = st_f16_to_f32((uint16_t)(src[2 * j] | (src[2 * j + 1] << 8)));
+    }
+}
+
+/* Drop tensor t's pages from memory: the import's memory stays one tensor, not the whole file. */
+static void st_release(const st_file *f, const st_tensor *t)
+{
+    const uint8_t *src = f->map + f->data_start + t->begin;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)src & ~(uintptr_t)(pg - 1), e = (uintptr_t)src + (t->end - t->begin);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 int st_read_f32(st_file *f, int i, float *out, size_t numel)
 {
     const st_tensor *t = &f->t[i];
     if (t->numel != numel)
         return loom_fail("%s: tensor %s has %zu elements, expected %zu", f->path, t->name, t->numel, numel);
-    const uint8_t *src = f->map + f->data_start + t->begin;
-    if (t->dtype == ST_F32) {
-        memcpy(out, src, numel * 4);
-    } else if (t->dtype == ST_BF16) { /* a loop of its own: a shift per element, vectorised */
-        for (size_t j = 0; j < numel; j++) out[j] = st_bf16_to_f32((uint16_t)(src[2 * j] | (src[2 * j + 1] << 8)));
-    } else {
-        for (size_t j = 0; j < numel; j++) out[j] = st_f16_to_f32((uint16_t)(src[2 * j] | (src[2 * j + 1] << 8)));
-    }
-    /* drop the pages just read: the import's memory stays one tensor, not the whole file */
-    long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)src & ~(uintptr_t)(pg - 1), e = (uintptr_t)src + (t->end - t->begin);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+    st_convert(f, t, 0, numel, out);
+    st_release(f, t);
+    return 0;
+}
+
+int st_read_f32_range(st_file *f, int i, size_t e0, size_t n, float *out)
+{
+    const st_tensor *t = &f->t[i];
+    if (e0 > t->numel || n > t->numel - e0)
+        return loom_fail("%s: tensor %s has %zu elements, not [%zu, %zu)", f->path, t->name, t->numel, e0, e0 + n);
+    st_convert(f, t, e0, n, out);
+    if (e0 + n == t->numel) st_release(f, t);
     return 0;
 }

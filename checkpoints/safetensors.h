@@ -42,6 +42,9 @@ int st_find(const st_file *f, const char *name);
 /* Tensor i converted to fp32 into out[0 .. numel) (numel must match), then its pages released
  * from memory (so an import holds one tensor at a time). */
 int st_read_f32(st_file *f, int i, float *out, size_t numel);
+/* Elements [e0, e0 + n) of tensor i as fp32 into out; the tensor's pages are released once its
+ * last element has been read (so a reader going front to back in pieces holds one tensor). */
+int st_read_f32_range(st_file *f, int i, size_t e0, size_t n, float *out);
 
 /* Parse a dtype name ("F32", "BF16", "F16"); -1 for any other. */
 int st_dtype_parse(const char *s);
@@ -132,5 +135,14 @@ typedef const float *(*st_fetch_fn)(void *ctx, int k);
  * stem.safetensors.index.json (the HF layout). Each file goes to a temporary name first. */
 int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
                  st_fetch_fn fetch, void *ctx, uint64_t max_shard_bytes);
+
+/* st_write_dir for a writer that hands each tensor over in pieces: stream(ctx, k, sink) pushes
+ * tensor k's fp32 values, in order, through st_sink_put (converted and written as they come);
+ * exactly the shape's count, else an error naming the tensor. -1 aborts (the file is removed). */
+typedef struct st_sink st_sink;
+int st_sink_put(st_sink *s, const float *x, size_t n);
+typedef int (*st_stream_fn)(void *ctx, int k, st_sink *sink);
+int st_write_dir_stream(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
+                        st_stream_fn stream, void *ctx, uint64_t max_shard_bytes);
 
 #endif

@@ -186,9 +186,25 @@ static int st_put(FILE *f, const float *x, size_t n, st_dtype d, uint8_t *buf)
     return 0;
 }
 
+struct st_sink {
+    FILE *f;
+    st_dtype d;
+    uint8_t *buf;
+    size_t left;         /* values the tensor still needs */
+    const char *tmp;
+    const char *name;
+};
+
+int st_sink_put(st_sink *s, const float *x, size_t n)
+{
+    if (n > s->left) return loom_fail("%s: tensor %s: more values than its shape holds", s->tmp, s->name);
+    s->left -= n;
+    return st_put(s->f, x, n, s->d, s->buf) ? loom_fail("%s: write failed: %s", s->tmp, strerror(errno)) : 0;
+}
+
 /* One file holding tensors [a, b), through path.tmp + fsync + rename. */
 static int st_write_file(const char *path, st_dtype d, const st_wtensor *t, int a, int b,
-                         st_fetch_fn fetch, void *ctx)
+                         st_stream_fn stream, void *ctx)
 {
     size_t hlen = 0;
     char *hdr = st_header(t, a, b, d, &hlen), tmp[4200];
@@ -202,10 +218,9 @@ static int st_write_file(const char *path, st_dtype d, const st_wtensor *t, int 
     if (rc == 0 && (fwrite(len8, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen))
         rc = loom_fail("%s: write failed: %s", tmp, strerror(errno));
     for (int k = a; rc == 0 && k < b; k++) {
-        const float *x = fetch(ctx, k);
-        if (!x) rc = -1;
-        else if (st_put(f, x, (size_t)(st_bytes(&t[k], d) / st_dtype_size(d)), d, buf))
-            rc = loom_fail("%s: write failed: %s", tmp, strerror(errno));
+        st_sink sink = {f, d, buf, (size_t)(st_bytes(&t[k], d) / st_dtype_size(d)), tmp, t[k].name};
+        rc = stream(ctx, k, &sink);
+        if (rc == 0 && sink.left) rc = loom_fail("%s: tensor %s: %zu values short of its shape", tmp, t[k].name, sink.left);
     }
     if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0) && rc == 0) rc = loom_fail("%s: flush failed: %s", tmp, strerror(errno));
     if (f && fclose(f) != 0 && rc == 0) rc = loom_fail("%s: close failed: %s", tmp, strerror(errno));
@@ -239,8 +254,29 @@ static int st_write_index(const char *dir, const char *stem, const st_wtensor *t
     return rc;
 }
 
+typedef struct st_whole {
+    st_fetch_fn fetch;
+    void *ctx;
+    const st_wtensor *t;
+    st_dtype d;
+} st_whole;
+
+static int st_stream_whole(void *ctx, int k, st_sink *sink)
+{
+    const st_whole *w = ctx;
+    const float *x = w->fetch(w->ctx, k);
+    return x ? st_sink_put(sink, x, (size_t)(st_bytes(&w->t[k], w->d) / st_dtype_size(w->d))) : -1;
+}
+
 int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
                  st_fetch_fn fetch, void *ctx, uint64_t max_shard_bytes)
+{
+    st_whole w = {fetch, ctx, t, dtype};
+    return st_write_dir_stream(dir, stem, dtype, t, n, st_stream_whole, &w, max_shard_bytes);
+}
+
+int st_write_dir_stream(const char *dir, const char *stem, st_dtype dtype, const st_wtensor *t, int n,
+                        st_stream_fn stream, void *ctx, uint64_t max_shard_bytes)
 {
     int *shard_of = calloc((size_t)(n ? n : 1), sizeof *shard_of), ns = 1;
     if (!shard_of) return loom_fail("out of memory");
@@ -257,7 +293,7 @@ int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wte
         snprintf(path, sizeof path, "%s/%s.safetensors.index.json", dir, stem);
         unlink(path); /* a stale index must not outlive the single file that replaces it */
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
-        rc = st_write_file(path, dtype, t, 0, n, fetch, ctx);
+        rc = st_write_file(path, dtype, t, 0, n, stream, ctx);
     } else {
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, stem);
         unlink(path); /* readers prefer the single file: it must not shadow the shards */
@@ -265,7 +301,7 @@ int st_write_dir(const char *dir, const char *stem, st_dtype dtype, const st_wte
             int b = a;
             while (b < n && shard_of[b] == s) b++;
             snprintf(path, sizeof path, "%s/%s-%05d-of-%05d.safetensors", dir, stem, s + 1, ns);
-            rc = st_write_file(path, dtype, t, a, b, fetch, ctx);
+            rc = st_write_file(path, dtype, t, a, b, stream, ctx);
             a = b;
         }
         if (rc == 0) rc = st_write_index(dir, stem, t, n, shard_of, ns, dtype);

@@ -19,14 +19,24 @@
 typedef struct export_src {
     const model_tensor *t;
     int n;
-    const float *host;
+    const float *host;   /* every tensor at its offset; NULL: read one at a time from r */
+    ckpt_reader *r;      /* streaming: the checkpoint's /model, each tensor into buf in turn */
+    ckpt_tensor *ct;     /* r's table (t as ckpt_tensors) */
+    float *buf;          /* the largest tensor */
+    float *piece;        /* the largest piece (ckpt_piece_size) */
 } export_src;
 
 static const float *export_get(void *ctx, const char *name)
 {
     const export_src *s = ctx;
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->t[i].name, name) == 0) return s->host + s->t[i].offset;
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->t[i].name, name) != 0) continue;
+        if (s->host) return s->host + s->t[i].offset;
+        ckpt_tensor one = s->ct[i];
+        one.offset = 0;
+        ckpt_group g = {"model", &one, 1, s->buf, NULL, NULL};
+        return ckpt_read_group(s->r, &g) ? NULL : s->buf; /* valid until the next call: hf_export's contract */
+    }
     return NULL;
 }
 
@@ -107,9 +117,11 @@ static int export_parse(int argc, char **argv, export_args *a)
     return 0;
 }
 
-/* The checkpoint's job config; *lora = 1 when it holds LoRA adapters. */
-static int export_job(const char *ckpt, char *file, size_t len, job_config *cfg, int *lora)
+/* The checkpoint's job config; *lora = 1 when it holds LoRA adapters. The reader stays open in
+ * *out (the seal is checked once): the caller closes it. */
+static int export_job(const char *ckpt, char *file, size_t len, job_config *cfg, int *lora, ckpt_reader **out)
 {
+    *out = NULL;
     if (ckpt_resolve(ckpt, file, len)) return -1;
     ckpt_reader *r = ckpt_open(file);
     if (!r) return -1;
@@ -119,7 +131,45 @@ static int export_job(const char *ckpt, char *file, size_t len, job_config *cfg,
     if (rc == 0) rc = config_model_from_json(&cfg->model, st.model_config_json);
     *lora = ckpt_has_group(r, "lora");
     ckpt_state_free(&st);
-    ckpt_close(r);
+    if (rc) ckpt_close(r);
+    else *out = r;
+    return rc;
+}
+
+/* A tensor of the streamed checkpoint in pieces of about 1 MB (its checksum checked at the end:
+ * a bad one fails the export, whose file is then removed). */
+static int export_pieces(void *ctx, const char *name, int (*put)(void *pctx, const float *x, size_t n), void *pctx)
+{
+    const export_src *s = ctx;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->t[i].name, name) == 0) return ckpt_read_pieces(s->r, "model", &s->ct[i], s->piece, put, pctx);
+    return loom_fail("export: the checkpoint has no tensor %s", name);
+}
+
+/* `export hf` of a whole-model checkpoint, from the reader export_job opened: tensors whose
+ * layout does not change in pieces, the others (q/k rows of RoPE models, GPT-2's fused and
+ * transposed ones) one whole tensor at a time (hf_export is done with each before the next). */
+static int export_streamed(ckpt_reader *r, const char *file, const model_tensor *t, int n, const char *out,
+                           const char *mj, const export_args *a, const char *sd)
+{
+    size_t maxn = 1, maxp = 1;
+    export_src src = {t, n, NULL, r, session_ckpt_table_of(t, n), NULL, NULL};
+    for (int i = 0; src.ct && i < n; i++) {
+        size_t p = ckpt_piece_size(&src.ct[i]);
+        maxn = t[i].numel > maxn ? t[i].numel : maxn;
+        maxp = p > maxp ? p : maxp;
+    }
+    /* malloc'd but touched only as far as the tensors read whole need (a few MB): the embedding
+     * goes through in pieces */
+    src.buf = malloc(maxn * sizeof(float));
+    src.piece = malloc(maxp * sizeof(float));
+    int rc = ckpt_has_group(r, "model") ? 0 : loom_fail("%s: no /model group", file);
+    if (rc == 0 && (!src.ct || !src.buf || !src.piece)) rc = loom_fail("export: out of host memory");
+    if (rc == 0)
+        rc = hf_export_pieces(out, mj, export_get, export_pieces, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
+    free(src.ct);
+    free(src.buf);
+    free(src.piece);
     return rc;
 }
 
@@ -128,7 +178,8 @@ static int export_run(const export_args *a)
     char file[1024], side[1024];
     job_config cfg;
     int lora = 0;
-    if (export_job(a->ckpt, file, sizeof file, &cfg, &lora)) return -1;
+    ckpt_reader *r = NULL;
+    if (export_job(a->ckpt, file, sizeof file, &cfg, &lora, &r)) return -1;
     int peft = strcmp(a->kind, "peft") == 0;
     if (peft && !lora) return loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
     if (!peft && lora && !a->merge) return loom_fail("%s: a LoRA checkpoint: add --merge (adapters folded into the base) or use `loom export peft`", file);
@@ -144,11 +195,11 @@ static int export_run(const export_args *a)
     int rc = m ? 0 : -1;
     if (rc == 0) {
         model_base_table(m, &bt, &nb, &nbp);
-        base = peft ? NULL : malloc(nbp * sizeof(float));
+        base = peft || !lora ? NULL : malloc(nbp * sizeof(float)); /* no LoRA: streamed */
         ad = lora ? malloc(m->nparams * sizeof(float)) : NULL;
-        if ((!peft && !base) || (lora && !ad)) rc = loom_fail("export: out of host memory");
+        if ((!peft && lora && !base) || (lora && !ad)) rc = loom_fail("export: out of host memory");
     }
-    if (rc == 0 && !peft) rc = lora ? export_read_base(cfg.finetune.base, bt, nb, base) : export_read_group(file, "model", bt, nb, base);
+    if (rc == 0 && lora && !peft) rc = export_read_base(cfg.finetune.base, bt, nb, base);
     if (rc == 0 && lora) rc = export_read_group(file, "lora", m->tensors, m->ntensors, ad);
     if (rc == 0 && lora && !peft) rc = model_lora_merge(m, base, ad);
     char *mj = rc == 0 ? config_model_to_json(&cfg.model) : NULL;
@@ -156,17 +207,20 @@ static int export_run(const export_args *a)
     if (rc == 0) rc = session_mkdirs(a->out);
     const char *sd = export_side_dir(file, &cfg, side, sizeof side);
     if (rc == 0 && peft) {
-        export_src src = {m->tensors, m->ntensors, ad};
+        export_src src = {m->tensors, m->ntensors, ad, NULL, NULL, NULL, NULL};
         rc = hf_export_peft(a->out, mj, export_get, &src, ls.rank, ls.alpha, ls.targets, cfg.finetune.base);
-    } else if (rc == 0) {
-        export_src src = {bt, nb, base};
+    } else if (rc == 0 && lora) {
+        export_src src = {bt, nb, base, NULL, NULL, NULL, NULL};
         rc = hf_export(a->out, mj, export_get, &src, a->dtype, sd, (uint64_t)(a->shard_mb * 1024 * 1024));
+    } else if (rc == 0) {
+        rc = export_streamed(r, file, bt, nb, a->out, mj, a, sd);
     }
     free(mj);
     free(base);
     free(ad);
     model_destroy(m);
     backend_destroy(be);
+    ckpt_close(r);
     return rc;
 }
 

@@ -1,6 +1,8 @@
 /* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint (folder OUT
  * or the one file OUT.h5), /model only, the tokenizer files and config.json (as hf_config.json)
- * copied beside it (model.tokenizer names that copy). One tensor in memory at a time. */
+ * copied beside it (model.tokenizer names that copy). No whole tensor in memory: pieces of about
+ * 1 MB go from the mapped folder through the conversion into the file (one whole tensor only where
+ * the layout changes: q/k rows of RoPE models, GPT-2's transposed Conv1D). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +20,14 @@
 typedef struct import_ctx {
     hf_model *h;
     const model *m;
-    float *buf;
 } import_ctx;
 
-static const float *import_fetch(void *ctx, int k)
+/* A piece of tensor k, converted from the mapped folder straight into ckpt_save's piece buffer. */
+static int import_piece(void *ctx, int k, size_t e0, size_t n, float *dst)
 {
     import_ctx *ic = ctx;
     const model_tensor *t = &ic->m->tensors[k];
-    return hf_read(ic->h, t->name, ic->buf, t->numel) ? NULL : ic->buf;
+    return hf_read_range(ic->h, t->name, t->numel, e0, n, dst);
 }
 
 /* Write the checkpoint: loom's table laid out from the folder's config, filled from the folder. */
@@ -36,23 +38,20 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
     int rc = model_layout(&m, &cfg->model), n;
     hf_tensors(h, &n);
     if (rc == 0 && n != m.ntensors) rc = loom_fail("import: the folder maps to %d tensors, loom's model has %d", n, m.ntensors);
-    size_t maxn = 1;
-    for (int i = 0; rc == 0 && i < m.ntensors; i++) maxn = m.tensors[i].numel > maxn ? m.tensors[i].numel : maxn;
-    import_ctx ic = {h, &m, rc == 0 ? malloc(maxn * sizeof(float)) : NULL};
+    import_ctx ic = {h, &m};
     ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(m.tensors, m.ntensors) : NULL;
     char *model_json = config_model_to_json(&cfg->model), *job_json = config_to_json(cfg);
-    if (rc == 0 && (!ic.buf || !table || !model_json || !job_json)) rc = loom_fail("import: out of host memory");
+    if (rc == 0 && (!table || !model_json || !job_json)) rc = loom_fail("import: out of host memory");
     if (rc == 0) {
-        ckpt_group g = {"model", table, m.ntensors, NULL, import_fetch, &ic};
+        ckpt_group g = {"model", table, m.ntensors, NULL, NULL, NULL};
         ckpt_state st = {0};
         st.model_config_json = model_json;
         st.job_config_json = job_json;
         st.world_size = 1;
         st.backend = "import";
-        rc = ckpt_save(out_dir, &st, &g, 1, 0);
+        rc = ckpt_save_pieces(out_dir, &st, &g, import_piece, &ic, 0);
     }
     if (rc == 0) log_info("imported %s: %d tensors, %zu parameters", hf_arch_name(h), m.ntensors, m.nparams);
-    free(ic.buf);
     free(table);
     free(model_json);
     free(job_json);

@@ -4,7 +4,8 @@
  * fail with their own message and never crash; `ckpt_seal` accepts an edited file only when its
  * tensors are sound (every one of its manifest present), and never changes a file it refuses. Files edited
  * through HDF5 lose their seal; to test the checks behind it they are re-sealed with the raw
- * ckpt_seal_write (checkpoints/ckpt_internal.h). Must never modify the good original. */
+ * ckpt_seal_write (checkpoints/ckpt_internal.h); the seal ckpt_save builds from the tensors' CRCs
+ * equals a full re-read's. Must never modify the good original. */
 #include <hdf5.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -14,11 +15,19 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/ckpt_crc.h"
 #include "checkpoints/ckpt_internal.h"
 #include "ckpt_test_util.h"
 #include "base/error.h"
 
 static char good[4400];
+
+static int64_t ckpt_numel_of(const ckpt_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
 
 /* Open + read everything; 0 if the whole checkpoint loads. */
 static int load_all(const char *file)
@@ -100,6 +109,85 @@ static int same_bytes(const char *a, const char *b)
     return same;
 }
 
+/* ckpt_read_pieces's sink: counts, and copies into x when given. */
+typedef struct piece_sink {
+    float *x;
+    size_t n;
+    int pieces;
+} piece_sink;
+
+static int piece_put(void *ctx, const float *x, size_t n)
+{
+    piece_sink *s = ctx;
+    if (s->x) memcpy(s->x + s->n, x, n * sizeof(float));
+    s->n += n;
+    s->pieces++;
+    return 0;
+}
+
+/* Every tensor of the good file read in pieces equals the whole read, bit for bit. */
+static void read_in_pieces(const test_ckpt *want)
+{
+    ckpt_reader *r = ckpt_open(good);
+    CHECK(r != NULL, "open: %s", loom_error());
+    for (int g = 0; r && g < TC_NGROUPS; g++)
+        for (int k = 0; k < want->groups[g].ntensors; k++) {
+            const ckpt_tensor *t = &want->groups[g].tensors[k];
+            size_t n = (size_t)ckpt_numel_of(t);
+            float *piece = malloc(ckpt_piece_size(t) * sizeof(float) + 4), *all = malloc(n * sizeof(float) + 4);
+            piece_sink ps = {all, 0, 0};
+            CHECK(ckpt_read_pieces(r, want->groups[g].path, t, piece, piece_put, &ps) == 0, "%s/%s: %s",
+                  want->groups[g].path, t->name, loom_error());
+            CHECK(ps.n == n && memcmp(all, want->groups[g].data + t->offset, n * sizeof(float)) == 0,
+                  "%s/%s in pieces differs", want->groups[g].path, t->name);
+            free(piece);
+            free(all);
+        }
+    ckpt_close(r);
+}
+
+/* The seal ckpt_save computes from the tensors' CRCs (ckpt_seal_write_known) is the one a full
+ * re-read gives; extents are trusted only when they tile the file (a wrong CRC in one shows that
+ * its bytes were not read), and else the whole file is read. */
+static void seal_from_extents(const char *dir)
+{
+    char path[4200], copy[4200];
+    snprintf(copy, sizeof copy, "%s/resealed.h5", dir);
+    CHECK(tc_copy(good, copy) == 0, "copy to %s", copy);
+    CHECK(ckpt_seal_write(copy, 1) == 0, "full re-seal: %s", loom_error());
+    CHECK(same_bytes(good, copy), "ckpt_save's seal equals the seal of a full re-read");
+
+    unsigned char bytes[10000];
+    uint32_t x = 7;
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (unsigned char)((x = x * 1103515245u + 12345u) >> 24);
+    snprintf(path, sizeof path, "%s/extents.bin", dir);
+    struct { uint64_t off, len; int bad; const char *want; } cases[][3] = {
+        {{5000, 2000, 0, NULL}, {100, 3000, 0, NULL}, {9000, 0, 0, NULL}},      /* unsorted, one empty */
+        {{0, 5000, 0, NULL}, {5000, 5000, 0, NULL}, {10000, 0, 0, NULL}},       /* no gaps at all */
+        {{100, 3000, 1, "whole-file checksum mismatch (damaged file)"}, {5000, 10, 0, NULL}, {0, 0, 0, NULL}},
+        {{100, 3000, 1, NULL}, {3000, 10, 0, NULL}, {0, 0, 0, NULL}},           /* overlap: read all */
+        {{100, 3000, 1, NULL}, {9000, 1001, 0, NULL}, {0, 0, 0, NULL}},         /* past the end: idem */
+        {{100, 3000, 1, NULL}, {UINT64_MAX, 4, 0, NULL}, {0, 0, 0, NULL}},      /* no address: idem */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(bytes, 1, sizeof bytes, f) == sizeof bytes, "write %s", path);
+        if (f) fclose(f);
+        ckpt_extent ext[3];
+        const char *want = NULL;
+        for (int i = 0; i < 3; i++) {
+            ext[i].off = cases[k][i].off;
+            ext[i].len = cases[k][i].len;
+            int inside = ext[i].off <= sizeof bytes && ext[i].len <= sizeof bytes - ext[i].off;
+            ext[i].crc = inside ? ckpt_crc32c(0, bytes + ext[i].off, ext[i].len) ^ (uint32_t)cases[k][i].bad : 1;
+            if (cases[k][i].want) want = cases[k][i].want;
+        }
+        CHECK(ckpt_seal_write_known(path, ext, 3) == 0, "case %zu: seal: %s", k, loom_error());
+        if (want) CHECK_FAILS(ckpt_seal_verify(path, NULL) == -1, want);
+        else CHECK(ckpt_seal_verify(path, NULL) == 0, "case %zu: %s", k, loom_error());
+    }
+}
+
 /* xor 0x10 into byte `at` of the file. */
 static void flip_at(const char *path, long at)
 {
@@ -147,6 +235,17 @@ static void flipped_byte(const char *dir)
     test_ckpt cb;
     tc_make_empty(&cb);
     CHECK_FAILS(rb && ckpt_read_group(rb, &cb.groups[3]) == -1, "checksum mismatch in /lora/big.2d (corrupt file)");
+    /* in pieces (export hf): every piece handed over, then the checksum refuses them */
+    const ckpt_tensor *big = NULL;
+    for (int k = 0; k < cb.groups[3].ntensors; k++)
+        if (strcmp(cb.groups[3].tensors[k].name, "big.2d") == 0) big = &cb.groups[3].tensors[k];
+    CHECK(big != NULL, "fixture has big.2d");
+    float *piece = big ? malloc(ckpt_piece_size(big) * sizeof(float)) : NULL;
+    piece_sink ps = {NULL, 0, 0};
+    CHECK_FAILS(rb && piece && ckpt_read_pieces(rb, "lora", big, piece, piece_put, &ps) == -1,
+                "checksum mismatch in /lora/big.2d (corrupt file)");
+    CHECK(ps.pieces == 3 && ps.n == 700000, "big.2d came in %d pieces, %zu values", ps.pieces, ps.n);
+    free(piece);
     ckpt_close(rb);
     tc_free(&cb);
 
@@ -419,10 +518,12 @@ int main(void)
     CHECK(ckpt_save(dir, &c.state, c.groups, TC_NGROUPS, 0) == 0, "save: %s", loom_error());
     snprintf(good, sizeof good, "%s/step_00000010.h5", dir);
     CHECK(tc_load_check(good, &c) == 0, "the original loads");
+    read_in_pieces(&c);
     truncated(dir);
     flipped_byte(dir);
     damaged_seal(dir);
     seal_write_fails(dir);
+    seal_from_extents(dir);
     edited(dir);
     damaged_headers(dir);
     fifos(dir);

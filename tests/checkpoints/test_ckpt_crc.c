@@ -1,5 +1,5 @@
 /* test_ckpt_crc.c: CRC32C against published check values, hardware vs software paths on every
- * alignment and many lengths (crossing the 3-stream block sizes), and zlib-style chaining.
+ * alignment and many lengths (crossing the 3-stream block sizes), zlib-style chaining and combining.
  * Must never depend on the CPU: without SSE4.2 both paths are the software one. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,6 +35,15 @@ int main(void)
     uint32_t whole = ckpt_crc32c(0, buf, n);
     CHECK(ckpt_crc32c(ckpt_crc32c(0, buf, 1000), buf + 1000, n - 1000) == whole, "chaining");
     CHECK(ckpt_crc32c_f32(0, (const float *)(const void *)buf, n / 4) == ckpt_crc32c(0, buf, n / 4 * 4), "f32 view");
+    /* combine: every split point class (empty halves, short, long) against the direct CRC */
+    size_t cuts[] = {0, 1, 3, 8, 1000, 3 * 8192 + 5, n - 1, n};
+    for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++) {
+        size_t c = cuts[k];
+        uint32_t got = ckpt_crc32c_combine(ckpt_crc32c(0, buf, c), ckpt_crc32c(0, buf + c, n - c), n - c);
+        CHECK(got == whole, "combine at %zu: %08x vs %08x", c, got, whole);
+    }
+    CHECK(ckpt_crc32c_combine(ckpt_crc32c(0, "12345", 5), ckpt_crc32c(0, "6789", 4), 4) == 0xE3069283u,
+          "combine of the check value");
     const float *fb = (const float *)(const void *)buf;
     CHECK(ckpt_crc32c_f32(ckpt_crc32c_f32(0, fb, 100), fb + 100, n / 4 - 100) == ckpt_crc32c_f32(0, fb, n / 4),
           "f32 chaining");

@@ -46,6 +46,26 @@ static int read_ref(const char *dir, int *ids, double *loss, float **logits, int
     return n == (size_t)T_IDS * *V ? 0 : -1;
 }
 
+/* hf_read_range in pieces (an odd size, so pieces straddle rows; tensors in turn, front to back as
+ * loom import reads them) gives hf_read's tensors bit for bit, whatever the layout change. */
+static void check_pieces(const char *dir, hf_model *h, const model *m, const float *want)
+{
+    float *got = malloc(m->nparams * sizeof(float));
+    const size_t piece = 37;
+    for (int i = 0; got && i < m->ntensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        for (size_t e = 0; e < t->numel; e += piece) {
+            size_t n = t->numel - e < piece ? t->numel - e : piece;
+            CHECK(hf_read_range(h, t->name, t->numel, e, n, got + t->offset + e) == 0, "%s: %s: %s", dir, t->name, loom_error());
+        }
+        CHECK(memcmp(got + t->offset, want + t->offset, t->numel * sizeof(float)) == 0,
+              "%s: %s read in pieces differs from the whole read", dir, t->name);
+    }
+    CHECK(hf_read_range(h, m->tensors[0].name, m->tensors[0].numel, m->tensors[0].numel, 1, got) == -1,
+          "%s: a range past the end is refused", dir);
+    free(got);
+}
+
 /* A model on the CPU holding the folder's weights (B=1, T=12). */
 static model *load_model(const char *dir, backend *be, hf_model **out)
 {
@@ -60,6 +80,7 @@ static model *load_model(const char *dir, backend *be, hf_model **out)
     for (int i = 0; m && i < m->ntensors; i++)
         CHECK(hf_read(h, m->tensors[i].name, buf + m->tensors[i].offset, m->tensors[i].numel) == 0,
               "%s: %s: %s", dir, m->tensors[i].name, loom_error());
+    if (m) check_pieces(dir, h, m, buf);
     if (m) be->ops->copy_h2d(be, m->params, buf, m->nparams * sizeof(float));
     free(buf);
     *out = h;

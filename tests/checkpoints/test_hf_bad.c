@@ -2,11 +2,13 @@
  * one line naming the file (and tensor), never a crash or a huge allocation: no config.json, an
  * unknown model_type, header length / offsets that lie (overlap, past the end, overflow), a
  * truncated file, an unknown dtype, a shape disagreeing with config.json, a missing or an extra
- * tensor, an index naming a missing shard. Arguments: the fixtures folder, a scratch folder. */
+ * tensor, an index naming a missing shard; a streamed write pushing the wrong number of values.
+ * Arguments: the fixtures folder, a scratch folder. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -167,6 +169,58 @@ static void tied_head(void)
     }
 }
 
+/* st_write_dir_stream: a writer that pushes one value too few or too many for a tensor's shape is
+ * refused with one line naming the tensor, and leaves no file; in pieces the bytes are those of
+ * the whole-tensor writer. */
+static int stream_extra; /* values pushed beyond (or, negative, short of) the shape */
+static int stream_ones(void *ctx, int k, st_sink *sink)
+{
+    (void)ctx;
+    size_t n = k == 0 ? 16 : 4;
+    if (k == 1) n = (size_t)((int)n + stream_extra);
+    for (size_t i = 0; i < n; i += 3) /* pieces of 3: uneven ones too */
+        if (st_sink_put(sink, ones, n - i < 3 ? n - i : 3)) return -1;
+    return 0;
+}
+
+static const float *fetch_ones(void *ctx, int k)
+{
+    (void)ctx, (void)k;
+    return ones;
+}
+
+static void streamed_writes(void)
+{
+    st_wtensor t[2] = {{"a", 2, {4, 4}}, {"b", 1, {4}}};
+    char d[4096], p[4200], q[4300];
+    snprintf(d, sizeof d, "%s/stream", scratch);
+    mkdir(d, 0755);
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    const struct { int extra; const char *want; } cases[] = {{-1, "tensor b: 1 values short of its shape"},
+                                                             {1, "tensor b: more values than its shape holds"}};
+    for (int c = 0; c < 2; c++) {
+        stream_extra = cases[c].extra;
+        unlink(p);
+        CHECK(st_write_dir_stream(d, "model", ST_BF16, t, 2, stream_ones, NULL, (uint64_t)1 << 30) == -1 &&
+                  strstr(loom_error(), cases[c].want) && !strchr(loom_error(), '\n'),
+              "a stream %+d values off: got '%s'", cases[c].extra, loom_error());
+        struct stat sb;
+        snprintf(q, sizeof q, "%s.tmp", p);
+        CHECK(stat(p, &sb) != 0 && stat(q, &sb) != 0, "a refused stream left a file");
+    }
+    stream_extra = 0;
+    CHECK(st_write_dir_stream(d, "streamed", ST_BF16, t, 2, stream_ones, NULL, (uint64_t)1 << 30) == 0, "%s", loom_error());
+    CHECK(st_write_dir(d, "whole", ST_BF16, t, 2, fetch_ones, NULL, (uint64_t)1 << 30) == 0, "%s", loom_error());
+    snprintf(p, sizeof p, "%s/streamed.safetensors", d);
+    snprintf(q, sizeof q, "%s/whole.safetensors", d);
+    FILE *a = fopen(p, "rb"), *b = fopen(q, "rb");
+    int same = a && b;
+    for (int x = 0, y = 0; same && (x != EOF || y != EOF);) same = (x = fgetc(a)) == (y = fgetc(b));
+    CHECK(same, "streamed and whole writes differ");
+    if (a) fclose(a);
+    if (b) fclose(b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) { fprintf(stderr, "usage: test_hf_bad FIXTURES_DIR TMP_DIR\n"); return 2; }
@@ -176,5 +230,6 @@ int main(int argc, char **argv)
     bad_safetensors();
     bad_folders(argv[1]);
     tied_head();
+    streamed_writes();
     return failures != 0;
 }
