@@ -22,7 +22,8 @@ p.add_argument("--seq", type=int, default=256)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--mode", choices=("eager", "compile"), default="eager")
-p.add_argument("--sgemm", action="store_true", help="also print torch's matmul GFLOP/s (1536^3, A B^T)")
+p.add_argument("--sgemm", action="store_true",
+               help="only print torch's matmul GFLOP/s: 1536^3 A B^T, and on the model's shapes as bench_cpu_step --sgemm")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -64,15 +65,33 @@ class GPT(nn.Module):
         logits = s.ln_f(x) @ s.wte.weight.t()
         return F.cross_entropy(logits.view(-1, a.vocab), tgt.view(-1))
 
-def sgemm_rate(n=1536):
-    x, w = torch.rand(n, n), torch.rand(n, n)
-    best = 1e30
-    for _ in range(8):
+def mm_rate(M, N, K, tA, tB, beta, min_s=0.2):
+    """best GFLOP/s of C = op(A) op(B) (+ C when beta), op = transpose where t*"""
+    A = torch.rand(K, M).t() if tA else torch.rand(M, K)
+    B = torch.rand(N, K).t() if tB else torch.rand(K, N)
+    C = torch.zeros(M, N)
+    run = (lambda: C.addmm_(A, B)) if beta else (lambda: torch.mm(A, B, out=C))
+    run()
+    best, t_all, it = 1e30, time.perf_counter(), 0
+    while it < 2 or time.perf_counter() - t_all < min_s:
         t0 = time.perf_counter()
-        x @ w.t()
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * n ** 3 / best / 1e9
+        run()
+        best, it = min(best, time.perf_counter() - t0), it + 1
+    return 2.0 * M * N * K / best / 1e9
 
+def shapes_rate(L, C, N, V):
+    """bench_cpu_step's shapes_rate: forward, input and weight gradient of qkv, o, fc, proj and the head"""
+    flops = secs = 0.0
+    for out, inp, per in ((3 * C, C, L), (C, C, L), (4 * C, C, L), (C, 4 * C, L), (V, C, 1)):
+        f, o = 2.0 * N * out * inp * per, out if per != 1 else out // 4
+        for r in (mm_rate(N, o, inp, 0, 1, 0), mm_rate(N, inp, o, 0, 0, 0), mm_rate(o, inp, N, 1, 0, 1)):
+            flops, secs = flops + f, secs + f / r
+    return flops / secs
+
+if a.sgemm:
+    print("torch_sgemm_gflops %.1f shapes_gflops %.1f" % (mm_rate(1536, 1536, 1536, 0, 1, 0),
+          shapes_rate(a.layers, a.width, a.batch * a.seq, a.vocab)))
+    raise SystemExit(0)
 model = GPT()
 decay = [q for q in model.parameters() if q.dim() == 2]
 other = [q for q in model.parameters() if q.dim() < 2]
@@ -82,8 +101,6 @@ try:  # the fused CPU AdamW (torch >= 2.4) is the fastest; older torch has only 
 except (TypeError, RuntimeError):
     opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95))
 fwd = torch.compile(model) if a.mode == "compile" else model
-if a.sgemm:
-    print("torch_sgemm_gflops %.1f" % sgemm_rate())
 times = []
 for step in range(a.steps):
     idx = torch.randint(0, a.vocab, (a.batch, a.seq))
