@@ -59,25 +59,27 @@ sgemm_now() { # L C H B T -> appends "square shapes" to $tmp/sg
   "$build/bench/bench_cpu_step" --sgemm "$threads" 1 "$@" | awk '{print $2, $4}' >> "$tmp/sg"
 }
 
-run_loom() { # preset B T -> appends "s/step tok/s load" to $tmp/r0; sets $tmp/flops (MFLOP/token)
+run_loom() { # preset B T -> appends "s/step tok/s load" to $tmp/res0; sets $tmp/flops (MFLOP/token)
   local l; l=$(load)
   "$loom" train "$root/configs/tiny-train.json" \
     --set model=$1 --set train.batch_size=$2 --set train.seq_len=$3 --set train.steps=$steps \
     --set train.warmup=1 --set parallel.threads=$threads --set checkpoint.every=-1 \
     --out "$tmp/run" > "$tmp/loom.out" 2>&1 || { cat "$tmp/loom.out"; exit 1; }
-  awk -v bt=$(( $2 * $3 )) -v l="$l" '/^done:/ {tps=$7} END {print bt / tps, tps, l}' "$tmp/loom.out" >> "$tmp/r0"
+  awk -v bt=$(( $2 * $3 )) -v l="$l" '/^done:/ {tps=$7} END {print bt / tps, tps, l}' "$tmp/loom.out" >> "$tmp/res0"
   corename=$(sed -n 's/^backend cpu (OpenBLAS \([A-Za-z0-9]*\).*/\1/p' "$tmp/loom.out" | head -1)
   awk '/^model .*MFLOP\/token/ {for (i = 1; i < NF; i++) if ($(i+1) ~ /^MFLOP/) print $i}' "$tmp/loom.out" > "$tmp/flops"
 }
 
-run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp/r<index>
+run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp/res<index>
   local i=$1 py=$2 mode=$3 l; shift 3; l=$(load)
   local envs=()
   if [ "$py" = "$debpy" ]; then envs=(OPENBLAS_CORETYPE=${corename:-Cooperlake} ${tcmalloc:+LD_PRELOAD=$tcmalloc}); fi
-  env "${envs[@]}" "$py" "$root/bench/torch_ref.py" --layers $1 --width $2 --heads $3 --batch $4 \
-    --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode > "$tmp/ref.out" 2>&1 ||
-    { cat "$tmp/ref.out"; exit 1; }
-  awk -v bt=$(( $4 * $5 )) -v l="$l" '/^tokens_per_s/ {print bt / $2, $2, l}' "$tmp/ref.out" >> "$tmp/r$i"
+  if ! env "${envs[@]}" "$py" "$root/bench/torch_ref.py" --layers $1 --width $2 --heads $3 --batch $4 \
+    --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode > "$tmp/ref.out" 2>&1; then
+    echo "reference $py --mode $mode failed (left out of this round): $(tail -1 "$tmp/ref.out")"
+    return 0
+  fi
+  awk -v bt=$(( $4 * $5 )) -v l="$l" '/^tokens_per_s/ {print bt / $2, $2, l}' "$tmp/ref.out" >> "$tmp/res$i"
 }
 
 col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
@@ -88,7 +90,7 @@ for preset in $models; do
   T=256
   set -- $(shape_of "$preset")
   L=$1 C=$2 H=$3
-  rm -f "$tmp"/r* "$tmp/sg"
+  rm -f "$tmp"/res* "$tmp/sg"; for i in $(seq 0 ${#refs[@]}); do : > "$tmp/res$i"; done
   for r in $(seq "$rounds"); do
     sgemm_now "$L" "$C" "$H" "$B" "$T"
     run_loom "$preset" "$B" "$T"
@@ -99,20 +101,26 @@ for preset in $models; do
     done
   done
   fl=$(cat "$tmp/flops"); sq=$(col sg 1); sh=$(col sg 2)
-  lt=$(col r0 2)
+  lt=$(col res0 2)
   best=0
-  for i in "${!refs[@]}"; do t=$(col r$(( i + 1 )) 2); best=$(echo "if ($t > $best) $t else $best" | bc -l); done
+  for i in "${!refs[@]}"; do
+    t=$(col res$(( i + 1 )) 2)
+    if [ -n "$t" ]; then best=$(echo "if ($t > $best) $t else $best" | bc -l); fi
+  done
   echo
   echo "$preset B=$B T=$T (loom on OpenBLAS ${corename:-?}): $fl MFLOP/token; sgemm (median of the run) $sq GFLOP/s square, $sh GFLOP/s on the model's shapes" \
        "(range $(cut -d' ' -f2 "$tmp/sg" | sort -g | head -1)-$(cut -d' ' -f2 "$tmp/sg" | sort -g | tail -1))"
   printf "  %-26s %8s %9s %11s %8s %8s %s\n" engine s/step tokens/s "loom ratio" "MFU sh" "MFU sq" "load before each run"
   names=("loom" ); for i in "${!refs[@]}"; do set -- ${refs[$i]}; names+=("$1"); done
   for i in "${!names[@]}"; do
-    t=$(col r$i 2)
-    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(col r$i 1)" "$t" \
+    t=$(col res$i 2)
+    [ -n "$t" ] || { printf "  %-26s failed in every round\n" "${names[$i]}"; continue; }
+    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(col res$i 1)" "$t" \
       "$(echo "$lt / $t" | bc -l)" "$(echo "100 * $t * $fl / 1000 / $sh" | bc -l)" \
-      "$(echo "100 * $t * $fl / 1000 / $sq" | bc -l)" "$(cut -d' ' -f3 "$tmp/r$i" | tr '\n' ' ')"
+      "$(echo "100 * $t * $fl / 1000 / $sq" | bc -l)" "$(cut -d' ' -f3 "$tmp/res$i" | tr '\n' ' ')"
   done
-  [ "$best" != 0 ] && printf "  loom / fastest reference: %.2fx (bar 1.3x); loom MFU on the model's shapes %.1f%% (bar 90%%)\n" \
-    "$(echo "$lt / $best" | bc -l)" "$(echo "100 * $lt * $fl / 1000 / $sh" | bc -l)"
+  if [ "$best" != 0 ]; then
+    printf "  loom / fastest reference: %.2fx (bar 1.3x); loom MFU on the model's shapes %.1f%% (bar 90%%)\n" \
+      "$(echo "$lt / $best" | bc -l)" "$(echo "100 * $lt * $fl / 1000 / $sh" | bc -l)"
+  fi
 done
