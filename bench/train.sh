@@ -115,7 +115,7 @@ for preset in $models; do
   for i in "${!names[@]}"; do
     t=$(col res$i 2)
     [ -n "$t" ] || { printf "  %-26s failed in every round\n" "${names[$i]}"; continue; }
-    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(col res$i 1)" "$t" \
+    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(echo "$B * $T / $t" | bc -l)" "$t" \
       "$(echo "$lt / $t" | bc -l)" "$(echo "100 * $t * $fl / 1000 / $sh" | bc -l)" \
       "$(echo "100 * $t * $fl / 1000 / $sq" | bc -l)" "$(cut -d' ' -f3 "$tmp/res$i" | tr '\n' ' ')"
   done
