@@ -1,8 +1,10 @@
-/* bench_cpu_step.c: the op sequence of one GPT-2 124M training step (B*T = 1024 tokens) on the
- * CPU backend, timed per op family, against the time its matmuls alone would take at the square
- * sgemm rate: how close a whole step gets to sgemm MFU. One layer's buffers serve all 12 layers. */
+/* bench_cpu_step.c: the op sequence of one GPT-2 style training step (default 124M, B*T = 1024) on
+ * the CPU backend, timed per op family, against its matmuls' own rate and the sgemm rates (square,
+ * and each of the step's matmul shapes alone): where a step loses to sgemm. One layer's buffers
+ * serve all layers; a benchmark, no asserts. Usage: bench_cpu_step [--sgemm] [THREADS [STEPS [L C H B T]]] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backends/backend.h"
@@ -62,18 +64,19 @@ typedef struct {
     int32_t *tok, *tgt;
 } step_bufs;
 
-static void step_alloc(step_bufs *s)
+static void step_alloc(step_bufs *s, int L, int C, int H, int B, int T)
 {
-    *s = (step_bufs){.B = 1,
-                     .T = 1024,
-                     .N = 1024,
-                     .C = 768,
-                     .H = 12,
-                     .D = 64,
-                     .L = 12,
+    size_t nparams = (size_t)L * 12 * C * C + (size_t)(50304 + 1024) * C;
+    *s = (step_bufs){.B = B,
+                     .T = T,
+                     .N = B * T,
+                     .C = C,
+                     .H = H,
+                     .D = C / H,
+                     .L = L,
                      .V = 50304,
-                     .Vr = 50257,
-                     .chunk = 12400000}; /* AdamW: 10 chunks = 124M */
+                     .Vr = 50304,
+                     .chunk = nparams / 10}; /* AdamW: 10 chunks = the parameters */
     size_t NC = s->NC = (size_t)s->N * s->C, CC = (size_t)s->C * s->C;
     s->x = buf(NC), s->ln = buf(NC), s->mean = buf(s->N), s->rstd = buf(s->N), s->qkv = buf(3 * NC);
     s->q = buf(NC), s->k = buf(NC), s->v = buf(NC), s->att = buf(NC),
@@ -83,9 +86,9 @@ static void step_alloc(step_bufs *s)
     s->dq = buf(NC), s->dk = buf(NC), s->dv = buf(NC), s->dqkv = buf(3 * NC);
     s->logits = buf((size_t)s->N * s->V);
     s->wqkv = buf(3 * CC), s->wproj = buf(CC), s->wfc = buf(4 * CC), s->wfp = buf(4 * CC);
-    s->wte = buf((size_t)s->V * s->C), s->wpe = buf((size_t)s->T * s->C);
+    s->wte = buf((size_t)s->V * s->C), s->wpe = buf((size_t)1024 * s->C);
     s->gqkv = buf(3 * CC), s->gproj = buf(CC), s->gfc = buf(4 * CC), s->gfp = buf(4 * CC);
-    s->gwte = buf((size_t)s->V * s->C), s->gwpe = buf((size_t)s->T * s->C);
+    s->gwte = buf((size_t)s->V * s->C), s->gwpe = buf((size_t)1024 * s->C);
     s->lnw = buf(s->C), s->lnb = buf(s->C), s->glnw = buf(s->C), s->glnb = buf(s->C);
     s->bias = buf(4 * (size_t)s->C), s->gb = buf(4 * (size_t)s->C), s->losses = buf(s->N);
     s->p = buf(s->chunk), s->m = buf(s->chunk), s->vv = buf(s->chunk);
@@ -159,16 +162,66 @@ static void step_backward(step_bufs *s, int t)
     }
 }
 
+/* Best GFLOP/s of one matmul shape over repetitions lasting at least min_s (2 runs at least). */
+static double shape_rate(int M, int N, int K, int tA, int tB, float beta, double min_s)
+{
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    float *a = buf(na), *b = buf(nb), *c = buf(nc);
+    be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta); /* warm-up */
+    double best = 1e30, t_all = now();
+    for (int it = 0; it < 2 || now() - t_all < min_s; it++) {
+        double t0 = now();
+        be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta);
+        double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);
+    return 2.0 * M * (double)N * K / best / 1e9;
+}
+
+/* The sgemm rate on the step's own matmul shapes (GPT-2's fused qkv, o, fc, proj per layer and the
+ * tied head; forward, input gradient, weight gradient of each), each timed alone: the step's
+ * matmul FLOPs over the time they take at those rates. The MFU reference "on the model's shapes".
+ * The head is timed on a quarter of the vocab (rates are flat at that size; a full one takes seconds). */
+static double shapes_rate(int L, int C, int N, int V, double min_s)
+{
+    const int out[5] = {3 * C, C, 4 * C, C, V}, in[5] = {C, C, C, 4 * C, C};
+    double flops = 0.0, secs = 0.0;
+    for (int i = 0; i < 5; i++) {
+        double per = i < 4 ? L : 1, f = 2.0 * N * (double)out[i] * in[i] * per;
+        int o = i < 4 ? out[i] : out[i] / 4;
+        double r = shape_rate(N, o, in[i], 0, 1, 0.0f, min_s) * 1e9;          /* y = x W^T */
+        double r2 = shape_rate(N, in[i], o, 0, 0, 0.0f, min_s) * 1e9;         /* dx = dy W */
+        double r3 = shape_rate(o, in[i], N, 1, 0, 1.0f, min_s) * 1e9;         /* dW += dy^T x */
+        flops += 3 * f, secs += f / r + f / r2 + f / r3;
+    }
+    return flops / secs;
+}
+
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
+    int sgemm_only = argc > 1 && strcmp(argv[1], "--sgemm") == 0;
+    if (sgemm_only) argc--, argv++;
     int threads = argc > 1 ? atoi(argv[1]) : 0, steps = argc > 2 ? atoi(argv[2]) : 2;
+    int L = argc > 3 ? atoi(argv[3]) : 12, C = argc > 4 ? atoi(argv[4]) : 768;
+    int H = argc > 5 ? atoi(argv[5]) : 12, B = argc > 6 ? atoi(argv[6]) : 1;
+    int T = argc > 7 ? atoi(argv[7]) : 1024;
+    if (L < 1 || C < 1 || H < 1 || C % H || B < 1 || T < 1 || T > 1024) {
+        fprintf(stderr, "bench_cpu_step: bad shape L %d C %d H %d B %d T %d\n", L, C, H, B, T);
+        return 1;
+    }
     log_set_quiet(1);
     backend_config cfg = {threads, 0, BACKEND_FP32, 0};
     be = cpu_backend_entry.create(&cfg);
     if (!be) return fprintf(stderr, "bench_cpu_step: %s\n", loom_error()), 1;
+    if (sgemm_only) { /* one line for bench/train.sh: the square rate, then the shapes' rate */
+        double sq = backend_peak_flops(be) / 1e9;
+        printf("sgemm_gflops %.1f shapes_gflops %.1f\n", sq, shapes_rate(L, C, B * T, 50304, 0.2) / 1e9);
+        return 0;
+    }
     step_bufs s;
-    step_alloc(&s);
+    step_alloc(&s, L, C, H, B, T);
     double t_total = 0.0;
     for (int step = 0; step <= steps; step++) { /* step 0 warms up (scratch growth, page faults) */
         if (step == 1) {
@@ -181,8 +234,8 @@ int main(int argc, char **argv)
         if (step > 0) t_total += now() - t0;
     }
     double peak = backend_peak_flops(be);
-    printf("bench_cpu_step: %s, %d step(s) of GPT-2 124M at %d tokens\n", be->description, steps,
-           s.N);
+    printf("bench_cpu_step: %s, %d step(s) of a GPT-2 (%d layers, width %d, %d heads) at B %d x T %d\n",
+           be->description, steps, L, C, H, B, T);
     for (int f = 0; f < F_COUNT; f++)
         printf("  %-14s %8.1f ms/step %5.1f%%\n", fam_name[f], 1e3 * fam_t[f] / steps,
                100 * fam_t[f] / t_total);
@@ -194,5 +247,9 @@ int main(int argc, char **argv)
     printf("  step %.1f GFLOP/s (matmul FLOPs) = %.2f of the sgemm peak; matmul share of the step "
            "%.2f\n",
            mm_flops / t_total / 1e9, mm_flops / t_total / peak, fam_t[F_MATMUL] / t_total);
+    double shapes = shapes_rate(L, C, s.N, s.V, 0.2);
+    printf("  sgemm on the step's shapes, each alone: %.1f GFLOP/s; the step's matmuls reach %.2f of "
+           "it, the whole step %.2f\n",
+           shapes / 1e9, mm_flops / fam_t[F_MATMUL] / shapes, mm_flops / t_total / shapes);
     return 0;
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# bench/train.sh [BUILD_DIR]: CPU training throughput of loom vs PyTorch on the same model, shape
-# and thread count, alternating the two (A B A B) so machine drift hits both. Prints a table:
-# tokens/s of each, their ratio, the MFU of each against the sgemm rate loom measured at the start
-# of the same run, the ratio loom would reach at 100% of that rate (1 / torch MFU: the ceiling
-# an sgemm-bound engine can reach), and the peak RSS of each next to the bytes loom accounts for
-# (params + grads + Adam + activations). ROUNDS (2), STEPS (6), THREADS (2) set the run.
-# The reference runs with PYTHON (default /usr/bin/python3: Debian's python3-torch, run with the
-# OpenBLAS SkylakeX kernel and tcmalloc, its fastest setting on these machines; PYTHON=/work/venv/bin/python
-# for pip's PyTorch). A Python without torch is reported missing, with the command that installs it.
+# bench/train.sh [BUILD_DIR]: CPU pretraining step (AdamW, fp32) of loom vs every PyTorch a user can
+# install here, on the same GPT-2 model, shape and thread count, alternated in one run (loom, ref 1, ref 2,
+# ..., loom, ...) so machine drift hits all. References: pip PyTorch 2.x from PYTHON (default
+# /work/venv/bin/python if present, else python3) eager and torch.compile (inductor), and Debian's
+# python3-torch 1.13 from /usr/bin/python3 (OpenBLAS forced to the kernel loom uses, tcmalloc
+# preloaded). Before each run: the load average and the sgemm rate (square, and on the model's own
+# matmul shapes: bench_cpu_step --sgemm). Table: s/step, tokens/s, loom's ratio to each and to the
+# fastest, MFU of each (model FLOPs/token from loom) against the median shapes-sgemm rate of the same
+# run. Installs nothing: a missing reference is reported with the command that installs it.
+# ROUNDS (2), STEPS (6), THREADS (2), MODELS ("gpt2-124m gpt2-small6") set the run.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,56 +16,111 @@ loom="$build/launch/loom"
 threads=${THREADS:-2}
 rounds=${ROUNDS:-2}
 steps=${STEPS:-6}
-py=${PYTHON:-/usr/bin/python3}
-if ! "$py" -c "import torch" 2> /dev/null; then
-  echo "PyTorch reference: missing ($py has no torch); install with: apt-get install python3-torch" \
-       "(Debian's, for /usr/bin/python3) or pip install torch (then PYTHON=that python)"
-  exit 1
+models=${MODELS:-gpt2-124m gpt2-small6}
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x /work/venv/bin/python ]; then PYTHON=/work/venv/bin/python; else PYTHON=python3; fi
 fi
-tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
+debpy=${DEBIAN_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=$threads
 
-median() { sort -g | awk '{a[NR]=$1} END {printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+# The references: "label python mode env" rows; a Python whose torch is Debian's is the 1.13 one.
+torch_of() { "$1" -c 'import torch, sys; print(torch.__version__, "debian" if torch.__file__.startswith("/usr/lib/python3/") else "pip")' 2>/dev/null || true; }
+refs=()
+pip_v=$(torch_of "$PYTHON"); deb_v=""
+[ "$(command -v "$PYTHON")" != "$(command -v "$debpy" || true)" ] && deb_v=$(torch_of "$debpy")
+[ -z "$deb_v" ] && [ "${pip_v#* }" = debian ] && deb_v=$pip_v && pip_v=""
+if [ -n "$pip_v" ] && [ "${pip_v#* }" = pip ]; then
+  refs+=("pip-${pip_v%% *}-eager $PYTHON eager")
+  case "$pip_v" in 1.*) ;; *) refs+=("pip-${pip_v%% *}-compile $PYTHON compile") ;; esac
+else
+  echo "reference missing: pip PyTorch 2.x ($PYTHON has none); install with: python3 -m venv /work/venv &&" \
+       "/work/venv/bin/pip install torch (then PYTHON=/work/venv/bin/python)"
+fi
+if [ -n "$deb_v" ]; then
+  refs+=("debian-${deb_v%% *} $debpy eager")
+else
+  echo "reference missing: Debian's PyTorch 1.13 ($debpy has no torch); install with: apt-get install python3-torch"
+fi
+corename=""
+tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
 
-run_loom() { # preset B T -> "tok/s mfu rss_kb accounted_bytes sgemm_gflops mflop_per_token"
-  /usr/bin/time -f "%M" -o "$tmp/rss" "$loom" train "$root/configs/tiny-train.json" \
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+shape_of() { # preset -> "layers width heads" from configs/models/<preset>.json
+  awk -F'[:,]' '{for (i = 1; i < NF; i++) {g = $i; gsub(/[" {]/, "", g);
+       if (g == "n_layer") L = $(i+1) + 0; if (g == "d_model") C = $(i+1) + 0; if (g == "n_head") H = $(i+1) + 0}}
+       END {print L, C, H}' "$root/configs/models/$1.json"
+}
+
+sgemm_now() { # L C H B T -> appends "square shapes" to $tmp/sg
+  "$build/bench/bench_cpu_step" --sgemm "$threads" 1 "$@" | awk '{print $2, $4}' >> "$tmp/sg"
+}
+
+run_loom() { # preset B T -> appends "s/step tok/s load" to $tmp/res0; sets $tmp/flops (MFLOP/token)
+  local l; l=$(load)
+  "$loom" train "$root/configs/tiny-train.json" \
     --set model=$1 --set train.batch_size=$2 --set train.seq_len=$3 --set train.steps=$steps \
     --set train.warmup=1 --set parallel.threads=$threads --set checkpoint.every=-1 \
     --out "$tmp/run" > "$tmp/loom.out" 2>&1 || { cat "$tmp/loom.out"; exit 1; }
-  awk -v rss="$(cat "$tmp/rss")" '/^done:/ {tps=$7; mfu=$11} /^memory:/ {acc=$2}
-       /^cpu: sgemm/ {sg=$3} /^model .*MFLOP\/token/ {for (i = 1; i < NF; i++) if ($(i+1) ~ /^MFLOP/) fl=$i}
-       END {gsub("%","",mfu); print tps, mfu, rss, acc, sg, fl}' "$tmp/loom.out"
+  awk -v bt=$(( $2 * $3 )) -v l="$l" '/^done:/ {tps=$7} END {print bt / tps, tps, l}' "$tmp/loom.out" >> "$tmp/res0"
+  corename=$(sed -n 's/^backend cpu (OpenBLAS \([A-Za-z0-9]*\).*/\1/p' "$tmp/loom.out" | head -1)
+  awk '/^model .*MFLOP\/token/ {for (i = 1; i < NF; i++) if ($(i+1) ~ /^MFLOP/) print $i}' "$tmp/loom.out" > "$tmp/flops"
 }
 
-sgemm_now() { "$build/bench/bench_sgemm" --peak "$threads" | awk '{print $2}'; }
-
-run_torch() { # layers heads width B T -> "tok/s rss_kb sgemm_gflops (measured just before)"
-  local sg; sg=$(sgemm_now)
-  OPENBLAS_CORETYPE=SkylakeX LD_PRELOAD="$tcmalloc" /usr/bin/time -f "%M" -o "$tmp/rss" \
-    "$py" "$root/bench/torch_ref.py" --layers $1 --heads $2 --width $3 --batch $4 \
-    --seq $5 --steps $steps --threads $threads > "$tmp/torch.out" 2>&1 || { cat "$tmp/torch.out"; exit 1; }
-  awk -v rss="$(cat "$tmp/rss")" -v sg="$sg" '/^tokens_per_s/ {print $2, rss, sg}' "$tmp/torch.out"
+run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp/res<index>
+  local i=$1 py=$2 mode=$3 l; shift 3; l=$(load)
+  local envs=()
+  if [ "$py" = "$debpy" ]; then envs=(OPENBLAS_CORETYPE=${corename:-Cooperlake} ${tcmalloc:+LD_PRELOAD=$tcmalloc}); fi
+  if ! env "${envs[@]}" "$py" "$root/bench/torch_ref.py" --layers $1 --width $2 --heads $3 --batch $4 \
+    --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode > "$tmp/ref.out" 2>&1; then
+    echo "reference $py --mode $mode failed (left out of this round): $(tail -1 "$tmp/ref.out")"
+    return 0
+  fi
+  awk -v bt=$(( $4 * $5 )) -v l="$l" '/^tokens_per_s/ {print bt / $2, $2, l}' "$tmp/ref.out" >> "$tmp/res$i"
 }
 
-# MFU: loom's against the sgemm rate it measured at the start of each run, torch's against the
-# same measurement taken just before each torch run (the machine's speed drifts within minutes);
-# "ceiling" = 1 / torch MFU: the ratio an engine running at 100% of sgemm would reach.
-printf "%-12s %5s %9s %9s %6s %9s %9s %8s %9s %9s %6s %9s\n" model B*T "loom t/s" "torch t/s" ratio \
-  "loom MFU" "torch MFU" ceiling "loom RSS" accounted "RSS/a" "torch RSS"
-for spec in "gpt2-124m 12 12 768 4 256" "gpt2-small6 6 6 384 8 256"; do
-  set -- $spec
-  : > "$tmp/l"; : > "$tmp/t"
+col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
+echo "loom $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $threads threads, $rounds rounds of $steps steps," \
+     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+for preset in $models; do
+  case $preset in gpt2-124m) B=4 ;; *) B=8 ;; esac
+  T=256
+  set -- $(shape_of "$preset")
+  L=$1 C=$2 H=$3
+  rm -f "$tmp"/res* "$tmp/sg"; for i in $(seq 0 ${#refs[@]}); do : > "$tmp/res$i"; done
   for r in $(seq "$rounds"); do
-    run_loom "$1" "$5" "$6" >> "$tmp/l"
-    run_torch "$2" "$3" "$4" "$5" "$6" >> "$tmp/t"
+    sgemm_now "$L" "$C" "$H" "$B" "$T"
+    run_loom "$preset" "$B" "$T"
+    for i in "${!refs[@]}"; do
+      set -- ${refs[$i]}
+      sgemm_now "$L" "$C" "$H" "$B" "$T"
+      run_ref $(( i + 1 )) "$2" "$3" "$L" "$C" "$H" "$B" "$T"
+    done
   done
-  col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
-  lt=$(col l 1); mfu=$(col l 2); lr=$(col l 3); acc=$(col l 4); sg=$(col l 5); fl=$(col l 6)
-  tt=$(col t 1); tr=$(col t 2); tsg=$(col t 3)
-  tmfu=$(echo "100 * $tt * $fl / 1000 / $tsg" | bc -l)
-  printf "%-12s %5d %9.0f %9.0f %6.2f %8.1f%% %8.1f%% %8.2f %8.0fM %8.0fM %6.2f %8.0fM\n" "$1" $(( $5 * $6 )) \
-    "$lt" "$tt" "$(echo "$lt / $tt" | bc -l)" "$mfu" "$tmfu" "$(echo "100 / $tmfu" | bc -l)" \
-    "$(echo "$lr / 1024" | bc -l)" "$(echo "$acc / 1048576" | bc -l)" "$(echo "$lr * 1024 / $acc" | bc -l)" \
-    "$(echo "$tr / 1024" | bc -l)"
+  fl=$(cat "$tmp/flops"); sq=$(col sg 1); sh=$(col sg 2)
+  lt=$(col res0 2)
+  best=0
+  for i in "${!refs[@]}"; do
+    t=$(col res$(( i + 1 )) 2)
+    if [ -n "$t" ]; then best=$(echo "if ($t > $best) $t else $best" | bc -l); fi
+  done
+  echo
+  echo "$preset B=$B T=$T (loom on OpenBLAS ${corename:-?}): $fl MFLOP/token; sgemm (median of the run) $sq GFLOP/s square, $sh GFLOP/s on the model's shapes" \
+       "(range $(cut -d' ' -f2 "$tmp/sg" | sort -g | head -1)-$(cut -d' ' -f2 "$tmp/sg" | sort -g | tail -1))"
+  printf "  %-26s %8s %9s %11s %8s %8s %s\n" engine s/step tokens/s "loom ratio" "MFU sh" "MFU sq" "load before each run"
+  names=("loom" ); for i in "${!refs[@]}"; do set -- ${refs[$i]}; names+=("$1"); done
+  for i in "${!names[@]}"; do
+    t=$(col res$i 2)
+    [ -n "$t" ] || { printf "  %-26s failed in every round\n" "${names[$i]}"; continue; }
+    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(echo "$B * $T / $t" | bc -l)" "$t" \
+      "$(echo "$lt / $t" | bc -l)" "$(echo "100 * $t * $fl / 1000 / $sh" | bc -l)" \
+      "$(echo "100 * $t * $fl / 1000 / $sq" | bc -l)" "$(cut -d' ' -f3 "$tmp/res$i" | tr '\n' ' ')"
+  done
+  if [ "$best" != 0 ]; then
+    printf "  loom / fastest reference: %.2fx (bar 1.3x); loom MFU on the model's shapes %.1f%% (bar 90%%)\n" \
+      "$(echo "$lt / $best" | bc -l)" "$(echo "100 * $lt * $fl / 1000 / $sh" | bc -l)"
+  fi
 done

@@ -1,6 +1,7 @@
 /* cpu_elementwise.c: the memory-bound vector ops: fill, copy, add, axpy, scale, sumsq, bias.
  * Each op splits its range over the OpenMP team and runs a vector kernel per share; results
  * never depend on the schedule (no reductions whose order changes between runs). */
+#include <stdint.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -11,14 +12,25 @@ CPU_CLONES static void cpu_k_fill(float *x, float v, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
+/* Zero (all bits 0, the per-step gradient reset) goes through memset: past the cache size glibc
+ * streams it with non-temporal stores, no read-for-ownership: measured 1.5x faster than the
+ * store loop on 124M floats (2 Zen 4 threads). -0.0f is not all zero bits: it takes the loop. */
 void cpu_fill(backend *be, float *x, float value, size_t n)
 {
     int nt = n < CPU_PAR_MIN ? 1 : cpu_st(be)->threads;
+    union {
+        float f;
+        uint32_t u;
+    } bits = {value};
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         size_t lo, hi;
         cpu_split(n, &lo, &hi);
-        cpu_k_fill(x + lo, value, hi - lo);
+        if (bits.u == 0) {
+            if (hi > lo) memset(x + lo, 0, (hi - lo) * sizeof(float));
+        } else {
+            cpu_k_fill(x + lo, value, hi - lo);
+        }
     }
 }
 

@@ -74,6 +74,14 @@ static void test_vector_ops(backend *be, size_t n)
     be->ops->fill(be, out, 2.5f, n);
     for (size_t i = 0; i < n; i++) b[i] = 2.5f;
     check_equal("fill", out, b, n);
+    /* 0 takes memset, -0.0 the store loop: both keep their sign bit */
+    size_t zero_bits = 0, neg_zero = 0;
+    be->ops->fill(be, out, 0.0f, n);
+    for (size_t i = 0; i < n; i++) zero_bits += out[i] == 0.0f && !signbit(out[i]);
+    be->ops->fill(be, out, -0.0f, n);
+    for (size_t i = 0; i < n; i++) neg_zero += out[i] == 0.0f && signbit(out[i]);
+    printf("%s fill 0 and -0 n=%zu\n", zero_bits == n && neg_zero == n ? "ok  " : "FAIL", n);
+    failures += zero_bits != n || neg_zero != n;
     float *dev = be->ops->alloc(be, n * sizeof(float)), *back = frand(n, 1);
     size_t zeros = 0;
     for (size_t i = 0; i < n; i++) zeros += dev[i] == 0.0f;
