@@ -10,18 +10,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/cpu/cpu_gemm.h" /* the dlsym'd entry points' types only: nothing of loom is linked */
+
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 }; /* cblas enum values */
 typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                                const float *, int, float, float *, int);
-/* oneDNN's dnnl_sgemm: row-major, transposes as 'N'/'T', dnnl_dim_t int64_t; returns a status. */
-typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                             const float *, int64_t, float, float *, int64_t);
-/* BLIS's typed API (dim_t/inc_t are int64_t in Debian's build, trans_t BLIS_TRANSPOSE = 8):
- * its own name, so it cannot resolve to OpenBLAS's sgemm_ the way BLIS's cblas wrapper would. */
-typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *, const float *,
-                             int64_t, int64_t, const float *, int64_t, int64_t, const float *,
-                             float *, int64_t, int64_t);
-
 typedef struct {
     const char *name, *install;
     void *h;

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < CPU_GEMM_COUNT; i++) {
         if (cpu_gemm_available(i)) libs[nl++] = i;
         else printf("%s: not installed (apt-get install %s)\n", cpu_gemm_lib_name(i),
-                    i == CPU_GEMM_ONEDNN ? "libdnnl2" : "libblis4-openmp");
+                    cpu_gemm_lib_package(i));
     }
     /* the peak (MFU reference) of the library the race or LOOM_GEMM picks, before any forcing */
     double peak = backend_peak_flops(be) / 1e9;

@@ -11,3 +11,4 @@ target_link_libraries(bench_cpu_step PRIVATE loom_cpu loom_util)
 # SmolLM2-135M LoRA, GPT-2 124M and gpt2-small6 steps. Standalone: links no loom library.
 add_executable(bench_gemm_libs ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_libs.c)
 target_link_libraries(bench_gemm_libs PRIVATE ${CMAKE_DL_LIBS} m)
+target_include_directories(bench_gemm_libs PRIVATE ${PROJECT_SOURCE_DIR}) # cpu_gemm.h: types only

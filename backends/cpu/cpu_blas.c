@@ -172,13 +172,6 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
                  C, N);
 }
 
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* Best 1536^3 sgemm over 0.2 s (at least 4 timed runs, ~40 ms each on 2 Zen4 cores) after one
  * warm-up: FLOP/s. Best-of over a fixed time, since one run caught by another process reads low.
  * The leading dimension is padded off a power of two: with 1024^3 at ld 1024 the rate depended

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/cpu/cpu_internal.h"
 #include "base/log.h"
 
 #ifdef __APPLE__
@@ -15,19 +16,12 @@
 #else
 #include <cblas.h>
 #endif
-#if defined(__linux__) || defined(__APPLE__)
+/* Sanitizer builds load neither library: LeakSanitizer's exit-time tracer crashes (SIGSEGV) in a
+ * process that ran oneDNN's JIT kernels, so they check loom's code on OpenBLAS alone. */
+#if (defined(__linux__) || defined(__APPLE__)) && !defined(__SANITIZE_ADDRESS__)
 #include <dlfcn.h>
 #define CPU_GEMM_DLOPEN 1
 #endif
-
-/* oneDNN's dnnl_sgemm (2.x and 3.x): row-major, 'N'/'T', dnnl_dim_t = int64_t, returns a status. */
-typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
-                             const float *, int64_t, float, float *, int64_t);
-/* BLIS's typed bli_sgemm (Debian: dim_t/inc_t int64_t, BLIS_TRANSPOSE 8) with row and column
- * strides. Not BLIS's cblas_sgemm: that name, and the sgemm_ it calls, are OpenBLAS's too. */
-typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *, const float *,
-                             int64_t, int64_t, const float *, int64_t, int64_t, const float *,
-                             float *, int64_t, int64_t);
 
 static struct {
     int chosen;          /* a CPU_GEMM_* once decided; -1 before */
@@ -47,6 +41,11 @@ const char *cpu_gemm_lib_name(int lib)
     return lib >= 0 && lib < CPU_GEMM_COUNT ? cpu_gemm_names[lib] : "?";
 }
 
+const char *cpu_gemm_lib_package(int lib)
+{
+    return lib >= 0 && lib < CPU_GEMM_COUNT ? cpu_gemm_packages[lib] : "?";
+}
+
 int cpu_gemm_lib_from_name(const char *name)
 {
     for (int i = 0; i < CPU_GEMM_COUNT; i++)
@@ -59,11 +58,6 @@ int cpu_gemm_available(int lib)
 {
     if (lib == CPU_GEMM_OPENBLAS) return 1;
     if (lib < 0 || lib >= CPU_GEMM_COUNT) return 0;
-#ifdef __SANITIZE_ADDRESS__
-    /* LeakSanitizer's exit-time tracer crashes (SIGSEGV) in a process that ran oneDNN's JIT
-     * kernels: sanitizer builds check loom's code on OpenBLAS and load neither library */
-    return 0;
-#endif
 #ifdef CPU_GEMM_DLOPEN
     if (!g.tried[lib]) {
         g.tried[lib] = 1;
@@ -108,13 +102,6 @@ void cpu_gemm_lib(int lib, int transA, int transB, int M, int N, int K, float al
     }
 }
 
-static double cpu_gemm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* The race's shapes: a transformer layer at 512 tokens, 576 wide, MLP 1536 (forward x W^T,
  * dx = dy W, dW = dy^T x), 0.9 GFLOP each: ~4.5 ms at 200 GFLOP/s, so the race (3 libraries x 3
  * shapes x 3 calls) takes ~0.15 s. a, b, c hold RACE_ELEMS floats. */
@@ -133,9 +120,9 @@ static double cpu_gemm_race_one(int lib, int round, const float *a, const float 
         int M = sh[0], N = sh[1], K = sh[2], tA = sh[3], tB = sh[4];
         double best = 1e30;
         for (int it = round == 0 ? 0 : 1; it < 2; it++) {
-            double t0 = cpu_gemm_now();
+            double t0 = cpu_now();
             cpu_gemm_lib(lib, tA, tB, M, N, K, 1.0f, a, tA ? M : K, b, tB ? K : N, 0.0f, c, N);
-            double dt = cpu_gemm_now() - t0;
+            double dt = cpu_now() - t0;
             if (it > 0 && dt < best) best = dt;
         }
         total += best;

@@ -4,7 +4,19 @@
 #ifndef LOOM_CPU_GEMM_H
 #define LOOM_CPU_GEMM_H
 
+#include <stdint.h>
+
 enum { CPU_GEMM_OPENBLAS, CPU_GEMM_ONEDNN, CPU_GEMM_BLIS, CPU_GEMM_COUNT };
+
+/* The entry points found with dlsym (also bench_gemm_libs's, which links nothing of loom):
+ * oneDNN's dnnl_sgemm (2.x and 3.x): row-major, 'N'/'T', dnnl_dim_t = int64_t, returns a status.
+ * BLIS's typed bli_sgemm (Debian: dim_t/inc_t int64_t, BLIS_TRANSPOSE 8) with row and column
+ * strides. Not BLIS's cblas_sgemm: that name, and the sgemm_ it calls, are OpenBLAS's too. */
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                             const float *, int64_t, float, float *, int64_t);
+typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *, const float *,
+                             int64_t, int64_t, const float *, int64_t, int64_t, const float *,
+                             float *, int64_t, int64_t);
 
 /* Products with M*N*K at least this go to the chosen library; smaller ones always to OpenBLAS,
  * so small models (all the tests') neither pay for the race nor change with its outcome. */
@@ -23,6 +35,7 @@ int cpu_gemm_force(int lib);
 int cpu_gemm_available(int lib);
 
 const char *cpu_gemm_lib_name(int lib);   /* "openblas", "onednn", "blis" */
+const char *cpu_gemm_lib_package(int lib); /* the Debian package that installs it */
 int cpu_gemm_lib_from_name(const char *name); /* -1 if none */
 
 /* Thread count for the loaded libraries (OpenBLAS's is set by cpu_blas_set_threads). */

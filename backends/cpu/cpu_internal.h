@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "backends/backend.h"
 
@@ -25,6 +26,14 @@
 #else
 #define CPU_CLONES
 #endif
+
+/* Monotonic seconds, for the sgemm calibration and the GEMM library race. */
+static inline double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 /* Elementwise loops shorter than this run on one thread: waking threads costs more. */
 #define CPU_PAR_MIN 32768
