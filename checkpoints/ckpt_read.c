@@ -253,32 +253,45 @@ static int check_dataset(hid_t dset, const char *file, const char *dpath, const 
 
 static hid_t open_checked(ckpt_reader *r, const ckpt_group *g, int k, char *dpath, size_t len);
 
-static int read_piece_put(void *ctx, size_t e0, size_t n, float *x)
-{
-    const struct { int (*put)(void *, const float *, size_t); void *ctx; } *sink = ctx;
-    (void)e0; /* in order: the sink appends */
-    return sink->put(sink->ctx, x, n);
-}
-
-static int read_tensor(ckpt_reader *r, const ckpt_group *g, int k)
+/* Tensor k of g into x (reuse = 0: all of it; 1: piece by piece through x, each handed to
+ * fill), its crc32 attribute checked against what was read. */
+static int read_checked(ckpt_reader *r, const ckpt_group *g, int k, float *x, int reuse,
+                        ckpt_piece_fn fill, void *ctx)
 {
     const ckpt_tensor *t = &g->tensors[k];
-    float *dst = g->data + t->offset;
     char dpath[CKPT_PATH_MAX];
     hid_t dset = open_checked(r, g, k, dpath, sizeof dpath);
     if (dset < 0) return -1;
-    int rc = 0;
     uint32_t want = 0, got = 0;
-    if (!rc && ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) != 0)
-        rc = loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
-    if (!rc && ckpt_h5_pieces(dset, t->ndim, t->shape, dst, 0, 0, &got) < 0) {
+    int rc = ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) == 0
+                 ? 0 : loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
+    int moved = rc ? 0 : ckpt_h5_pieces_via(dset, t->ndim, t->shape, x, 0, reuse, &got, fill, ctx);
+    if (moved == -1) {
         char why[320];
         ckpt_h5_reason(why, sizeof why);
         rc = loom_fail("%s: cannot read %s (%s)", r->path, dpath, why);
     }
     H5Dclose(dset);
+    if (moved == -2) rc = -1; /* the sink failed and said why */
     if (!rc && got != want) rc = loom_fail("%s: checksum mismatch in %s (corrupt file)", r->path, dpath);
     return rc;
+}
+
+static int read_tensor(ckpt_reader *r, const ckpt_group *g, int k)
+{
+    return read_checked(r, g, k, g->data + g->tensors[k].offset, 0, NULL, NULL);
+}
+
+typedef struct {
+    int (*put)(void *ctx, const float *x, size_t n);
+    void *ctx;
+} piece_sink;
+
+static int read_piece_put(void *ctx, size_t e0, size_t n, float *x)
+{
+    const piece_sink *sink = ctx;
+    (void)e0; /* in order: the sink appends */
+    return sink->put(sink->ctx, x, n);
 }
 
 int ckpt_read_pieces(ckpt_reader *r, const char *group, const ckpt_tensor *t, float *buf,
@@ -288,22 +301,8 @@ int ckpt_read_pieces(ckpt_reader *r, const char *group, const ckpt_tensor *t, fl
     ckpt_tensor one = *t;
     one.offset = 0;
     ckpt_group g = {group, &one, 1, buf, NULL, NULL};
-    char dpath[CKPT_PATH_MAX];
-    hid_t dset = open_checked(r, &g, 0, dpath, sizeof dpath);
-    if (dset < 0) return -1;
-    uint32_t want = 0, got = 0;
-    int rc = ckpt_attr_read(dset, "crc32", H5T_NATIVE_UINT32, &want) == 0 ? 0 : loom_fail("%s: %s has no crc32 attribute", r->path, dpath);
-    struct { int (*put)(void *, const float *, size_t); void *ctx; } sink = {put, ctx};
-    int moved = rc ? 0 : ckpt_h5_pieces_via(dset, t->ndim, t->shape, buf, 0, 1, &got, read_piece_put, &sink);
-    if (moved == -1) {
-        char why[320];
-        ckpt_h5_reason(why, sizeof why);
-        rc = loom_fail("%s: cannot read %s (%s)", r->path, dpath, why);
-    }
-    H5Dclose(dset);
-    if (moved == -2) rc = -1;
-    if (!rc && got != want) rc = loom_fail("%s: checksum mismatch in %s (corrupt file)", r->path, dpath);
-    return rc;
+    piece_sink sink = {put, ctx};
+    return read_checked(r, &g, 0, buf, 1, read_piece_put, &sink);
 }
 
 int ckpt_read_group(ckpt_reader *r, const ckpt_group *g)

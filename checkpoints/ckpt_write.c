@@ -342,8 +342,7 @@ int ckpt_save_pieces(const char *dir, const ckpt_state *state, const ckpt_group 
     if (!g || !pieces) return loom_fail("%s: ckpt_save_pieces: no group or no source", dir ? dir : "(null)");
     size_t most = 1; /* one piece buffer for every tensor: touched once, in cache after */
     for (int k = 0; k < g->ntensors && g->tensors; k++) {
-        size_t m = g->tensors[k].ndim < 0 || g->tensors[k].ndim > CKPT_MAX_DIMS
-                       ? 0 : ckpt_piece_floats(g->tensors[k].ndim, g->tensors[k].shape);
+        size_t m = ckpt_piece_size(&g->tensors[k]);
         most = m > most ? m : most;
     }
     save_src src = {pieces, ctx, malloc(most * sizeof(float)), 0};
