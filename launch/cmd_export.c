@@ -41,17 +41,25 @@ static const float *export_get(void *ctx, const char *name)
 }
 
 /* Group `grp` of checkpoint `path` laid out as (t, n) into host. */
+/* Group grp (table t, n) of the open checkpoint r (file) into host. */
+static int export_read_from(ckpt_reader *r, const char *file, const char *grp, const model_tensor *t, int n,
+                            float *host)
+{
+    int rc = ckpt_has_group(r, grp) ? 0 : loom_fail("%s: no /%s group", file, grp);
+    ckpt_tensor *ct = session_ckpt_table_of(t, n);
+    ckpt_group g = {grp, ct, n, host, NULL, NULL};
+    if (rc == 0) rc = ct ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
+    free(ct);
+    return rc;
+}
+
 static int export_read_group(const char *path, const char *grp, const model_tensor *t, int n, float *host)
 {
     char file[1024];
     if (ckpt_resolve(path, file, sizeof file)) return -1;
     ckpt_reader *r = ckpt_open(file);
     if (!r) return -1;
-    int rc = ckpt_has_group(r, grp) ? 0 : loom_fail("%s: no /%s group", file, grp);
-    ckpt_tensor *ct = session_ckpt_table_of(t, n);
-    ckpt_group g = {grp, ct, n, host, NULL, NULL};
-    if (rc == 0) rc = ct ? ckpt_read_group(r, &g) : loom_fail("out of host memory");
-    free(ct);
+    int rc = export_read_from(r, file, grp, t, n, host);
     ckpt_close(r);
     return rc;
 }
@@ -180,19 +188,20 @@ static int export_run(const export_args *a)
     int lora = 0;
     ckpt_reader *r = NULL;
     if (export_job(a->ckpt, file, sizeof file, &cfg, &lora, &r)) return -1;
-    int peft = strcmp(a->kind, "peft") == 0;
-    if (peft && !lora) return loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
-    if (!peft && lora && !a->merge) return loom_fail("%s: a LoRA checkpoint: add --merge (adapters folded into the base) or use `loom export peft`", file);
+    int peft = strcmp(a->kind, "peft") == 0, rc = 0;
+    if (peft && !lora) rc = loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
+    if (!rc && !peft && lora && !a->merge)
+        rc = loom_fail("%s: a LoRA checkpoint: add --merge (adapters folded into the base) or use `loom export peft`", file);
     lora_spec ls = {0};
-    if (lora && lora_spec_from_config(&cfg.finetune, &cfg.model, &ls)) return -1;
+    if (!rc && lora && lora_spec_from_config(&cfg.finetune, &cfg.model, &ls)) rc = -1;
     backend_config bc = {.threads = 1};
-    backend *be = backend_select("cpu", &bc, NULL, 0);
+    backend *be = rc ? NULL : backend_select("cpu", &bc, NULL, 0);
     model *m = be ? model_create(&cfg.model, be, 1, 1, 0, 0, 0, lora ? &ls : NULL) : NULL;
     const model_tensor *bt;
     int nb;
     size_t nbp;
     float *base = NULL, *ad = NULL;
-    int rc = m ? 0 : -1;
+    if (!rc && !m) rc = -1;
     if (rc == 0) {
         model_base_table(m, &bt, &nb, &nbp);
         base = peft || !lora ? NULL : malloc(nbp * sizeof(float)); /* no LoRA: streamed */
@@ -200,7 +209,7 @@ static int export_run(const export_args *a)
         if ((!peft && lora && !base) || (lora && !ad)) rc = loom_fail("export: out of host memory");
     }
     if (rc == 0 && lora && !peft) rc = export_read_base(cfg.finetune.base, bt, nb, base);
-    if (rc == 0 && lora) rc = export_read_group(file, "lora", m->tensors, m->ntensors, ad);
+    if (rc == 0 && lora) rc = export_read_from(r, file, "lora", m->tensors, m->ntensors, ad);
     if (rc == 0 && lora && !peft) rc = model_lora_merge(m, base, ad);
     char *mj = rc == 0 ? config_model_to_json(&cfg.model) : NULL;
     if (rc == 0 && !mj) rc = loom_fail("out of memory");
