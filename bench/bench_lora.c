@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -62,6 +63,7 @@ static float *dev_zeros(backend *be, size_t n)
 /* PROFILE=1: every op of the step timed through a copy of the backend's op table whose entries
  * wrap the real ones; matmuls by shape (M N K tA tB), printed with their GFLOP/s. */
 static backend_ops real, prof;
+static int prof_threads; /* the backend's, for the library each matmul shape's race picked */
 #define PROF_MAX 64
 typedef struct { char what[48]; double s, flops; long calls; } prof_entry;
 static prof_entry prof_row[PROF_MAX];
@@ -82,10 +84,13 @@ static void p_matmul(backend *be, float *C, const float *A, const float *B, int 
                      int tA, int tB, float alpha, float beta)
 {
     char w[48];
-    snprintf(w, sizeof w, "matmul %dx%dx%d %c%c%s", M, N, K, tA ? 'T' : 'N', tB ? 'T' : 'N', beta != 0.0f ? " +=" : "");
     double t0 = now();
     real.matmul(be, C, A, B, M, N, K, tA, tB, alpha, beta);
-    prof_add(w, now() - t0, 2.0 * M * N * (double)K);
+    double dt = now() - t0;
+    int lib = cpu_gemm_shape_lib(prof_threads, tA, tB, M, N, K, beta != 0.0f);
+    snprintf(w, sizeof w, "matmul %dx%dx%d %c%c%s %s", M, N, K, tA ? 'T' : 'N', tB ? 'T' : 'N',
+             beta != 0.0f ? " +=" : "", lib >= 0 ? cpu_gemm_lib_name(lib) : "");
+    prof_add(w, dt, 2.0 * M * N * (double)K);
 }
 static void p_att_f(backend *be, float *o, float *l, const float *q, const float *k, const float *v, int B, int T, int H, int Hkv, int D)
 { double t0 = now(); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D); prof_add("attention_forward", now() - t0, 2.0 * B * H * (double)T * T * D); }
@@ -191,7 +196,7 @@ int main(int argc, char **argv)
     int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     double *dt = malloc(2 * (size_t)steps * sizeof(double)), *dc = dt + steps, loss = 0.0;
     for (int s = 0; s < steps; s++) {
-        if (profile && s == 1) prof_install(be); /* the first step pays the page faults */
+        if (profile && s == 1) prof_threads = be->cfg.threads, prof_install(be); /* the first step pays the page faults */
         double t0 = now(), c0 = cpu_now();
         long f0 = minor_faults();
         be->ops->fill(be, m->grads, 0.0f, m->nparams);

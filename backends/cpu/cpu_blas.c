@@ -166,10 +166,12 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);
         return;
     }
-    /* large products: the library the race (or LOOM_GEMM) picked, decided on the first one */
-    int lib = (double)M * N * K >= CPU_GEMM_BIG ? cpu_gemm_choose(threads) : CPU_GEMM_OPENBLAS;
-    cpu_gemm_lib(lib, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, beta,
-                 C, N);
+    /* large products: the library their shape's race (or LOOM_GEMM) picked */
+    if ((double)M * N * K >= CPU_GEMM_BIG)
+        cpu_gemm_big(threads, transA, transB, M, N, K, alpha, A, B, beta, C);
+    else
+        cpu_gemm_lib(CPU_GEMM_OPENBLAS, transA, transB, M, N, K, alpha, A, transA ? M : K, B,
+                     transB ? K : N, beta, C, N);
 }
 
 /* Best 1536^3 sgemm over 0.2 s (at least 4 timed runs, ~40 ms each on 2 Zen4 cores) after one

@@ -1,6 +1,7 @@
 /* cpu_gemm.c: which library runs the CPU backend's large sgemms: OpenBLAS (linked), or oneDNN or
- * BLIS loaded with dlopen when installed, picked once per process by a short race or $LOOM_GEMM.
- * It must never make oneDNN or BLIS a build or run dependency: when absent, OpenBLAS runs. */
+ * BLIS loaded with dlopen when installed, picked per product shape by a race on its first call, or
+ * by $LOOM_GEMM. It must never make oneDNN or BLIS a build or run dependency: when absent,
+ * OpenBLAS runs. */
 #include "backends/cpu/cpu_gemm.h"
 
 #include <stdint.h>
@@ -25,12 +26,15 @@
 
 static struct {
     int chosen;          /* a CPU_GEMM_* once decided; -1 before */
+    int forced;          /* chosen by $LOOM_GEMM or cpu_gemm_force: no per-shape races */
+    int rival;           /* the per-shape races' challenger to OpenBLAS; -1: none installed */
+    int dnnl_used;       /* oneDNN has run a product: keep its OpenMP count stated */
     int tried[CPU_GEMM_COUNT]; /* dlopen attempted */
     dnnl_sgemm_fn dnnl;
     bli_sgemm_fn bli;
     void (*bli_threads)(int64_t);
     void (*omp_threads)(int); /* oneDNN sizes its OpenMP regions by omp_get_max_threads() */
-} g = {-1, {0}, NULL, NULL, NULL, NULL};
+} g = {-1, 0, -1, 0, {0}, NULL, NULL, NULL, NULL};
 
 static const char *const cpu_gemm_names[CPU_GEMM_COUNT] = {"openblas", "onednn", "blis"};
 static const char *const cpu_gemm_packages[CPU_GEMM_COUNT] = {"libopenblas0-openmp", "libdnnl2",
@@ -79,10 +83,10 @@ int cpu_gemm_available(int lib)
 }
 
 /* oneDNN takes the host thread's OpenMP count, which the backend set at create; it is restated
- * only while oneDNN is the choice, so nothing else of OpenMP's changes otherwise. */
+ * only once oneDNN runs products, so nothing else of OpenMP's changes otherwise. */
 void cpu_gemm_set_threads(int n)
 {
-    if (g.omp_threads && g.chosen == CPU_GEMM_ONEDNN) g.omp_threads(n);
+    if (g.omp_threads && (g.chosen == CPU_GEMM_ONEDNN || g.dnnl_used)) g.omp_threads(n);
     if (g.bli_threads) g.bli_threads(n);
 }
 
@@ -166,17 +170,22 @@ static int cpu_gemm_race(int threads)
             if (t < best[i]) best[i] = t;
         }
     free(a), free(b), free(c);
-    int win = 0;
-    for (int i = 1; i < nl; i++)
+    int win = 0, rival = 1;
+    for (int i = 1; i < nl; i++) {
         if (best[i] < best[win] && best[i] * 1.03 < best[0]) win = i;
+        if (best[i] < best[rival]) rival = i;
+    }
+    g.rival = libs[rival];
     char rates[160] = "";
     for (int i = 0; i < nl; i++) {
         size_t len = strlen(rates);
         snprintf(rates + len, sizeof rates - len, "%s%s %.0f", i ? ", " : "",
                  cpu_gemm_names[libs[i]], 3 * 2.0 * RACE_T * 1536 * 576 / best[i] / 1e9);
     }
-    log_info("cpu: sgemm by %s (GFLOP/s on %d thread%s: %s; LOOM_GEMM=openblas|onednn|blis "
-             "forces one)", cpu_gemm_names[libs[win]], threads, threads == 1 ? "" : "s", rates);
+    log_info("cpu: sgemm by %s, or %s where a product shape's first call races it faster "
+             "(GFLOP/s on %d thread%s: %s; LOOM_GEMM=openblas|onednn|blis forces one)",
+             cpu_gemm_names[libs[win]], cpu_gemm_names[libs[win] ? CPU_GEMM_OPENBLAS : g.rival],
+             threads, threads == 1 ? "" : "s", rates);
     return libs[win];
 }
 
@@ -194,6 +203,7 @@ int cpu_gemm_choose(int threads)
     } else if (want >= 0) {
         log_info("cpu: sgemm by %s (LOOM_GEMM)", cpu_gemm_names[want]);
     }
+    g.forced = want >= 0;
     g.chosen = want >= 0 ? want : cpu_gemm_race(threads);
     cpu_gemm_set_threads(threads); /* the chosen library's own count, now that it is known */
     return g.chosen;
@@ -203,5 +213,83 @@ int cpu_gemm_force(int lib)
 {
     if (!cpu_gemm_available(lib)) return -1;
     g.chosen = lib;
+    g.forced = 1;
+    if (lib == CPU_GEMM_ONEDNN) g.dnnl_used = 1;
     return 0;
+}
+
+/* The per-shape races' results: one row per shape seen (a model has ~10-40). */
+#define CPU_GEMM_SHAPES 256
+typedef struct {
+    int M, N, K, threads;
+    unsigned char tA, tB, acc;
+    signed char lib;
+} cpu_gemm_shape;
+static cpu_gemm_shape cpu_gemm_shapes[CPU_GEMM_SHAPES];
+static int cpu_gemm_nshapes;
+
+static cpu_gemm_shape *cpu_gemm_shape_find(const cpu_gemm_shape *key)
+{
+    for (int i = 0; i < cpu_gemm_nshapes; i++) {
+        cpu_gemm_shape *s = &cpu_gemm_shapes[i];
+        if (s->M == key->M && s->N == key->N && s->K == key->K && s->threads == key->threads &&
+            s->tA == key->tA && s->tB == key->tB && s->acc == key->acc)
+            return s;
+    }
+    return NULL;
+}
+
+int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K, int accumulate)
+{
+    cpu_gemm_shape key = {M, N, K, threads, !!transA, !!transB, !!accumulate, -1};
+    const cpu_gemm_shape *s = cpu_gemm_shape_find(&key);
+    return s ? s->lib : -1;
+}
+
+/* One shape's race on the call's operands: a warm-up call each (oneDNN generates its kernel),
+ * then two timed rounds in alternating order, best of each. beta == 0 writes C itself (the
+ * winner's call overwrites it after); otherwise each run gets a fresh copy of C, as a timed call
+ * must read the real C and must not accumulate into it. Without memory for that copy: OpenBLAS. */
+static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha, const float *A,
+                               const float *B, float beta, float *C)
+{
+    size_t mn = (size_t)M * N;
+    float *tmp = beta != 0.0f ? malloc(mn * sizeof(float)) : NULL;
+    if (beta != 0.0f && !tmp) return CPU_GEMM_OPENBLAS;
+    float *out = tmp ? tmp : C;
+    const int libs[2] = {CPU_GEMM_OPENBLAS, g.rival};
+    double best[2] = {1e30, 1e30};
+    for (int it = 0; it < 3; it++)
+        for (int j = 0; j < 2; j++) {
+            int i = it == 2 ? 1 - j : j;
+            if (tmp) memcpy(tmp, C, mn * sizeof(float));
+            double t0 = cpu_now();
+            cpu_gemm_lib(libs[i], tA, tB, M, N, K, alpha, A, tA ? M : K, B, tB ? K : N, beta, out,
+                         N);
+            double dt = cpu_now() - t0;
+            if (it > 0 && dt < best[i]) best[i] = dt;
+        }
+    free(tmp);
+    return best[1] * 1.03 < best[0] ? libs[1] : libs[0];
+}
+
+void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, float alpha,
+                  const float *A, const float *B, float beta, float *C)
+{
+    int lib = cpu_gemm_choose(threads);
+    if (!g.forced && g.rival >= 0) {
+        cpu_gemm_shape key = {M, N, K, threads, !!transA, !!transB, beta != 0.0f, -1};
+        cpu_gemm_shape *s = cpu_gemm_shape_find(&key);
+        if (!s && cpu_gemm_nshapes < CPU_GEMM_SHAPES) {
+            if (g.rival == CPU_GEMM_ONEDNN && g.omp_threads) g.omp_threads(threads);
+            key.lib = (signed char)cpu_gemm_shape_race(transA, transB, M, N, K, alpha, A, B, beta,
+                                                       C);
+            if (key.lib == CPU_GEMM_ONEDNN) g.dnnl_used = 1;
+            s = &cpu_gemm_shapes[cpu_gemm_nshapes++];
+            *s = key;
+        }
+        if (s) lib = s->lib;
+    }
+    cpu_gemm_lib(lib, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, beta,
+                 C, N);
 }

@@ -18,18 +18,34 @@ typedef void (*bli_sgemm_fn)(int, int, int64_t, int64_t, int64_t, const float *,
                              int64_t, int64_t, const float *, int64_t, int64_t, const float *,
                              float *, int64_t, int64_t);
 
-/* Products with M*N*K at least this go to the chosen library; smaller ones always to OpenBLAS,
- * so small models (all the tests') neither pay for the race nor change with its outcome. */
-#define CPU_GEMM_BIG ((double)(1 << 26))
+/* Products with M*N*K at least this go to cpu_gemm_big; smaller ones always to OpenBLAS, so small
+ * models (all the tests') neither pay for a race nor change with its outcome. 2^22 takes in a
+ * rank-16 LoRA factor of a 2048-token step (2048 x 16 x 576 = 2^24.2), where libraries differ 2x. */
+#define CPU_GEMM_BIG ((double)(1 << 22))
 
-/* The library for large products, decided on first call: $LOOM_GEMM (openblas|onednn|blis; auto
- * or unset: race) or a ~0.15 s race of those installed on three layer-sized shapes at `threads`
- * threads (another library must beat OpenBLAS by 3%). Logs the choice and the rates. The caller
- * has set OpenBLAS's thread count to `threads` (cpu_blas_set_threads). */
+/* The process's library, decided on first call: $LOOM_GEMM (openblas|onednn|blis; auto or unset:
+ * race) or a ~0.15 s race of those installed on three layer-sized shapes at `threads` threads
+ * (another library must beat OpenBLAS by 3%). Logs the choice and the rates. The MFU calibration
+ * runs on it; unless forced, the best library other than OpenBLAS becomes the challenger of
+ * cpu_gemm_big's per-shape races. The caller has set OpenBLAS's thread count to `threads`. */
 int cpu_gemm_choose(int threads);
 
-/* Make `lib` the choice (tests, benchmarks). -1 when it is not installed. */
+/* Make `lib` the choice for every large product, no per-shape race (tests, benchmarks). -1 when
+ * it is not installed. */
 int cpu_gemm_force(int lib);
+
+/* C = alpha op(A) op(B) + beta C (row-major, lda = transA ? M : K, ldb = transB ? K : N, ldc = N)
+ * for a product of M*N*K >= CPU_GEMM_BIG at `threads` threads. Forced ($LOOM_GEMM, cpu_gemm_force)
+ * or with a single library installed: that one. Otherwise each product shape (M, N, K, the
+ * transpositions, beta == 0 or not, threads) is raced on its first call, on the call's own
+ * operands: OpenBLAS against the start race's best other library; the other must win by 3%. The
+ * call's result is then computed by the winner, and later calls of the shape go straight to it. */
+void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, float alpha,
+                  const float *A, const float *B, float beta, float *C);
+
+/* The library shape (M, N, K, transA, transB, beta != 0, threads) was given by its race; -1 when
+ * it has not run (forced choice, single library, or not seen yet). For profiles. */
+int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K, int accumulate);
 
 /* 1 when `lib` is usable here (dlopen on first ask). */
 int cpu_gemm_available(int lib);

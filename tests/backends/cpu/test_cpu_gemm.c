@@ -19,7 +19,8 @@ static void ref_matmul(double *C, const float *A, const float *B, int M, int N, 
         }
 }
 
-/* C = 0.7 op(A) op(B) + beta C through `lib` directly (be == NULL) or the backend's matmul. */
+/* C = 0.7 op(A) op(B) + beta C through `lib` directly (be == NULL) or the backend's matmul
+ * (lib < 0: not forced, each shape raced on its first call). */
 static void check_lib(int lib, backend *be, int M, int N, int K)
 {
     float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
@@ -39,7 +40,8 @@ static void check_lib(int lib, backend *be, int M, int N, int K)
                                  (float)beta, C, N);
                 char name[96];
                 snprintf(name, sizeof name, "%s%s %dx%dx%d tA=%d tB=%d beta=%d",
-                         cpu_gemm_lib_name(lib), be ? " (backend)" : "", M, N, K, tA, tB, beta);
+                         lib < 0 ? "raced" : cpu_gemm_lib_name(lib), be ? " (backend)" : "", M, N,
+                         K, tA, tB, beta);
                 /* K products of U(-1,1) entries (E|ab| = 1/4, taken x2) times 0.7, plus beta*C
                  * (|C| < 1); alpha, beta and the final add round once each */
                 check_allclose_v(name, C, want, (size_t)M * N,
@@ -82,6 +84,33 @@ static void test_forced(void)
           "LOOM_GEMM=auto races to an installed library (got '%s')", got);
 }
 
+/* Not forced: each of the 8 cases is a new shape key (transpositions, beta), raced on its first
+ * call on the call's own operands. The result must still be one product: beta = 0 ignores the NaN
+ * in C, and beta = 1 adds C once, not once per racing library. With two libraries installed each
+ * shape must have a recorded winner (the race ran); with one, there is nothing to race. */
+static void test_raced(backend *be)
+{
+    const char *env = getenv("LOOM_GEMM");
+    if (env && env[0] && strcmp(env, "auto") != 0) {
+        printf("skip the per-shape race: LOOM_GEMM=%s forces a library\n", env);
+        return;
+    }
+    int M = 520, N = 384, K = 344, libs = 0;
+    for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) libs += cpu_gemm_available(lib);
+    check_lib(-1, be, M, N, K);
+    for (int tA = 0; tA < 2; tA++)
+        for (int tB = 0; tB < 2; tB++)
+            for (int acc = 0; acc < 2; acc++) {
+                int won = cpu_gemm_shape_lib(2, tA, tB, M, N, K, acc);
+                CHECK(libs < 2 || (won >= 0 && cpu_gemm_available(won)),
+                      "%d libraries: shape tA=%d tB=%d beta=%d raced (winner %d)", libs, tA, tB,
+                      acc, won);
+                if (won >= 0 && tA == 0 && tB == 0)
+                    printf("raced %dx%dx%d NN beta=%d: %s\n", M, N, K, acc,
+                           cpu_gemm_lib_name(won));
+            }
+}
+
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
@@ -97,6 +126,7 @@ int main(int argc, char **argv)
         be->ops->destroy(be);
         return 0;
     }
+    test_raced(be);
     for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
         if (!cpu_gemm_available(lib)) {
             printf("skip %s: not installed (or a sanitizer build, which loads neither)\n", cpu_gemm_lib_name(lib));
