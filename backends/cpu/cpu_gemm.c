@@ -246,14 +246,27 @@ int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K,
     return s ? s->lib : -1;
 }
 
-/* One shape's race on the call's operands: a warm-up call each (oneDNN generates its kernel),
- * then two timed rounds in alternating order, best of each. beta == 0 writes C itself (the
- * winner's call overwrites it after); otherwise each run gets a fresh copy of C, as a timed call
- * must read the real C and must not accumulate into it. Without memory for that copy: OpenBLAS. */
+/* Rows of C a race times: all of them up to 2^28 multiply-adds (~2.7 ms at 200 GFLOP/s), fewer
+ * beyond (rates are flat at that size), never under 256. A tied head's weight gradient
+ * (50304 x 384 x 2048) raced whole made a 2 s step's first call 8 s longer. */
+static int cpu_gemm_race_rows(int M, int N, int K)
+{
+    double cap = (double)(1 << 28) / ((double)N * K);
+    int rows = cap < 256 ? 256 : cap > M ? M : (int)cap;
+    return rows < M ? rows : M;
+}
+
+/* One shape's race on the call's operands (its first rows): a warm-up call each (oneDNN
+ * generates its kernel), then two timed rounds in alternating order, best of each. beta == 0
+ * writes C itself (the winner's call overwrites it after); otherwise each run gets a fresh copy of
+ * C's rows, as a timed call must read the real C and must not accumulate into it. Without memory
+ * for that copy: OpenBLAS. op(A)'s first rows are A's first rows (lda K), or its first columns
+ * when transposed (lda M), so the leading dimensions stay the call's. */
 static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha, const float *A,
                                const float *B, float beta, float *C)
 {
-    size_t mn = (size_t)M * N;
+    int rows = cpu_gemm_race_rows(M, N, K);
+    size_t mn = (size_t)rows * N;
     float *tmp = beta != 0.0f ? malloc(mn * sizeof(float)) : NULL;
     if (beta != 0.0f && !tmp) return CPU_GEMM_OPENBLAS;
     float *out = tmp ? tmp : C;
@@ -264,8 +277,8 @@ static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha,
             int i = it == 2 ? 1 - j : j;
             if (tmp) memcpy(tmp, C, mn * sizeof(float));
             double t0 = cpu_now();
-            cpu_gemm_lib(libs[i], tA, tB, M, N, K, alpha, A, tA ? M : K, B, tB ? K : N, beta, out,
-                         N);
+            cpu_gemm_lib(libs[i], tA, tB, rows, N, K, alpha, A, tA ? M : K, B, tB ? K : N, beta,
+                         out, N);
             double dt = cpu_now() - t0;
             if (it > 0 && dt < best[i]) best[i] = dt;
         }
