@@ -6,8 +6,10 @@
 # python3-torch 1.13 from /usr/bin/python3 (OpenBLAS forced to the kernel loom uses, tcmalloc
 # preloaded). Before each run: the load average and the sgemm rate (square, and on the model's own
 # matmul shapes: bench_cpu_step --sgemm). Table: s/step, tokens/s, loom's ratio to each and to the
-# fastest, MFU of each (model FLOPs/token from loom) against the median shapes-sgemm rate of the same
-# run. Installs nothing: a missing reference is reported with the command that installs it.
+# fastest, MFU of each (model FLOPs/token from loom) against the median sgemm rates of the same
+# run: "sh" the model's shapes, each on the library its race picks (what loom's matmuls can reach),
+# "ob" the same shapes on OpenBLAS alone, "sq" square (the start race's library). Installs nothing:
+# a missing reference is reported with the command that installs it.
 # ROUNDS (2), STEPS (6), THREADS (2), MODELS ("gpt2-124m gpt2-small6") set the run.
 set -euo pipefail
 build=${1:-build}
@@ -55,8 +57,11 @@ shape_of() { # preset -> "layers width heads" from configs/models/<preset>.json
        END {print L, C, H}' "$root/configs/models/$1.json"
 }
 
-sgemm_now() { # L C H B T -> appends "square shapes" to $tmp/sg
-  "$build/bench/bench_cpu_step" --sgemm "$threads" 1 "$@" | awk '{print $2, $4}' >> "$tmp/sg"
+sgemm_now() { # L C H B T -> appends "square shapes shapes-on-OpenBLAS" to $tmp/sg
+  local a b
+  a=$("$build/bench/bench_cpu_step" --sgemm "$threads" 1 "$@" | awk '{print $2, $4}')
+  b=$(LOOM_GEMM=openblas "$build/bench/bench_cpu_step" --sgemm "$threads" 1 "$@" | awk '{print $4}')
+  echo "$a $b" >> "$tmp/sg"
 }
 
 run_loom() { # preset B T -> appends "s/step tok/s load" to $tmp/res0; sets $tmp/flops (MFLOP/token)
@@ -100,7 +105,7 @@ for preset in $models; do
       run_ref $(( i + 1 )) "$2" "$3" "$L" "$C" "$H" "$B" "$T"
     done
   done
-  fl=$(cat "$tmp/flops"); sq=$(col sg 1); sh=$(col sg 2)
+  fl=$(cat "$tmp/flops"); sq=$(col sg 1); sh=$(col sg 2); ob=$(col sg 3)
   lt=$(col res0 2)
   best=0
   for i in "${!refs[@]}"; do
@@ -109,14 +114,15 @@ for preset in $models; do
   done
   echo
   echo "$preset B=$B T=$T (loom on OpenBLAS ${corename:-?}): $fl MFLOP/token; sgemm (median of the run) $sq GFLOP/s square, $sh GFLOP/s on the model's shapes" \
-       "(range $(cut -d' ' -f2 "$tmp/sg" | sort -g | head -1)-$(cut -d' ' -f2 "$tmp/sg" | sort -g | tail -1))"
-  printf "  %-26s %8s %9s %11s %8s %8s %s\n" engine s/step tokens/s "loom ratio" "MFU sh" "MFU sq" "load before each run"
+       "(range $(cut -d' ' -f2 "$tmp/sg" | sort -g | head -1)-$(cut -d' ' -f2 "$tmp/sg" | sort -g | tail -1); each shape on the library its race picks), $ob on OpenBLAS alone"
+  printf "  %-26s %8s %9s %11s %8s %8s %8s %s\n" engine s/step tokens/s "loom ratio" "MFU sh" "MFU ob" "MFU sq" "load before each run"
   names=("loom" ); for i in "${!refs[@]}"; do set -- ${refs[$i]}; names+=("$1"); done
   for i in "${!names[@]}"; do
     t=$(col res$i 2)
     [ -n "$t" ] || { printf "  %-26s failed in every round\n" "${names[$i]}"; continue; }
-    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(echo "$B * $T / $t" | bc -l)" "$t" \
+    printf "  %-26s %8.2f %9.0f %11.2f %7.1f%% %7.1f%% %7.1f%% %s\n" "${names[$i]}" "$(echo "$B * $T / $t" | bc -l)" "$t" \
       "$(echo "$lt / $t" | bc -l)" "$(echo "100 * $t * $fl / 1000 / $sh" | bc -l)" \
+      "$(echo "100 * $t * $fl / 1000 / $ob" | bc -l)" \
       "$(echo "100 * $t * $fl / 1000 / $sq" | bc -l)" "$(cut -d' ' -f3 "$tmp/res$i" | tr '\n' ' ')"
   done
   if [ "$best" != 0 ]; then
