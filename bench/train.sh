@@ -27,7 +27,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=$threads
 
-# The references: "label python mode env" rows; a Python whose torch is Debian's is the 1.13 one.
+# The references: "label python mode" rows (mode eager or compile, "+tcmalloc": with gperftools'
+# tcmalloc preloaded, which PyTorch's CPU performance guide recommends: on a LoRA step it cut pip
+# torch's page faults 2.3x and its step 1.6x); a Python whose torch is Debian's is the 1.13 one.
+tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
 torch_of() { "$1" -c 'import torch, sys; print(torch.__version__, "debian" if torch.__file__.startswith("/usr/lib/python3/") else "pip")' 2>/dev/null || true; }
 refs=()
 pip_v=$(torch_of "$PYTHON"); deb_v=""
@@ -36,6 +39,12 @@ pip_v=$(torch_of "$PYTHON"); deb_v=""
 if [ -n "$pip_v" ] && [ "${pip_v#* }" = pip ]; then
   refs+=("pip-${pip_v%% *}-eager $PYTHON eager")
   case "$pip_v" in 1.*) ;; *) refs+=("pip-${pip_v%% *}-compile $PYTHON compile") ;; esac
+  if [ -n "$tcmalloc" ]; then
+    refs+=("pip-${pip_v%% *}-eager-tcmalloc $PYTHON eager+tcmalloc")
+    case "$pip_v" in 1.*) ;; *) refs+=("pip-${pip_v%% *}-compile-tcmalloc $PYTHON compile+tcmalloc") ;; esac
+  else
+    echo "reference missing: pip PyTorch with tcmalloc preloaded; install with: apt-get install libgoogle-perftools4"
+  fi
 else
   echo "reference missing: pip PyTorch 2.x ($PYTHON has none); install with: python3 -m venv /work/venv &&" \
        "/work/venv/bin/pip install torch (then PYTHON=/work/venv/bin/python)"
@@ -46,7 +55,6 @@ else
   echo "reference missing: Debian's PyTorch 1.13 ($debpy has no torch); install with: apt-get install python3-torch"
 fi
 corename=""
-tcmalloc=$(ls /usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 2>/dev/null || true)
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) printf "%.12g\n", (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
@@ -79,6 +87,7 @@ run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp
   local i=$1 py=$2 mode=$3 l; shift 3; l=$(load)
   local envs=()
   if [ "$py" = "$debpy" ]; then envs=(OPENBLAS_CORETYPE=${corename:-Cooperlake} ${tcmalloc:+LD_PRELOAD=$tcmalloc}); fi
+  case $mode in *+tcmalloc) envs+=(LD_PRELOAD=$tcmalloc); mode=${mode%+tcmalloc} ;; esac
   if ! env "${envs[@]}" "$py" "$root/bench/torch_ref.py" --layers $1 --width $2 --heads $3 --batch $4 \
     --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode > "$tmp/ref.out" 2>&1; then
     echo "reference $py --mode $mode failed (left out of this round): $(tail -1 "$tmp/ref.out")"
