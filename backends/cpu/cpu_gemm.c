@@ -246,14 +246,17 @@ int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K,
     return s ? s->lib : -1;
 }
 
-/* Rows of C a race times: all of them up to 2^28 multiply-adds (~2.7 ms at 200 GFLOP/s), fewer
- * beyond (rates are flat at that size), never under 256. A tied head's weight gradient
- * (50304 x 384 x 2048) raced whole made a 2 s step's first call 8 s longer. */
+/* Rows of C a race times: all of them up to 2^30 multiply-adds (~10 ms at 200 GFLOP/s), fewer
+ * beyond, never under 1024. Raced whole, a tied head's weight gradient (50304 x 384 x 2048, beta 1:
+ * a 77 MB copy of C per run) made a 2 s step's first call 8 s longer; cut to 256 rows, a race put
+ * 2048 x 1536 x 576 on OpenBLAS at 180 GFLOP/s where oneDNN runs it at 215 (below ~1000 rows the
+ * libraries rank differently). */
 static int cpu_gemm_race_rows(int M, int N, int K)
 {
-    double cap = (double)(1 << 28) / ((double)N * K);
-    int rows = cap < 256 ? 256 : cap > M ? M : (int)cap;
-    return rows < M ? rows : M;
+    double cap = (double)(1 << 30) / ((double)N * K);
+    int rows = cap > M ? M : (int)cap;
+    if (rows < 1024) rows = M < 1024 ? M : 1024;
+    return rows;
 }
 
 /* One shape's race on the call's operands (its first rows): a warm-up call each (oneDNN

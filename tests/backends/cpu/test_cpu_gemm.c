@@ -20,35 +20,37 @@ static void ref_matmul(double *C, const float *A, const float *B, int M, int N, 
 }
 
 /* C = 0.7 op(A) op(B) + beta C through `lib` directly (be == NULL) or the backend's matmul
- * (lib < 0: not forced, each shape raced on its first call). */
-static void check_lib(int lib, backend *be, int M, int N, int K)
+ * (lib < 0: not forced, each shape raced on its first call), one transposition/beta case. */
+static void check_case(int lib, backend *be, int M, int N, int K, int tA, int tB, int beta)
 {
     float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
     double *want = malloc((size_t)M * N * sizeof(double));
+    float *C = fcopy(C0, (size_t)M * N);
+    if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
+        for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
+    for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
+    ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
+    if (be)
+        be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+    else
+        cpu_gemm_lib(lib, tA, tB, M, N, K, 0.7f, A, tA ? M : K, B, tB ? K : N, (float)beta, C, N);
+    char name[96];
+    snprintf(name, sizeof name, "%s%s %dx%dx%d tA=%d tB=%d beta=%d",
+             lib < 0 ? "raced" : cpu_gemm_lib_name(lib), be ? " (backend)" : "", M, N, K, tA, tB,
+             beta);
+    /* K products of U(-1,1) entries (E|ab| = 1/4, taken x2) times 0.7, plus beta*C (|C| < 1);
+     * alpha, beta and the final add round once each */
+    check_allclose_v(name, C, want, (size_t)M * N, check_tol_sum(K, 0.35 * K + 1, 3, CHECK_U_FP32),
+                     0);
+    free(A), free(B), free(C0), free(C), free(want);
+}
+
+/* All 8 cases (both transpositions, beta 0 and 1). */
+static void check_lib(int lib, backend *be, int M, int N, int K)
+{
     for (int tA = 0; tA < 2; tA++)
         for (int tB = 0; tB < 2; tB++)
-            for (int beta = 0; beta < 2; beta++) {
-                float *C = fcopy(C0, (size_t)M * N);
-                if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
-                    for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
-                for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
-                ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
-                if (be)
-                    be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
-                else
-                    cpu_gemm_lib(lib, tA, tB, M, N, K, 0.7f, A, tA ? M : K, B, tB ? K : N,
-                                 (float)beta, C, N);
-                char name[96];
-                snprintf(name, sizeof name, "%s%s %dx%dx%d tA=%d tB=%d beta=%d",
-                         lib < 0 ? "raced" : cpu_gemm_lib_name(lib), be ? " (backend)" : "", M, N,
-                         K, tA, tB, beta);
-                /* K products of U(-1,1) entries (E|ab| = 1/4, taken x2) times 0.7, plus beta*C
-                 * (|C| < 1); alpha, beta and the final add round once each */
-                check_allclose_v(name, C, want, (size_t)M * N,
-                                 check_tol_sum(K, 0.35 * K + 1, 3, CHECK_U_FP32), 0);
-                free(C);
-            }
-    free(A), free(B), free(C0), free(want);
+            for (int beta = 0; beta < 2; beta++) check_case(lib, be, M, N, K, tA, tB, beta);
 }
 
 /* The library a child process with LOOM_GEMM=`value` picks for a large matmul. */
@@ -109,9 +111,13 @@ static void test_raced(backend *be)
                     printf("raced %dx%dx%d NN beta=%d: %s\n", M, N, K, acc,
                            cpu_gemm_lib_name(won));
             }
-    /* N*K over 2^28 / 256: the race times only C's first 256 rows (op(A)'s first rows or, when
-     * transposed, columns, at the call's leading dimensions); the call still computes all 260 */
-    if (libs >= 2) check_lib(-1, be, 260, 1040, 1040);
+    /* M*N*K over 2^30 and M over 1024: the race times only C's first 1024 rows (op(A)'s first
+     * rows or, when transposed, columns, at the call's leading dimensions); the call still
+     * computes all 1030. The two cases that read A transposed and add into C. */
+    if (libs >= 2) {
+        check_case(-1, be, 1030, 1040, 1040, 1, 0, 1);
+        check_case(-1, be, 1030, 1040, 1040, 1, 1, 0);
+    }
 }
 
 int main(int argc, char **argv)
