@@ -1,7 +1,9 @@
 /* bench_generate.c: batched greedy decoding through model_gen on the CPU backend, SmolLM2-135M
  * shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152, tied, RoPE) with random weights:
  * one prefill of B prompts of P tokens, then N-1 steps (N new tokens per row, no early stop).
- * Prints generated tokens/s the way transformers' generate is timed (prefill included). */
+ * Prints generated tokens/s the way transformers' generate is timed (prefill included), after
+ * the same warm-up bench/hf_generate.py gives transformers (8-token prompts, one step).
+ * PROFILE=1: the timed prefill's and steps' ops (bench_prof.h), each part on its own. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "base/rng.h"
 #include "core/config.h"
 #include "core/model.h"
+#include "bench/bench_prof.h"
 #include "bench/smol_shapes.h"
 
 static double now(void)
@@ -59,14 +62,23 @@ int main(int argc, char **argv)
     float *logits = malloc((size_t)B * mc.vocab * sizeof(float));
     for (int i = 0; i < B * P; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)i) % (uint64_t)mc.vocab);
     for (int r = 0; r < B; r++) prompts[r] = tok + (size_t)r * P, lens[r] = P;
+    int warm = P < 8 ? P : 8, rc = 0;
+    for (int r = 0; r < B; r++) lens[r] = warm;
+    rc = model_gen_prefill(g, prompts, lens, B, logits);
+    for (int r = 0; r < B; r++) next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab), lens[r] = P;
+    if (rc == 0) rc = model_gen_step(g, next, logits);
+    int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
+    if (profile) prof_threads = be->cfg.threads, prof_install(be);
     double t0 = now();
-    int rc = model_gen_prefill(g, prompts, lens, B, logits);
+    if (rc == 0) rc = model_gen_prefill(g, prompts, lens, B, logits);
     double t1 = now();
+    if (profile) prof_print(1, t1 - t0), prof_reset();
     for (int k = 1; rc == 0 && k < N; k++) {
         for (int r = 0; r < B; r++) next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab);
         rc = model_gen_step(g, next, logits);
     }
     double t2 = now();
+    if (profile && N > 1) prof_print(N - 1, (t2 - t1) / (N - 1));
     if (rc) {
         fprintf(stderr, "bench_generate: %s\n", loom_error());
         return 1;

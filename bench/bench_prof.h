@@ -1,0 +1,120 @@
+/* bench_prof.h: PROFILE=1 for the CPU benchmarks (bench_lora, bench_generate): every op timed
+ * through a copy of the backend's op table whose entries wrap the real ones; matmuls by shape
+ * (M N K tA tB, += when beta != 0) with the library its race picked. Benchmarks only, one
+ * backend per process, host thread only; static functions, so each benchmark has its own table. */
+#ifndef LOOM_BENCH_PROF_H
+#define LOOM_BENCH_PROF_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/backend.h"
+#include "backends/cpu/cpu_gemm.h"
+
+static double prof_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static backend_ops real, prof;
+static int prof_threads; /* the backend's, for the library each matmul shape's race picked */
+#define PROF_MAX 64
+typedef struct { char what[48]; double s, flops; long calls; } prof_entry;
+static prof_entry prof_row[PROF_MAX];
+static int prof_n;
+
+static void prof_add(const char *what, double s, double flops)
+{
+    int i = 0;
+    while (i < prof_n && strcmp(prof_row[i].what, what)) i++;
+    if (i == prof_n) {
+        if (prof_n == PROF_MAX) i = PROF_MAX - 1;
+        else snprintf(prof_row[prof_n++].what, sizeof prof_row[0].what, "%s", what);
+    }
+    prof_row[i].s += s, prof_row[i].flops += flops, prof_row[i].calls++;
+}
+
+static void p_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
+                     int tA, int tB, float alpha, float beta)
+{
+    char w[48];
+    double t0 = prof_now();
+    real.matmul(be, C, A, B, M, N, K, tA, tB, alpha, beta);
+    double dt = prof_now() - t0;
+    int lib = cpu_gemm_shape_lib(prof_threads, tA, tB, M, N, K, beta != 0.0f);
+    snprintf(w, sizeof w, "matmul %dx%dx%d %c%c%s %s", M, N, K, tA ? 'T' : 'N', tB ? 'T' : 'N',
+             beta != 0.0f ? " +=" : "", lib >= 0 ? cpu_gemm_lib_name(lib) : "");
+    prof_add(w, dt, 2.0 * M * N * (double)K);
+}
+static void p_att_f(backend *be, float *o, float *l, const float *q, const float *k, const float *v, int B, int T, int H, int Hkv, int D)
+{ double t0 = prof_now(); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D); prof_add("attention_forward", prof_now() - t0, 2.0 * B * H * (double)T * T * D); }
+static void p_att_b(backend *be, float *dq, float *dk, float *dv, const float *d, const float *q, const float *k, const float *v, const float *o, const float *l, int B, int T, int H, int Hkv, int D)
+{ double t0 = prof_now(); real.attention_backward(be, dq, dk, dv, d, q, k, v, o, l, B, T, H, Hkv, D); prof_add("attention_backward", prof_now() - t0, 5.0 * B * H * (double)T * T * D); }
+static void p_rms_f(backend *be, float *o, float *r, const float *x, const float *w, int N, int C, float eps)
+{ double t0 = prof_now(); real.rmsnorm_forward(be, o, r, x, w, N, C, eps); prof_add("rmsnorm_forward", prof_now() - t0, 0); }
+static void p_rms_b(backend *be, float *dx, float *dw, const float *dy, const float *x, const float *w, const float *r, int N, int C)
+{ double t0 = prof_now(); real.rmsnorm_backward(be, dx, dw, dy, x, w, r, N, C); prof_add("rmsnorm_backward", prof_now() - t0, 0); }
+static void p_sw_f(backend *be, float *o, const float *g, const float *u, size_t n)
+{ double t0 = prof_now(); real.swiglu_forward(be, o, g, u, n); prof_add("swiglu_forward", prof_now() - t0, 0); }
+static void p_sw_b(backend *be, float *dg, float *du, const float *d, const float *g, const float *u, size_t n)
+{ double t0 = prof_now(); real.swiglu_backward(be, dg, du, d, g, u, n); prof_add("swiglu_backward", prof_now() - t0, 0); }
+static void p_rope(backend *be, float *x, int B, int T, int H, int D, float th, int inv)
+{ double t0 = prof_now(); real.rope(be, x, B, T, H, D, th, inv); prof_add("rope", prof_now() - t0, 0); }
+static void p_fill(backend *be, float *x, float v, size_t n)
+{ double t0 = prof_now(); real.fill(be, x, v, n); prof_add("fill", prof_now() - t0, 0); }
+static void p_copy(backend *be, void *d, const void *s, size_t n)
+{ double t0 = prof_now(); real.copy_d2d(be, d, s, n); prof_add("copy_d2d", prof_now() - t0, 0); }
+static void p_xent(backend *be, float *lg, float *ls, const int32_t *t, int N, int V, int Vr, float g)
+{ double t0 = prof_now(); real.softmax_xent(be, lg, ls, t, N, V, Vr, g); prof_add("softmax_xent", prof_now() - t0, 0); }
+static void p_emb_f(backend *be, float *o, const int32_t *t, const float *w, const float *p, int B, int T, int C)
+{ double t0 = prof_now(); real.embedding_forward(be, o, t, w, p, B, T, C); prof_add("embedding_forward (gathers)", prof_now() - t0, 0); }
+static void p_emb_b(backend *be, float *dw, float *dp, const float *d, const int32_t *t, int B, int T, int C, int V)
+{ double t0 = prof_now(); real.embedding_backward(be, dw, dp, d, t, B, T, C, V); prof_add("embedding_backward (scatters)", prof_now() - t0, 0); }
+
+static void p_att_rows(backend *be, float *o, const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos, int R, int cap, int H, int Hkv, int D)
+{ double t0 = prof_now(); real.attention_decode_rows(be, o, q, k, v, kc, vc, pos, R, cap, H, Hkv, D); prof_add("attention_decode_rows", prof_now() - t0, 0); }
+static void p_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float th)
+{ double t0 = prof_now(); real.rope_rows(be, x, pos, R, H, D, th); prof_add("rope_rows", prof_now() - t0, 0); }
+
+static void prof_install(backend *be)
+{
+    real = prof = *be->ops;
+    prof.matmul = p_matmul; prof.attention_forward = p_att_f; prof.attention_backward = p_att_b;
+    prof.rmsnorm_forward = p_rms_f; prof.rmsnorm_backward = p_rms_b; prof.swiglu_forward = p_sw_f;
+    prof.swiglu_backward = p_sw_b; prof.rope = p_rope; prof.fill = p_fill; prof.copy_d2d = p_copy;
+    prof.softmax_xent = p_xent; prof.embedding_forward = p_emb_f; prof.embedding_backward = p_emb_b;
+    if (real.attention_decode_rows) prof.attention_decode_rows = p_att_rows;
+    if (real.rope_rows) prof.rope_rows = p_rope_rows;
+    be->ops = &prof;
+}
+
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = ((const prof_entry *)a)->s, y = ((const prof_entry *)b)->s;
+    return (x < y) - (x > y);
+}
+
+/* Start over (a second phase of one run). */
+static inline void prof_reset(void)
+{
+    memset(prof_row, 0, sizeof prof_row);
+    prof_n = 0;
+}
+
+static void prof_print(int steps, double step_s)
+{
+    qsort(prof_row, (size_t)prof_n, sizeof prof_row[0], prof_cmp);
+    double tot = 0;
+    for (int i = 0; i < prof_n; i++) tot += prof_row[i].s;
+    printf("profile over %d steps: %.2f s/step in ops of %.2f s/step\n", steps, tot / steps, step_s);
+    for (int i = 0; i < prof_n; i++)
+        printf("  %-36s %6ld calls/step %8.3f s/step %5.1f%% %7.1f GFLOP/s\n", prof_row[i].what,
+               prof_row[i].calls / steps, prof_row[i].s / steps, 100 * prof_row[i].s / tot,
+               prof_row[i].flops ? prof_row[i].flops / prof_row[i].s / 1e9 : 0.0);
+}
+
+#endif
