@@ -289,8 +289,9 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
 
 /* The G query heads of one kv head, one query each, over Tk cached keys/values (row stride ldk),
  * as the forward's blocks do it: S = scale Q K^T (G x Tk, one sgemm: each key row is read once
- * for the whole group), E = e^(S - max) per row, O = (E V) / rowsum(E) (one sgemm). The old loop
- * (a D-long dot and a scalar expf per key and head) was 28% of a batch-32 decode step.
+ * for the whole group), E = e^(S - max) per row, O = (E V) / rowsum(E) (one sgemm). With the old
+ * loop (a D-long dot and a scalar expf per key and head) 55 batch-32 decode steps of SmolLM2-135M
+ * took 9.3 s; with this one 6.1 s.
  * q/o: the group's G heads, D apart; scr holds G (Tk + D + 1) floats. */
 static void cpu_att_decode_group(float *o, float *scr, const float *q, const float *k,
                                  const float *v, int Tk, int G, int D, size_t ldk, float scale)
