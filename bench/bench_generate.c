@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/backend.h"
 #include "base/error.h"
@@ -17,13 +16,6 @@
 #include "core/model.h"
 #include "bench/bench_prof.h"
 #include "bench/smol_shapes.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 static int argmax(const float *x, int n)
 {
@@ -62,22 +54,22 @@ int main(int argc, char **argv)
     float *logits = malloc((size_t)B * mc.vocab * sizeof(float));
     for (int i = 0; i < B * P; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)i) % (uint64_t)mc.vocab);
     for (int r = 0; r < B; r++) prompts[r] = tok + (size_t)r * P, lens[r] = P;
-    int warm = P < 8 ? P : 8, rc = 0;
+    int warm = P < 8 ? P : 8;
     for (int r = 0; r < B; r++) lens[r] = warm;
-    rc = model_gen_prefill(g, prompts, lens, B, logits);
+    int rc = model_gen_prefill(g, prompts, lens, B, logits);
     for (int r = 0; r < B; r++) next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab), lens[r] = P;
     if (rc == 0) rc = model_gen_step(g, next, logits);
     int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     if (profile) prof_threads = be->cfg.threads, prof_install(be);
-    double t0 = now();
+    double t0 = bench_now();
     if (rc == 0) rc = model_gen_prefill(g, prompts, lens, B, logits);
-    double t1 = now();
+    double t1 = bench_now();
     if (profile) prof_print(1, t1 - t0), prof_reset();
     for (int k = 1; rc == 0 && k < N; k++) {
         for (int r = 0; r < B; r++) next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab);
         rc = model_gen_step(g, next, logits);
     }
-    double t2 = now();
+    double t2 = bench_now();
     if (profile && N > 1) prof_print(N - 1, (t2 - t1) / (N - 1));
     if (rc) {
         fprintf(stderr, "bench_generate: %s\n", loom_error());

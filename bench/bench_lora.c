@@ -17,13 +17,6 @@
 #include "bench/bench_prof.h"
 #include "bench/smol_shapes.h"
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 /* CPU seconds of all threads: on a loaded machine wall time measures the neighbours, while
  * with OMP_WAIT_POLICY=passive (no spinning) this stays close to the work done. */
 static double cpu_now(void)
@@ -112,7 +105,7 @@ int main(int argc, char **argv)
     double *dt = malloc(2 * (size_t)steps * sizeof(double)), *dc = dt + steps, loss = 0.0;
     for (int s = 0; s < steps; s++) {
         if (profile && s == 1) prof_threads = be->cfg.threads, prof_install(be); /* the first step pays the page faults */
-        double t0 = now(), c0 = cpu_now();
+        double t0 = bench_now(), c0 = cpu_now();
         long f0 = minor_faults();
         be->ops->fill(be, m->grads, 0.0f, m->nparams);
         model_set_batch(m, tok, tgt);
@@ -122,7 +115,7 @@ int main(int argc, char **argv)
         }
         be->ops->adamw(be, m->params, m->grads, mom, vel, m->nparams, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1, 1.0f);
         loss = model_take_loss(m) / (targets ? targets : 1);
-        dt[s] = now() - t0;
+        dt[s] = bench_now() - t0;
         dc[s] = cpu_now() - c0;
         fprintf(stderr, "bench_lora: step %d %.3f s (cpu %.3f s) loss %.4f, %ld page faults\n", s + 1,
                 dt[s], dc[s], loss, minor_faults() - f0);

@@ -28,13 +28,12 @@ static struct {
     int chosen;          /* a CPU_GEMM_* once decided; -1 before */
     int forced;          /* chosen by $LOOM_GEMM or cpu_gemm_force: no per-shape races */
     int rival;           /* the per-shape races' challenger to OpenBLAS; -1: none installed */
-    int dnnl_used;       /* oneDNN has run a product: keep its OpenMP count stated */
     int tried[CPU_GEMM_COUNT]; /* dlopen attempted */
     dnnl_sgemm_fn dnnl;
     bli_sgemm_fn bli;
     void (*bli_threads)(int64_t);
     void (*omp_threads)(int); /* oneDNN sizes its OpenMP regions by omp_get_max_threads() */
-} g = {-1, 0, -1, 0, {0}, NULL, NULL, NULL, NULL};
+} g = {-1, 0, -1, {0}, NULL, NULL, NULL, NULL};
 
 static const char *const cpu_gemm_names[CPU_GEMM_COUNT] = {"openblas", "onednn", "blis"};
 static const char *const cpu_gemm_packages[CPU_GEMM_COUNT] = {"libopenblas0-openmp", "libdnnl2",
@@ -83,10 +82,12 @@ int cpu_gemm_available(int lib)
 }
 
 /* oneDNN takes the host thread's OpenMP count, which the backend set at create; it is restated
- * only once oneDNN runs products, so nothing else of OpenMP's changes otherwise. */
+ * only where oneDNN can run products (the choice, or the per-shape races' challenger), so
+ * nothing else of OpenMP's changes otherwise. */
 void cpu_gemm_set_threads(int n)
 {
-    if (g.omp_threads && (g.chosen == CPU_GEMM_ONEDNN || g.dnnl_used)) g.omp_threads(n);
+    int dnnl_runs = g.chosen == CPU_GEMM_ONEDNN || (!g.forced && g.rival == CPU_GEMM_ONEDNN);
+    if (g.omp_threads && dnnl_runs) g.omp_threads(n);
     if (g.bli_threads) g.bli_threads(n);
 }
 
@@ -214,7 +215,6 @@ int cpu_gemm_force(int lib)
     if (!cpu_gemm_available(lib)) return -1;
     g.chosen = lib;
     g.forced = 1;
-    if (lib == CPU_GEMM_ONEDNN) g.dnnl_used = 1;
     return 0;
 }
 
@@ -297,10 +297,9 @@ void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, floa
         cpu_gemm_shape key = {M, N, K, threads, !!transA, !!transB, beta != 0.0f, -1};
         cpu_gemm_shape *s = cpu_gemm_shape_find(&key);
         if (!s && cpu_gemm_nshapes < CPU_GEMM_SHAPES) {
-            if (g.rival == CPU_GEMM_ONEDNN && g.omp_threads) g.omp_threads(threads);
+            /* oneDNN's OpenMP count: stated by cpu_gemm_choose once the rival was known */
             key.lib = (signed char)cpu_gemm_shape_race(transA, transB, M, N, K, alpha, A, B, beta,
                                                        C);
-            if (key.lib == CPU_GEMM_ONEDNN) g.dnnl_used = 1;
             s = &cpu_gemm_shapes[cpu_gemm_nshapes++];
             *s = key;
         }
