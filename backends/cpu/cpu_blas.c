@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_skinny.h"
 #include "base/log.h"
 
 #ifdef __APPLE__
@@ -162,6 +163,8 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
         for (size_t i = 0; i < (size_t)M * N; i++) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
         return;
     }
+    /* a decode step's rows against a weight's rows: loom's kernel reads W in place (cpu_skinny.c) */
+    if (!transA && transB && cpu_skinny_nt(threads, M, N, K, alpha, A, K, B, K, beta, C, N)) return;
     if (threads > 1 && M <= CPU_FEW_ROWS && N >= 16 * threads && (size_t)N * K >= CPU_SPLIT_MIN) {
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);
         return;
