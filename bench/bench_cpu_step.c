@@ -11,6 +11,7 @@
 #include "backends/cpu/cpu_blas.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bench/bench_clock.h"
 
 extern const backend_entry cpu_backend_entry;
 
@@ -21,18 +22,11 @@ static double fam_t[F_COUNT];
 static double mm_flops;
 static backend *be;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 #define TIMED(fam, call)                                                                           \
     do {                                                                                           \
-        double t0_ = now();                                                                        \
+        double t0_ = bench_now();                                                                  \
         call;                                                                                      \
-        fam_t[fam] += now() - t0_;                                                                 \
+        fam_t[fam] += bench_now() - t0_;                                                           \
     } while (0)
 
 static void mm(float *C, const float *A, const float *B, int M, int N, int K, int tA, int tB,
@@ -168,11 +162,11 @@ static double shape_rate(int M, int N, int K, int tA, int tB, float beta, double
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     float *a = buf(na), *b = buf(nb), *c = buf(nc);
     be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta); /* warm-up */
-    double best = 1e30, t_all = now();
-    for (int it = 0; it < 2 || now() - t_all < min_s; it++) {
-        double t0 = now();
+    double best = 1e30, t_all = bench_now();
+    for (int it = 0; it < 2 || bench_now() - t_all < min_s; it++) {
+        double t0 = bench_now();
         be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (dt < best) best = dt;
     }
     be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);
@@ -228,10 +222,10 @@ int main(int argc, char **argv)
             for (int f = 0; f < F_COUNT; f++) fam_t[f] = 0.0;
             mm_flops = 0.0;
         }
-        double t0 = now();
+        double t0 = bench_now();
         step_forward(&s);
         step_backward(&s, step + 1);
-        if (step > 0) t_total += now() - t0;
+        if (step > 0) t_total += bench_now() - t0;
     }
     double peak = backend_peak_flops(be);
     printf("bench_cpu_step: %s, %d step(s) of a GPT-2 (%d layers, width %d, %d heads) at B %d x T %d\n",

@@ -12,14 +12,8 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "bench/bench_clock.h"
 
-/* Wall seconds (the benchmarks' clock too). */
-static double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 static backend_ops real, prof;
 static int prof_threads; /* the backend's, for the library each matmul shape's race picked */

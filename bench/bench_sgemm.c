@@ -11,6 +11,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "bench/bench_clock.h"
 
 extern const backend_entry cpu_backend_entry;
 
@@ -20,13 +21,6 @@ typedef struct {
     float beta;
     int per_step; /* how many times a GPT-2 124M step runs this shape */
 } shape;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
 
 /* Best GFLOP/s over repetitions lasting at least min_s (and at least 2 timed runs). */
 static double bench_shape(backend *be, const shape *s, double min_s)
@@ -41,11 +35,11 @@ static double bench_shape(backend *be, const shape *s, double min_s)
     be->ops->fill(be, a, 0.01f, na);
     be->ops->fill(be, b, 0.02f, nb);
     be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta); /* warm-up */
-    double best = 1e30, t_all = now();
-    for (int it = 0; it < 2 || now() - t_all < min_s; it++) {
-        double t0 = now();
+    double best = 1e30, t_all = bench_now();
+    for (int it = 0; it < 2 || bench_now() - t_all < min_s; it++) {
+        double t0 = bench_now();
         be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (dt < best) best = dt;
     }
     be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);

@@ -12,3 +12,7 @@ target_link_libraries(bench_cpu_step PRIVATE loom_cpu loom_util)
 add_executable(bench_gemm_libs ${CMAKE_CURRENT_SOURCE_DIR}/bench_gemm_libs.c)
 target_link_libraries(bench_gemm_libs PRIVATE ${CMAKE_DL_LIBS} m)
 target_include_directories(bench_gemm_libs PRIVATE ${PROJECT_SOURCE_DIR}) # cpu_gemm.h: types only
+# bench_skinny [threads] [rounds]: a decode step's products (1-64 rows x SmolLM2-135M's weights) on
+# loom's few-rows kernel against OpenBLAS's sgemm, weights in cache and from memory.
+add_executable(bench_skinny ${CMAKE_CURRENT_SOURCE_DIR}/bench_skinny.c)
+target_link_libraries(bench_skinny PRIVATE loom_cpu loom_util)

@@ -14,9 +14,10 @@
  * memory once per call.
  *
  * Every output's arithmetic is the same whatever M, its tile, the thread count or the split:
- * lane l sums k = l, l+V, ... in order, then one fixed reduction. Decoding 32 sequences together
- * therefore gives each the bits of decoding it alone. A lone last row of A runs by itself; two
- * or three left over, and columns past the end, repeat the last real one (computed, not stored). */
+ * lane l sums k = l, l+V, ... in order, then one fixed reduction: a row's products have the same
+ * bits in a step of 32 rows as alone, and rows that finish early do not move the others'. A lone
+ * last row of A runs by itself; two or three left over, and columns past the end, repeat the last
+ * real one (computed, not stored). */
 #include "backends/cpu/cpu_skinny.h"
 
 #include <stdint.h>
