@@ -196,8 +196,11 @@ void tc_rmrf(const char *path)
 
 void tc_dir(char *buf, size_t len, const char *name)
 {
+    /* LOOM_TEST_TAG (the valgrind runs': vg) keeps a second run of the same test, which ctest -j
+     * may start beside the first, out of its folder */
+    const char *tag = getenv("LOOM_TEST_TAG");
     mkdir(CKPT_TEST_TMP, 0777);
-    snprintf(buf, len, "%s/%s", CKPT_TEST_TMP, name);
+    snprintf(buf, len, "%s/%s%s%s", CKPT_TEST_TMP, name, tag ? "." : "", tag ? tag : "");
     tc_rmrf(buf);
     if (mkdir(buf, 0777) != 0) {
         fprintf(stderr, "cannot create %s: %s\n", buf, strerror(errno));
