@@ -3,9 +3,11 @@
  * and the ratio. SmolLM2-135M's shapes (q/o 576x576, k/v 192x576, gate/up 1536x576, down
  * 576x1536, head 49152x576) at 1-64 rows. Each shape is timed twice: with its weight in cache
  * (one weight, called repeatedly) and from memory (enough distinct copies to pass 512 MB, as a
- * decode step meets each weight once). Usage: bench_skinny [THREADS [ROUNDS]]. No asserts. */
+ * decode step meets each weight once). Usage: bench_skinny [THREADS [ROUNDS [avx2]]] (avx2: that
+ * kernel, on a CPU that also has AVX-512). No asserts. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef __APPLE__
 #define BENCH_SET_THREADS(n) ((void)(n)) /* Accelerate picks its own */
@@ -30,13 +32,13 @@ static const weight weights[] = {{"q, o", 576, 576},      {"k, v", 192, 576},
 static const int rows[] = {1, 2, 8, 16, 32, 40, 48, 64};
 
 /* Seconds per call of one side over `reps` calls cycling through `nw` weights. */
-static double time_side(int skinny, int threads, int M, int N, int K, const float *A, float **W,
+static double time_side(int skinny, int isa, int threads, int M, int N, int K, const float *A, float **W,
                         int nw, float *C, int reps)
 {
     double t = bench_now();
     for (int r = 0; r < reps; r++) {
         const float *w = W[r % nw];
-        if (!skinny || !cpu_skinny_nt(threads, M, N, K, 1.0f, A, K, w, K, 0.0f, C, N))
+        if (!skinny || !cpu_skinny_nt_isa(isa, threads, M, N, K, 1.0f, A, K, w, K, 0.0f, C, N))
             cpu_gemm_lib(CPU_GEMM_OPENBLAS, 0, 1, M, N, K, 1.0f, A, K, w, K, 0.0f, C, N);
     }
     return (bench_now() - t) / reps;
@@ -46,13 +48,14 @@ int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
     int threads = argc > 1 ? atoi(argv[1]) : 2, rounds = argc > 2 ? atoi(argv[2]) : 3;
+    int isa = cpu_skinny_isa();
+    if (argc > 3 && strcmp(argv[3], "avx2") == 0 && isa >= CPU_SKINNY_AVX2) isa = CPU_SKINNY_AVX2;
     if (threads < 1 || rounds < 1) {
-        fprintf(stderr, "usage: bench_skinny [THREADS [ROUNDS]]\n");
+        fprintf(stderr, "usage: bench_skinny [THREADS [ROUNDS [avx2]]]\n");
         return 2;
     }
     BENCH_SET_THREADS(threads);
     cpu_gemm_set_threads(threads);
-    int isa = cpu_skinny_isa();
     printf("few-rows kernel: %s; OpenBLAS %s; %d threads; best of %d alternated rounds\n",
            isa == CPU_SKINNY_AVX512 ? "avx512" : isa == CPU_SKINNY_AVX2 ? "avx2" : "none (sgemm)",
            cpu_blas_corename(), threads, rounds);
@@ -76,8 +79,8 @@ int main(int argc, char **argv)
             for (int r = 0; r < rounds; r++)
                 for (int s = 0; s < 2; s++) {
                     int side = (r + s) % 2; /* alternate which goes first */
-                    double tc = time_side(!side, threads, M, N, K, A, W, 1, C, reps);
-                    double tm = time_side(!side, threads, M, N, K, A, W, nw, C, nw);
+                    double tc = time_side(!side, isa, threads, M, N, K, A, W, 1, C, reps);
+                    double tm = time_side(!side, isa, threads, M, N, K, A, W, nw, C, nw);
                     if (tc < best[side]) best[side] = tc;
                     if (tm < best[2 + side]) best[2 + side] = tm;
                 }
