@@ -32,8 +32,8 @@ static const weight weights[] = {{"q, o", 576, 576},      {"k, v", 192, 576},
 static const int rows[] = {1, 2, 8, 16, 32, 40, 48, 64};
 
 /* Seconds per call of one side over `reps` calls cycling through `nw` weights. */
-static double time_side(int skinny, int isa, int threads, int M, int N, int K, const float *A, float **W,
-                        int nw, float *C, int reps)
+static double time_side(int skinny, int isa, int threads, int M, int N, int K, const float *A,
+                        float **W, int nw, float *C, int reps)
 {
     double t = bench_now();
     for (int r = 0; r < reps; r++) {
@@ -72,7 +72,8 @@ int main(int argc, char **argv)
         }
         for (size_t m = 0; m < sizeof rows / sizeof *rows; m++) {
             int M = rows[m];
-            float *A = malloc((size_t)M * K * sizeof(float)), *C = malloc((size_t)M * N * sizeof(float));
+            float *A = malloc((size_t)M * K * sizeof(float));
+            float *C = malloc((size_t)M * N * sizeof(float));
             for (size_t j = 0; j < (size_t)M * K; j++) A[j] = (float)(j % 11) * 0.01f - 0.05f;
             double flop = 2.0 * M * N * K, best[4] = {1e30, 1e30, 1e30, 1e30};
             int reps = (int)(2e8 / flop) + 2;

@@ -184,9 +184,12 @@ int cpu_skinny_isa(void)
     static int isa = -1;
     if (isa < 0) {
         __builtin_cpu_init();
-        isa = __builtin_cpu_supports("avx512f")                                    ? CPU_SKINNY_AVX512
-              : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? CPU_SKINNY_AVX2
-                                                                                  : CPU_SKINNY_NONE;
+        if (__builtin_cpu_supports("avx512f"))
+            isa = CPU_SKINNY_AVX512;
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+            isa = CPU_SKINNY_AVX2;
+        else
+            isa = CPU_SKINNY_NONE;
     }
     return isa;
 }

@@ -18,7 +18,8 @@ static void ref_nt(double *C, int ldc, const float *A, int lda, const float *W, 
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double s = 0.0;
-            for (int k = 0; k < K; k++) s += (double)A[(size_t)i * lda + k] * W[(size_t)j * ldw + k];
+            for (int k = 0; k < K; k++)
+                s += (double)A[(size_t)i * lda + k] * W[(size_t)j * ldw + k];
             double *c = C + (size_t)i * ldc + j;
             *c = alpha * s + (beta != 0.0 ? beta * *c : 0.0);
         }
@@ -82,7 +83,8 @@ static void test_rows_alone(int isa)
     for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
         for (int threads = 1; threads <= 2; threads++) {
             int i = rows[r];
-            cpu_skinny_nt_isa(isa, threads, 1, N, K, 1.0f, A + (size_t)i * K, K, W, K, 0.0f, one, N);
+            const float *row = A + (size_t)i * K;
+            cpu_skinny_nt_isa(isa, threads, 1, N, K, 1.0f, row, K, W, K, 0.0f, one, N);
             CHECK(memcmp(one, C + (size_t)i * N, (size_t)N * sizeof(float)) == 0,
                   "%s: row %d alone on %d threads differs from row %d of %d", isa_name(isa), i,
                   threads, i, M);
