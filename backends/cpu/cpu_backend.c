@@ -185,6 +185,10 @@ static backend *cpu_create(const backend_config *cfg)
     st->threads = threads;
     if (cfg) be->cfg = *cfg;
     be->cfg.threads = threads;
+    /* every op computes fp32 (docs/precision.md): be->cfg says what runs, the caller's cfg what
+     * was asked, so the session's start line cannot claim bf16 or TF32 matmuls */
+    be->cfg.precision = BACKEND_FP32;
+    be->cfg.allow_tf32 = 0;
     be->ops = &cpu_ops;
     be->impl = st;
 #ifdef _OPENMP

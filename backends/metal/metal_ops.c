@@ -291,6 +291,8 @@ backend *metal_backend_wrap(const char *name, const metal_device_ops *dev_ops, v
     metal_ops_nn_fill(o);
     be->ops = o;
     if (cfg) be->cfg = *cfg;
+    be->cfg.precision = BACKEND_FP32; /* every kernel computes fp32 (docs/precision.md) */
+    be->cfg.allow_tf32 = 0;
     snprintf(be->description, sizeof be->description, "%s", description ? description : name);
     be->peak_flops = peak_flops;
     be->impl = c;

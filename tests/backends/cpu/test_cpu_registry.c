@@ -37,6 +37,15 @@ int main(int argc, char **argv)
     }
     backend_destroy(be);
 
+    /* asked for bf16 (and TF32), the CPU backend states that it computes fp32 */
+    backend_config low = cfg;
+    low.precision = BACKEND_BF16;
+    low.allow_tf32 = 1;
+    be = backend_select("cpu", &low, why, sizeof why);
+    expect(be && be->cfg.precision == BACKEND_FP32 && !be->cfg.allow_tf32,
+           "precision bf16 asked: the cpu backend's cfg says fp32");
+    backend_destroy(be);
+
     be = backend_select("no-such-backend", &cfg, why, sizeof why);
     expect(!be && strstr(loom_error(), "no-such-backend") && strstr(loom_error(), "cpu"),
            "unknown name rejected, message names it and the choices");
