@@ -4,10 +4,12 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libpcre2-dev libutf8proc-dev
       openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools
-      libdnnl2 libblis4-openmp)
+      libdnnl2 libdnnl-dev libblis4-openmp)
 # libdnnl2 (oneDNN) and libblis4-openmp (BLIS): optional at run time (dlopen'd); when present the
 # CPU backend races them against OpenBLAS at start and runs its large sgemms on the fastest
 # (docs/cpu-gemm.md). BLIS registers libblas.so.3 at a lower priority than OpenBLAS: no change there.
+# libdnnl-dev: oneDNN's headers, for the types of its matmul primitive that `precision: bf16` runs on
+# (backends/cpu/cpu_bf16.c); without them loom still builds, and bf16 runs in fp32.
 # EXTRA_PKGS: more for CI only (valgrind), so a newcomer's install stays what the build needs
 read -r -a extra <<<"${EXTRA_PKGS:-}"
 pkgs+=("${extra[@]}")

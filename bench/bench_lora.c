@@ -83,7 +83,10 @@ int main(int argc, char **argv)
     int threads = argc > 6 ? atoi(argv[6]) : 0, tiny = argc > 7 && strcmp(argv[7], "tiny") == 0;
     model_config mc = bench_smol_config(tiny, T);
     lora_spec ls = {.rank = r, .alpha = 2.0f * r, .targets = 0xF}; /* q, k, v, o */
-    backend_config bc = {.threads = threads};
+    /* PRECISION=bf16: bf16 matmuls (docs/precision.md), against PEFT under torch.autocast */
+    const char *prec = getenv("PRECISION");
+    backend_config bc = {.threads = threads,
+                         .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0};
     backend *be = backend_select("cpu", &bc, NULL, 0);
     model *m = be ? model_create(&mc, be, B, T, 1, 1, MODEL_ACTS_KEEP, &ls) : NULL;
     float *mom = m ? dev_zeros(be, m->nparams) : NULL, *vel = m ? dev_zeros(be, m->nparams) : NULL;

@@ -12,12 +12,15 @@
 # and the ratio, with the machine's load before each run. Installs nothing: a Python without
 # torch/transformers/peft is reported missing, with the command that installs them.
 # ROUNDS (2), STEPS (4: the first is not timed), THREADS (2), FRAC (0.25), B (8), T (256), RANK (16),
-# PYTHON (/work/venv/bin/python if present, else python3) set the run.
+# PYTHON (/work/venv/bin/python if present, else python3) set the run. PRECISION=bf16 runs loom with
+# bf16 matmuls and PEFT under torch.autocast(bf16), both fp32 master weights (docs/precision.md).
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench="$build/bench/bench_lora"
 rounds=${ROUNDS:-2} steps=${STEPS:-4} threads=${THREADS:-2} frac=${FRAC:-0.25}
+precision=${PRECISION:-fp32} autocast=(); [ "$precision" = bf16 ] && autocast=(--bf16)
+export PRECISION=$precision
 B=${B:-8} T=${T:-256} rank=${RANK:-16}
 if [ -n "${PYTHON:-}" ]; then py=$PYTHON
 elif [ -x /work/venv/bin/python ]; then py=/work/venv/bin/python
@@ -51,7 +54,7 @@ for r in $(seq "$rounds"); do
     la=$(load)
     env "${pre[@]}" /usr/bin/time -f "%M" -o "$tmp/rss" \
       "$py" "$root/bench/peft_lora.py" --batch "$B" --seq "$T" --rank "$rank" --frac "$frac" \
-      --steps "$steps" --threads "$threads" > "$tmp/peft.out" 2>&1 || { cat "$tmp/peft.out"; exit 1; }
+      --steps "$steps" --threads "$threads" "${autocast[@]}" > "$tmp/peft.out" 2>&1 || { cat "$tmp/peft.out"; exit 1; }
     s=$(sed -n 's/^s_per_step //p' "$tmp/peft.out")
     echo "round $r PEFT$([ $v = t ] && echo ' + tcmalloc'): $s s/step, load before $la" >&2
     echo "$s $(cat "$tmp/rss") $la" >> "$tmp/$v"
@@ -76,5 +79,5 @@ if [ $have_peft = 1 ]; then
 else
   printf "%-34s %9s\n" "transformers + PEFT" "missing"
 fi
-echo "(SmolLM2-135M shapes, random weights and ids, loss on the last $frac of each row, $threads threads, fp32;" \
+echo "(SmolLM2-135M shapes, random weights and ids, loss on the last $frac of each row, $threads threads, $precision;" \
      "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"

@@ -17,6 +17,7 @@ p.add_argument("--rank", type=int, default=16)
 p.add_argument("--frac", type=float, default=0.25)
 p.add_argument("--steps", type=int, default=4)
 p.add_argument("--threads", type=int, default=2)
+p.add_argument("--bf16", action="store_true", help="forward and backward under torch.autocast bf16")
 a = p.parse_args()
 model = smol_model(a.threads)
 model = get_peft_model(model, LoraConfig(r=a.rank, lora_alpha=2 * a.rank, lora_dropout=0.0,
@@ -31,7 +32,8 @@ times = []
 for step in range(a.steps):
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = model(input_ids=ids, labels=labels).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = model(input_ids=ids, labels=labels).loss
     loss.backward()
     opt.step()
     times.append(time.perf_counter() - t0)

@@ -54,7 +54,7 @@ static backend *session_backend(const job_config *cfg, const comm *c)
     int same = got->precision == bc.precision && got->allow_tf32 == bc.allow_tf32;
     char asked[96] = "";
     if (!same)
-        snprintf(asked, sizeof asked, "; precision %s asked: the %s backend computes fp32",
+        snprintf(asked, sizeof asked, "; precision %s asked: the %s backend computes fp32 here",
                  cfg->precision, be->ops->name);
     log_info("backend %s  %s  (%s%s)", be->description,
              got->precision == BACKEND_BF16 ? "bf16 matmuls, fp32 master weights"

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "backends/cpu/cpu_bf16.h"
 #include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/error.h"
@@ -102,13 +103,14 @@ static void cpu_destroy(backend *be)
 }
 
 /* Peak FLOP/s for MFU, measured on first use (backend_peak_flops): the sgemm rate on this
- * backend's threads, unless $LOOM_CPU_PEAK_GFLOPS gave it at create. */
+ * backend's threads (with precision bf16, the bf16 matmul rate), unless $LOOM_CPU_PEAK_GFLOPS
+ * gave it at create. */
 static double cpu_measure_peak(backend *be)
 {
-    int threads = cpu_st(be)->threads;
-    double peak = cpu_blas_calibrate(threads);
-    log_info("cpu: sgemm %.1f GFLOP/s on %d thread%s (the MFU reference)", peak / 1e9, threads,
-             threads == 1 ? "" : "s");
+    int threads = cpu_st(be)->threads, bf16 = be->cfg.precision == BACKEND_BF16;
+    double peak = bf16 ? cpu_bf16_calibrate(threads) : cpu_blas_calibrate(threads);
+    log_info("cpu: %s %.1f GFLOP/s on %d thread%s (the MFU reference)",
+             bf16 ? "bf16 matmul" : "sgemm", peak / 1e9, threads, threads == 1 ? "" : "s");
     return peak;
 }
 
@@ -185,9 +187,13 @@ static backend *cpu_create(const backend_config *cfg)
     st->threads = threads;
     if (cfg) be->cfg = *cfg;
     be->cfg.threads = threads;
-    /* every op computes fp32 (docs/precision.md): be->cfg says what runs, the caller's cfg what
-     * was asked, so the session's start line cannot claim bf16 or TF32 matmuls */
-    be->cfg.precision = BACKEND_FP32;
+    /* be->cfg says what runs, the caller's cfg what was asked, so the session's start line cannot
+     * claim what does not run: bf16 matmuls where cpu_bf16.c can run them, else fp32; never TF32 */
+    char why[160] = "";
+    if (be->cfg.precision == BACKEND_BF16 && !cpu_bf16_ready(why, sizeof why)) {
+        be->cfg.precision = BACKEND_FP32;
+        log_info("cpu: precision bf16 runs in fp32: %s", why);
+    }
     be->cfg.allow_tf32 = 0;
     be->ops = &cpu_ops;
     be->impl = st;

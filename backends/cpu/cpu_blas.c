@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_bf16.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_skinny.h"
@@ -165,6 +166,12 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
     }
     /* a decode step's rows against a weight's rows: loom's kernel reads W in place (cpu_skinny.c) */
     if (!transA && transB && cpu_skinny_nt(threads, M, N, K, alpha, A, K, B, K, beta, C, N)) return;
+    /* precision bf16 (set only where cpu_bf16_ready): every other product in bf16, but those
+     * with a dimension under CPU_BF16_MIN_DIM (LoRA's factors) */
+    if (be->cfg.precision == BACKEND_BF16 && M >= CPU_BF16_MIN_DIM && N >= CPU_BF16_MIN_DIM &&
+        K >= CPU_BF16_MIN_DIM &&
+        cpu_bf16_matmul(threads, C, A, B, M, N, K, transA, transB, alpha, beta))
+        return;
     if (threads > 1 && M <= CPU_FEW_ROWS && N >= 16 * threads && (size_t)N * K >= CPU_SPLIT_MIN) {
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);
         return;

@@ -1,0 +1,97 @@
+/* test_cpu_bf16.c: `precision: bf16` on the CPU backend. Where it can run (AVX512_BF16 and
+ * oneDNN 2.x), the backend's matmul in all 8 cases (both transpositions, beta 0 and 1) must match a
+ * double reference of the bf16-rounded operands within the fp32 sum bound: each product of two
+ * bf16 numbers is exact in fp32, so only the fp32 sums round. A product computed from the fp32
+ * operands misses that bound by far, so the check fails if the rounding was skipped. Decode-sized
+ * NT products (M <= CPU_SKINNY_ROWS) and products with a dimension under CPU_BF16_MIN_DIM stay fp32
+ * and are checked against the unrounded reference.
+ * Where bf16 cannot run, the backend must say fp32 (be->cfg), and the reason is printed. */
+#include "cpu_test.h"
+
+#include "backends/cpu/cpu_bf16.h"
+#include "backends/cpu/cpu_skinny.h"
+
+/* x rounded to bf16, nearest even (finite inputs), back in float */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
+                       int tB, double alpha, double beta, int round)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) {
+                float a = tA ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+                float b = tB ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
+                s += round ? (double)bf16_round(a) * bf16_round(b) : (double)a * b;
+            }
+            C[(size_t)i * N + j] = alpha * s + (beta != 0.0 ? beta * C[(size_t)i * N + j] : 0.0);
+        }
+}
+
+/* C = 0.7 op(A) op(B) + beta C through the backend; round: the reference rounds to bf16. */
+static void check_case(backend *be, int M, int N, int K, int tA, int tB, int beta, int round)
+{
+    float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
+    double *want = todbl(C0, (size_t)M * N);
+    float *C = fcopy(C0, (size_t)M * N);
+    if (!beta)
+        for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
+    ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, round);
+    be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+    char name[96];
+    snprintf(name, sizeof name, "%s %dx%dx%d tA=%d tB=%d beta=%d", round ? "bf16" : "fp32", M, N,
+             K, tA, tB, beta);
+    /* K products of U(-1,1) entries (E|ab| = 1/4, taken x2) times 0.7, plus beta*C (|C| < 1):
+     * K + beta terms, each exact (bf16 x bf16 fits fp32); alpha, beta, the add round once each */
+    check_allclose_v(name, C, want, (size_t)M * N,
+                     check_tol_sum(K + beta, 0.35 * K + 1, 3, CHECK_U_FP32), 0);
+    free(A), free(B), free(C0), free(C), free(want);
+}
+
+int main(void)
+{
+    backend_config cfg = {2, 0, BACKEND_BF16, 0};
+    log_set_quiet(1);
+    setenv("LOOM_CPU_PEAK_GFLOPS", "100", 0);
+    backend *be = cpu_backend_entry.create(&cfg);
+    CHECK(be != NULL, "cpu backend: %s", be ? "" : loom_error());
+    if (!be) return check_exit_code("test_cpu_bf16");
+    char why[160] = "";
+    int ready = cpu_bf16_ready(why, sizeof why);
+    CHECK(be->cfg.precision == (ready ? BACKEND_BF16 : BACKEND_FP32),
+          "be->cfg.precision must say what runs (%s)", ready ? "bf16" : "fp32");
+    if (!ready) {
+        printf("skip: bf16 cannot run here (%s); the backend says fp32\n", why);
+        be->ops->destroy(be);
+        return check_exit_code("test_cpu_bf16");
+    }
+    static const int shapes[][3] = {{70, 65, 66}, {130, 70, 90}, {65, 300, 77}, {520, 384, 344}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int tA = 0; tA < 2; tA++)
+            for (int tB = 0; tB < 2; tB++)
+                for (int beta = 0; beta < 2; beta++)
+                    check_case(be, shapes[s][0], shapes[s][1], shapes[s][2], tA, tB, beta, 1);
+    printf("done bf16: %zu shapes x 8 cases against the bf16-rounded reference\n",
+           sizeof shapes / sizeof *shapes);
+    /* a rank-16 factor's products (a dimension under CPU_BF16_MIN_DIM) stay fp32 */
+    for (int beta = 0; beta < 2; beta++) {
+        check_case(be, 130, CPU_BF16_MIN_DIM - 1, 90, 0, 0, beta, 0);
+        check_case(be, 130, 90, 16, 1, 0, beta, 0);
+    }
+    printf("done fp32: products with a dimension under %d stay fp32\n", CPU_BF16_MIN_DIM);
+    /* a decode step's NT product stays on the fp32 few-rows kernel, where the CPU has it */
+    if (cpu_skinny_isa() != CPU_SKINNY_NONE) {
+        for (int beta = 0; beta < 2; beta++) check_case(be, 32, 300, 77, 0, 1, beta, 0);
+        printf("done fp32: a %d-row NT product stays fp32\n", 32);
+    }
+    be->ops->destroy(be);
+    return check_exit_code("test_cpu_bf16");
+}
