@@ -5,6 +5,8 @@
 
 #include "cpu_test.h"
 
+#include "backends/cpu/cpu_bf16.h"
+
 static void expect(int ok, const char *what)
 {
     printf("%s %s\n", ok ? "ok  " : "FAIL", what);
@@ -37,13 +39,16 @@ int main(int argc, char **argv)
     }
     backend_destroy(be);
 
-    /* asked for bf16 (and TF32), the CPU backend states that it computes fp32 */
+    /* asked for bf16 and TF32, the CPU backend's cfg says what runs: never TF32; bf16 only where
+     * cpu_bf16.c can run it */
     backend_config low = cfg;
     low.precision = BACKEND_BF16;
     low.allow_tf32 = 1;
     be = backend_select("cpu", &low, why, sizeof why);
-    expect(be && be->cfg.precision == BACKEND_FP32 && !be->cfg.allow_tf32,
-           "precision bf16 asked: the cpu backend's cfg says fp32");
+    int bf16 = cpu_bf16_ready(NULL, 0);
+    expect(be && be->cfg.precision == (bf16 ? BACKEND_BF16 : BACKEND_FP32) && !be->cfg.allow_tf32,
+           bf16 ? "precision bf16 asked: the cpu backend's cfg says bf16, no TF32"
+                : "precision bf16 asked: the cpu backend's cfg says fp32 (bf16 cannot run here)");
     backend_destroy(be);
 
     be = backend_select("no-such-backend", &cfg, why, sizeof why);
