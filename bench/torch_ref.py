@@ -22,6 +22,7 @@ p.add_argument("--seq", type=int, default=256)
 p.add_argument("--steps", type=int, default=6)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--mode", choices=("eager", "compile"), default="eager")
+p.add_argument("--bf16", action="store_true", help="forward and backward under torch.autocast bf16")
 p.add_argument("--sgemm", action="store_true",
                help="only print torch's matmul GFLOP/s: 1536^3 A B^T, and on the model's shapes as bench_cpu_step --sgemm")
 a = p.parse_args()
@@ -107,7 +108,8 @@ for step in range(a.steps):
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq))
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    loss = fwd(idx, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        loss = fwd(idx, tgt)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()

@@ -10,7 +10,9 @@
 # run: "sh" the model's shapes, each on the library its race picks (what loom's matmuls can reach),
 # "ob" the same shapes on OpenBLAS alone, "sq" square (the start race's library). Installs nothing:
 # a missing reference is reported with the command that installs it.
-# ROUNDS (2), STEPS (6), THREADS (2), MODELS ("gpt2-124m gpt2-small6") set the run.
+# ROUNDS (2), STEPS (6), THREADS (2), MODELS ("gpt2-124m gpt2-small6") set the run. PRECISION=bf16
+# runs loom with `precision: bf16` and the references under torch.autocast(bf16) (fp32 master
+# weights on both sides); the MFU columns stay against the fp32 sgemm rates.
 set -euo pipefail
 build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +25,7 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x /work/venv/bin/python ]; then PYTHON=/work/venv/bin/python; else PYTHON=python3; fi
 fi
 debpy=${DEBIAN_PYTHON:-/usr/bin/python3}
+precision=${PRECISION:-fp32} autocast=(); [ "$precision" = bf16 ] && autocast=(--bf16)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=$threads
@@ -76,7 +79,7 @@ run_loom() { # preset B T -> appends "s/step tok/s load" to $tmp/res0; sets $tmp
   local l; l=$(load)
   "$loom" train "$root/configs/tiny-train.json" \
     --set model=$1 --set train.batch_size=$2 --set train.seq_len=$3 --set train.steps=$steps \
-    --set train.warmup=1 --set parallel.threads=$threads --set checkpoint.every=-1 \
+    --set train.warmup=1 --set parallel.threads=$threads --set checkpoint.every=-1 --set precision=$precision \
     --out "$tmp/run" > "$tmp/loom.out" 2>&1 || { cat "$tmp/loom.out"; exit 1; }
   awk -v bt=$(( $2 * $3 )) -v l="$l" '/^done:/ {tps=$7} END {print bt / tps, tps, l}' "$tmp/loom.out" >> "$tmp/res0"
   corename=$(sed -n 's/^backend cpu (OpenBLAS \([A-Za-z0-9]*\).*/\1/p' "$tmp/loom.out" | head -1)
@@ -89,7 +92,7 @@ run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp
   if [ "$py" = "$debpy" ]; then envs=(OPENBLAS_CORETYPE=${corename:-Cooperlake} ${tcmalloc:+LD_PRELOAD=$tcmalloc}); fi
   case $mode in *+tcmalloc) envs+=(LD_PRELOAD=$tcmalloc); mode=${mode%+tcmalloc} ;; esac
   if ! env "${envs[@]}" "$py" "$root/bench/torch_ref.py" --layers $1 --width $2 --heads $3 --batch $4 \
-    --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode > "$tmp/ref.out" 2>&1; then
+    --seq $5 --steps $(( steps + 1 )) --threads $threads --mode $mode "${autocast[@]}" > "$tmp/ref.out" 2>&1; then
     echo "reference $py --mode $mode failed (left out of this round): $(tail -1 "$tmp/ref.out")"
     return 0
   fi
@@ -97,7 +100,7 @@ run_ref() { # index python mode L C H B T -> appends "s/step tok/s load" to $tmp
 }
 
 col() { cut -d' ' -f"$2" "$tmp/$1" | median; }
-echo "loom $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $threads threads, $rounds rounds of $steps steps," \
+echo "loom $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $precision, $threads threads, $rounds rounds of $steps steps," \
      "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 for preset in $models; do
   case $preset in gpt2-124m) B=4 ;; *) B=8 ;; esac
