@@ -108,7 +108,7 @@ static void cpu_destroy(backend *be)
 static double cpu_measure_peak(backend *be)
 {
     int threads = cpu_st(be)->threads, bf16 = be->cfg.precision == BACKEND_BF16;
-    double peak = bf16 ? cpu_bf16_calibrate(threads) : cpu_blas_calibrate(threads);
+    double peak = cpu_blas_calibrate(threads, bf16);
     log_info("cpu: %s %.1f GFLOP/s on %d thread%s (the MFU reference)",
              bf16 ? "bf16 matmul" : "sgemm", peak / 1e9, threads, threads == 1 ? "" : "s");
     return peak;

@@ -13,7 +13,6 @@
  * them). oneDNN is loaded with dlopen (libdnnl.so.2, the 2.x API of the headers it was built
  * with); a primitive is made per product shape on its first call and kept. */
 #include "backends/cpu/cpu_bf16.h"
-#include "backends/cpu/cpu_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -72,7 +71,7 @@ typedef struct {
     dnnl_memory_t a, b, c;
 } cpu_bf16_shape;
 
-#define CPU_BF16_SHAPES 512 /* past this, new shapes run in fp32 (logged by the caller's counts) */
+#define CPU_BF16_SHAPES 512 /* past this, new shapes run in fp32 */
 static cpu_bf16_shape shapes[CPU_BF16_SHAPES];
 static int nshapes;
 
@@ -232,31 +231,6 @@ int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M
            d.stream_wait(d.stream) == dnnl_success;
 }
 
-double cpu_bf16_calibrate(int threads)
-{
-    const int n = 1536;
-    size_t sz = (size_t)n * n;
-    float *a = malloc(sz * sizeof(float)), *b = malloc(sz * sizeof(float)),
-          *c = malloc(sz * sizeof(float));
-    double best = 0.0;
-    if (a && b && c && cpu_bf16_ready(NULL, 0)) {
-        for (size_t i = 0; i < sz; i++) {
-            a[i] = (float)((i * 7) % 13) * 0.01f;
-            b[i] = (float)((i * 5) % 11) * 0.01f;
-        }
-        double t_best = 1e30, start = cpu_now();
-        for (int it = 0; it < 5 || cpu_now() - start < 0.2; it++) {
-            double t0 = cpu_now();
-            if (!cpu_bf16_matmul(threads, c, a, b, n, n, n, 0, 1, 1.0f, 0.0f)) break;
-            double dt = cpu_now() - t0;
-            if (it > 0 && dt < t_best) t_best = dt;
-        }
-        if (t_best < 1e30) best = 2.0 * n * (double)n * n / t_best;
-    }
-    free(a), free(b), free(c);
-    return best;
-}
-
 #else /* built without oneDNN 2.x's headers, or a sanitizer build: fp32 only */
 
 int cpu_bf16_ready(char *why, size_t len)
@@ -264,12 +238,6 @@ int cpu_bf16_ready(char *why, size_t len)
     if (why && len)
         snprintf(why, len, "built without oneDNN 2.x's headers (libdnnl-dev), or a sanitizer build");
     return 0;
-}
-
-double cpu_bf16_calibrate(int threads)
-{
-    (void)threads;
-    return 0.0;
 }
 
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,

@@ -21,8 +21,4 @@ int cpu_bf16_ready(char *why, size_t len);
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
                     int tA, int tB, float alpha, float beta);
 
-/* The best rate of a 1536^3 bf16 matmul over 0.2 s after a warm-up (FLOP/s; 0 when not ready):
- * the MFU reference of a bf16 run, as the sgemm rate is an fp32 run's. */
-double cpu_bf16_calibrate(int threads);
-
 #endif

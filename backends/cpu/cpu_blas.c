@@ -184,12 +184,12 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
                      transB ? K : N, beta, C, N);
 }
 
-/* Best 1536^3 sgemm over 0.2 s (at least 4 timed runs, ~40 ms each on 2 Zen4 cores) after one
- * warm-up: FLOP/s. Best-of over a fixed time, since one run caught by another process reads low.
+/* Best 1536^3 sgemm (bf16: a bf16 matmul, cpu_bf16.c) over 0.2 s (at least 4 timed runs, ~40 ms
+ * each on 2 Zen4 cores) after one warm-up: FLOP/s; 0 when bf16 cannot run. Best-of over a fixed time, since one run caught by another process reads low.
  * The leading dimension is padded off a power of two: with 1024^3 at ld 1024 the rate depended
  * on where the process's pages landed (160 or 205 GFLOP/s in back-to-back runs of one binary,
  * steady within each) and the job's MFU with it; 1536 at ld 1552 reads 200-203 every time. */
-double cpu_blas_calibrate(int threads)
+double cpu_blas_calibrate(int threads, int bf16)
 {
     const int n = 1536, ld = 1552;
     size_t sz = (size_t)n * ld;
@@ -211,12 +211,17 @@ double cpu_blas_calibrate(int threads)
     double best = 1e30, start = cpu_now();
     for (int it = 0; it < 5 || cpu_now() - start < 0.2; it++) {
         double t0 = cpu_now();
-        cpu_gemm_lib(lib, 0, 1, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
+        if (!bf16) {
+            cpu_gemm_lib(lib, 0, 1, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
+        } else if (!cpu_bf16_matmul(threads, c, a, b, n, n, n, 0, 1, 1.0f, 0.0f)) { /* dense */
+            best = 1e30;
+            break;
+        }
         double dt = cpu_now() - t0;
         if (it > 0 && dt < best) best = dt;
     }
     free(a);
     free(b);
     free(c);
-    return 2.0 * n * (double)n * n / best;
+    return best < 1e30 ? 2.0 * n * (double)n * n / best : 0.0;
 }
