@@ -11,31 +11,6 @@
 #include "backends/cpu/cpu_bf16.h"
 #include "backends/cpu/cpu_skinny.h"
 
-/* x rounded to bf16, nearest even (finite inputs), back in float */
-static float bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
-                       int tB, double alpha, double beta, int round)
-{
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++) {
-                float a = tA ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
-                float b = tB ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
-                s += round ? (double)bf16_round(a) * bf16_round(b) : (double)a * b;
-            }
-            C[(size_t)i * N + j] = alpha * s + (beta != 0.0 ? beta * C[(size_t)i * N + j] : 0.0);
-        }
-}
-
 /* C = 0.7 op(A) op(B) + beta C through the backend; round: the reference rounds to bf16. */
 static void check_case(backend *be, int M, int N, int K, int tA, int tB, int beta, int round)
 {

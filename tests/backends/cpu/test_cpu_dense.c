@@ -3,19 +3,6 @@
  * memory and events. Never compares against the backend itself except for exact copies. */
 #include "cpu_test.h"
 
-static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
-                       int tB, double alpha, double beta)
-{
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++)
-                s +=
-                    (double)(tA ? A[k * M + i] : A[i * K + k]) * (tB ? B[j * K + k] : B[k * N + j]);
-            C[i * N + j] = alpha * s + (beta != 0.0 ? beta * C[i * N + j] : 0.0);
-        }
-}
-
 static void test_matmul(backend *be, int M, int N, int K)
 {
     float *A = frand((size_t)M * K, 1), *B = frand((size_t)K * N, 1), *C0 = frand((size_t)M * N, 1);
@@ -27,7 +14,7 @@ static void test_matmul(backend *be, int M, int N, int K)
                 if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
                     for (int i = 0; i < M * N; i++) C[i] = NAN;
                 for (int i = 0; i < M * N; i++) want[i] = C0[i];
-                ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
+                ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, 0);
                 be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
                 char name[80];
                 snprintf(name, sizeof name, "matmul %dx%dx%d tA=%d tB=%d beta=%d", M, N, K, tA, tB,

@@ -7,18 +7,6 @@
 
 #include "backends/cpu/cpu_gemm.h"
 
-static void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
-                       int tB, double alpha, double beta)
-{
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double s = 0.0;
-            for (int k = 0; k < K; k++)
-                s += (double)(tA ? A[k * M + i] : A[i * K + k]) * (tB ? B[j * K + k] : B[k * N + j]);
-            C[i * N + j] = alpha * s + (beta != 0.0 ? beta * C[i * N + j] : 0.0);
-        }
-}
-
 /* C = 0.7 op(A) op(B) + beta C through `lib` directly (be == NULL) or the backend's matmul
  * (lib < 0: not forced, each shape raced on its first call), one transposition/beta case. */
 static void check_case(int lib, backend *be, int M, int N, int K, int tA, int tB, int beta)
@@ -29,7 +17,7 @@ static void check_case(int lib, backend *be, int M, int N, int K, int tA, int tB
     if (!beta) /* beta = 0 must ignore whatever C held, NaN included */
         for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
     for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
-    ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta);
+    ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, 0);
     if (be)
         be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
     else
