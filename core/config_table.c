@@ -31,8 +31,8 @@
       "Compute backend by name (`cpu`, `cuda`, `metal`); `\"\"` = the best one available.") \
     X("precision", CFG_STRING, precision, "\"fp32\"", ONE_OF("fp32|tf32|bf16"), \
       "Matmul precision (docs/precision.md). `fp32`: all fp32. `tf32` (GPU): matmul and " \
-      "attention inputs rounded to TF32, fp32 accumulate. `bf16` (GPU, and CPUs with " \
-      "AVX512_BF16 through oneDNN): matmul inputs bf16, fp32 accumulate; elsewhere fp32, and the " \
+      "attention inputs rounded to TF32, fp32 accumulate. `bf16` (GPU, and CPUs with AMX " \
+      "through oneDNN): matmul inputs bf16, fp32 accumulate; elsewhere fp32, and the " \
       "start line says so. Weights, gradients, optimizer " \
       "state, activations, loss/softmax/norm statistics and checkpoints stay fp32 in every mode.") \
     X("model.preset", CFG_STRING, model.preset, "\"tiny\"", ANY, \

@@ -1,6 +1,6 @@
 /* cpu_bf16.c: `precision: bf16` on the CPU: C = alpha op(A) op(B) + beta C with A and B rounded to
  * bf16 (round to nearest even) and the products summed in fp32, as the CUDA backend does
- * (docs/precision.md), through oneDNN's matmul primitive (AMX or AVX512_BF16 kernels).
+ * (docs/precision.md), through oneDNN's matmul primitive, where it has AMX (cpu_bf16_worth_it).
  *
  * Why: on CPUs with bf16 instructions the fp32 rate is the bottleneck of every step; on 2
  * Sapphire Rapids cores oneDNN ran 2048x1536x576 in bf16 at 1542 GFLOP/s against fp32 sgemm's
@@ -79,6 +79,24 @@ static int nshapes;
 static uint16_t *abuf, *bbuf;
 static size_t acap, bcap;
 
+/* bf16 pays only on AMX's tile kernels. Without them oneDNN 2.6 runs its AVX512_BF16 kernel
+ * (brg:avx512_core_bf16), which on 2 Emerald Rapids cores without AMX took 33-46 ms for
+ * 2048x1536x576 (~100 GFLOP/s) where fp32 sgemm takes ~13 ms: a bf16 LoRA step took 8.6 s against
+ * fp32's 5.4. There bf16 runs in fp32 unless LOOM_CPU_BF16=1 asks for the slow path (the tests
+ * do, to check it on every CPU with AVX512_BF16). Returns 1 (use it) or -1 (d.why says why). */
+static int cpu_bf16_worth_it(void *h)
+{
+    const char *force = getenv("LOOM_CPU_BF16");
+    if (force && strcmp(force, "1") == 0) return 1;
+    dnnl_cpu_isa_t (*isa)(void);
+    *(void **)&isa = dlsym(h, "dnnl_get_effective_cpu_isa");
+    if (isa && (isa() & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return 1;
+    snprintf(d.why, sizeof d.why,
+             "this CPU has no AMX, and oneDNN's AVX512_BF16 matmul runs slower than fp32 sgemm "
+             "(LOOM_CPU_BF16=1 runs it anyway)");
+    return -1;
+}
+
 static int cpu_bf16_load(void)
 {
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) {
@@ -119,7 +137,7 @@ static int cpu_bf16_load(void)
         snprintf(d.why, sizeof d.why, "oneDNN could not make a CPU engine and stream");
         return -1;
     }
-    return 1;
+    return cpu_bf16_worth_it(h);
 }
 
 int cpu_bf16_ready(char *why, size_t len)
