@@ -170,6 +170,17 @@ typedef struct backend_ops {
      * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */
     double (*measure_peak)(backend *be);
 
+    /* Optional: the run-time choices of this backend that change results bitwise (the CPU's
+     * sgemm library for each product family, raced on first call), as one line of text for a
+     * checkpoint, into buf: 0, or -1 when it does not fit. From then on it makes no new such
+     * choice (an unseen product takes the default), so a run resumed from the line multiplies as
+     * this one does. NULL: nothing to record. */
+    int (*tuning_save)(backend *be, char *buf, size_t len);
+    /* Optional: adopt the line tuning_save wrote in the run being resumed (the same rank's): 0
+     * adopted; 1 not (another machine, a library missing: said in the log), and the backend
+     * goes on choosing for itself. */
+    int (*tuning_load)(backend *be, const char *line);
+
     /* Optional: why the device failed (a CUDA error is sticky: every later result is garbage),
      * NULL while healthy. Ops return void, so the training loop asks once per step. */
     const char *(*failure)(backend *be);

@@ -197,6 +197,15 @@ static void print_state(const char *path, const ckpt_state *s)
     if (s->tokenizer_hash) printf("tokenizer_hash %016" PRIx64 "\n", s->tokenizer_hash);
     printf("saved by       world_size %d, zero stage %d, backend %s\n", s->world_size, s->zero_stage,
            s->backend[0] ? s->backend : "?");
+    if (s->tuning[0]) {
+        /* one line per rank; each "BACKEND MACHINE | CHOICES" */
+        const char *line = s->tuning;
+        for (int rank = 0; *line; rank++) {
+            size_t n = strcspn(line, "\n");
+            printf("tuning rank %-3d%.*s\n", rank, (int)n, line);
+            line += n + (line[n] == '\n');
+        }
+    }
     printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");
     printf("job_config     %zu bytes of JSON\n", strlen(s->job_config_json));
 }

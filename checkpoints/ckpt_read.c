@@ -125,7 +125,8 @@ void ckpt_state_free(ckpt_state *s)
     free((char *)s->model_config_json);
     free((char *)s->job_config_json);
     free((char *)s->backend);
-    s->model_config_json = s->job_config_json = s->backend = NULL;
+    free((char *)s->tuning);
+    s->model_config_json = s->job_config_json = s->backend = s->tuning = NULL;
 }
 
 /* Version 2 keeps the AdamW step in `adam_step`; version 1 kept it in `rng_counter` (and had no
@@ -208,6 +209,18 @@ int ckpt_read_state(ckpt_reader *r, ckpt_state *s)
     s->model_config_json = vals[0];
     s->job_config_json = vals[1];
     s->backend = vals[2];
+    /* optional (files before it have none): absent reads as "" */
+    char *tuning = NULL;
+    int rc = ckpt_attr_read_str(r->fid, "tuning", &tuning);
+    if (rc < 0) {
+        ckpt_state_free(s);
+        return loom_fail("%s: unreadable attribute tuning", r->path);
+    }
+    s->tuning = tuning ? tuning : calloc(1, 1);
+    if (!s->tuning) {
+        ckpt_state_free(s);
+        return loom_fail("%s: out of memory", r->path);
+    }
     if (ckpt_state_check(s, r->path) == 0) return 0;
     ckpt_state_free(s);
     return -1;

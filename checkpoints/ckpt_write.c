@@ -112,6 +112,7 @@ static int write_state(hid_t fid, const ckpt_state *s, const ckpt_group *groups,
         {"model_config", s->model_config_json ? s->model_config_json : ""},
         {"job_config", s->job_config_json ? s->job_config_json : ""},
         {"backend", s->backend ? s->backend : ""},
+        {"tuning", s->tuning ? s->tuning : ""},
     };
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         if (ckpt_attr_write_str(fid, str[i].name, str[i].val, what)) return -1;

@@ -109,6 +109,74 @@ static void session_save_state(const session *s, ckpt_state *st)
     st->backend = s->be->ops->name;
 }
 
+/* Bytes of one rank's backend tuning line in a checkpoint (a CPU's sgemm choices: ~30 per
+ * product family, a few dozen families). */
+#define SESSION_TUNING_MAX 16384
+
+enum { SESSION_TUNING_SLOT = SESSION_TUNING_MAX / 4 };
+
+/* Every rank's backend_ops.tuning_save line ("-" for none), '\n'-joined in rank order, into
+ * *out on rank 0 (malloc'd; NULL elsewhere). Collective; `all` is the caller's zeroed array of
+ * size x SESSION_TUNING_SLOT doubles and `line` its SESSION_TUNING_MAX bytes (allocated before
+ * the ranks agreed that every one has its memory). The lines travel as one host sum: each rank
+ * puts its bytes, 4 to a double (exact below 2^53), in its own slot. */
+static int session_gather_tuning(session *s, double *all, char *line, char **out)
+{
+    const int size = s->comm->size, rank = s->comm->rank, slot = SESSION_TUNING_SLOT;
+    *out = NULL;
+    if (!s->be->ops->tuning_save || s->be->ops->tuning_save(s->be, line, SESSION_TUNING_MAX) ||
+        strchr(line, '\n'))
+        snprintf(line, SESSION_TUNING_MAX, "-");
+    const unsigned char *u = (const unsigned char *)line;
+    for (int i = 0; i < slot; i++)
+        all[(size_t)rank * slot + i] =
+            (double)((uint32_t)u[4 * i] | (uint32_t)u[4 * i + 1] << 8 |
+                     (uint32_t)u[4 * i + 2] << 16 | (uint32_t)u[4 * i + 3] << 24);
+    if (size > 1 && comm_allreduce_host(s->comm, all, size * slot)) return -1;
+    if (rank != 0) return 0;
+    char *joined = calloc((size_t)size, SESSION_TUNING_MAX + 1);
+    if (!joined) return loom_fail("checkpoint: out of host memory for the tuning lines");
+    size_t n = 0;
+    for (int r = 0; r < size; r++) {
+        if (r) joined[n++] = '\n';
+        for (int i = 0; i < slot; i++) {
+            uint32_t w = (uint32_t)all[(size_t)r * slot + i];
+            for (int b = 0; b < 4; b++) joined[n + 4 * (size_t)i + b] = (char)(w >> 8 * b & 255);
+        }
+        joined[n + SESSION_TUNING_MAX - 1] = '\0'; /* a rank's line ends within its slot */
+        n += strlen(joined + n);
+    }
+    *out = joined;
+    return 0;
+}
+
+/* This rank's line of a checkpoint's tuning (rank order, '\n'-joined) to its backend, when the
+ * saved run had as many ranks: rank r's choices were made on rank r's machine. */
+static void session_adopt_tuning(session *s, const char *file, const ckpt_state *st)
+{
+    if (!st->tuning || !st->tuning[0]) return;
+    if (st->world_size != s->comm->size) {
+        if (s->comm->rank == 0)
+            log_info("%s: saved by %d ranks, resumed by %d: each backend chooses its kernels "
+                     "afresh (the resumed run is not bitwise the uninterrupted one)",
+                     file, st->world_size, s->comm->size);
+        return;
+    }
+    const char *line = st->tuning;
+    for (int r = 0; r < s->comm->rank && line; r++) {
+        line = strchr(line, '\n');
+        if (line) line++;
+    }
+    if (!line) return;
+    size_t n = strcspn(line, "\n");
+    char *mine = malloc(n + 1);
+    if (!mine) return;
+    memcpy(mine, line, n);
+    mine[n] = '\0';
+    if (strcmp(mine, "-") != 0 && s->be->ops->tuning_load) s->be->ops->tuning_load(s->be, mine);
+    free(mine);
+}
+
 /* Write on rank 0 while every rank gathers; then every rank learns the outcome. */
 static int session_save(session *s)
 {
@@ -123,13 +191,16 @@ static int session_save(session *s)
     save_group_ctx gc[3] = {{&w, 0}, {&w, 1}, {&w, 2}};
     ckpt_tensor *table = session_ckpt_table(m);
     char *model_json = config_model_to_json(&s->cfg->model), *job_json = config_to_json(s->cfg);
-    int rc = ((root && !w.buf) || !table || !model_json || !job_json)
+    double *tun_all = calloc((size_t)s->comm->size * SESSION_TUNING_SLOT, sizeof *tun_all);
+    char *tun_line = calloc(SESSION_TUNING_MAX, 1), *tuning = NULL;
+    int rc = ((root && !w.buf) || !table || !model_json || !job_json || !tun_all || !tun_line)
                  ? loom_fail("checkpoint: out of host memory")
                  : 0;
     /* the gathers are collective: every rank walks, or none does */
     double no_mem = rc != 0;
     if (comm_allreduce_host(s->comm, &no_mem, 1)) rc = -1;
     else if (no_mem > 0 && rc == 0) rc = loom_fail("checkpoint: out of host memory on another rank");
+    if (no_mem == 0 && rc == 0 && session_gather_tuning(s, tun_all, tun_line, &tuning)) rc = -1;
     if (rc == 0 && root) {
         ckpt_group groups[3] = {
             {session_param_group(s), table, m->ntensors, NULL, session_save_fetch, &gc[0]},
@@ -140,6 +211,7 @@ static int session_save(session *s)
         session_save_state(s, &st);
         st.model_config_json = model_json;
         st.job_config_json = job_json;
+        st.tuning = tuning;
         char dir[600];
         session_ckpt_dir(s, dir, sizeof dir);
         rc = ckpt_save(dir, &st, groups, 3, s->cfg->checkpoint.keep);
@@ -148,6 +220,9 @@ static int session_save(session *s)
     if (no_mem == 0 && s->comm->size > 1 && session_save_drain(gc) && rc == 0)
         rc = loom_fail("checkpoint: gathering the state failed: %s", loom_error());
     free(w.buf);
+    free(tuning);
+    free(tun_all);
+    free(tun_line);
     free(table);
     free(model_json);
     free(job_json);
@@ -336,6 +411,7 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
         rc = resume_check_job(s->cfg, file, st.job_config_json);
     if (rc == 0) rc = session_read_tensors(s, r);
     if (rc == 0 && s->opt) s->opt->t = (int)st.adam_step;
+    if (rc == 0 && s->mode != SESSION_INFER) session_adopt_tuning(s, file, &st);
     if (rc == 0) {
         s->step = st.step;
         s->sample_cursor = st.sample_cursor;

@@ -2,6 +2,9 @@
  * Device memory is host memory and every op runs synchronously on the caller's OpenMP team, so
  * events and sync are no-ops. Ops must never allocate here except to grow scratch. */
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,7 @@
 
 #include "backends/cpu/cpu_bf16.h"
 #include "backends/cpu/cpu_blas.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -126,6 +130,60 @@ static double cpu_peak_from_env(void)
     return 0.0;
 }
 
+/* What the sgemm choices of a checkpoint are only valid on: the CPU (cpuid's vendor, family,
+ * model, stepping) and the BLAS kernel. Another machine times the libraries afresh. */
+static void cpu_machine(char *buf, size_t len)
+{
+    char cpu[48] = "cpu";
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d, vendor[4] = {0};
+    if (__get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]) && __get_cpuid(1, &a, &b, &c, &d)) {
+        unsigned family = (a >> 8) & 15, model = (a >> 4) & 15;
+        if (family == 6 || family == 15) model += ((a >> 16) & 15) << 4;
+        if (family == 15) family += (a >> 20) & 255;
+        snprintf(cpu, sizeof cpu, "%.12s-%u-%u-%u", (const char *)vendor, family, model, a & 15);
+    }
+#endif
+    snprintf(buf, len, "%s/%s", cpu, cpu_blas_corename());
+}
+
+/* "cpu MACHINE | CHOICES" (cpu_gemm_choices_save's text). */
+static int cpu_tuning_save(backend *be, char *buf, size_t len)
+{
+    char machine[96];
+    cpu_machine(machine, sizeof machine);
+    int n = snprintf(buf, len, "cpu %s | ", machine);
+    if (n < 0 || (size_t)n >= len) return -1;
+    return cpu_gemm_choices_save(cpu_st(be)->threads, buf + n, len - (size_t)n);
+}
+
+static int cpu_tuning_load(backend *be, const char *line)
+{
+    char machine[96], why[200];
+    cpu_machine(machine, sizeof machine);
+    size_t n = strlen(machine);
+    const char *sep = strstr(line, " | ");
+    if (strncmp(line, "cpu ", 4) != 0 || !sep) {
+        log_warn("cpu: the checkpoint's sgemm choices are unreadable ('%.40s'); racing afresh",
+                 line);
+        return 1;
+    }
+    if ((size_t)(sep - line - 4) != n || strncmp(line + 4, machine, n) != 0) {
+        log_info("cpu: the checkpoint's sgemm choices were made on %.*s, this is %s: racing afresh "
+                 "(the resumed run is not bitwise the uninterrupted one)", (int)(sep - line - 4),
+                 line + 4, machine);
+        return 1;
+    }
+    if (cpu_gemm_choices_load(sep + 3, cpu_st(be)->threads, why, sizeof why)) {
+        log_warn("cpu: the checkpoint's sgemm choices are not used: %s (the resumed run is not "
+                 "bitwise the uninterrupted one)", why);
+        return 1;
+    }
+    log_info("cpu: sgemm choices from the checkpoint (%d product families), no new races: the "
+             "resumed run multiplies as the saved one did", cpu_gemm_shapes_raced());
+    return 0;
+}
+
 static const backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -168,6 +226,8 @@ static const backend_ops cpu_ops = {
     .softmax_xent = cpu_softmax_xent,
     .adamw = cpu_adamw,
     .measure_peak = cpu_measure_peak,
+    .tuning_save = cpu_tuning_save,
+    .tuning_load = cpu_tuning_load,
 };
 
 static backend *cpu_create(const backend_config *cfg)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <time.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -33,7 +34,8 @@ static struct {
     bli_sgemm_fn bli;
     void (*bli_threads)(int64_t);
     void (*omp_threads)(int); /* oneDNN sizes its OpenMP regions by omp_get_max_threads() */
-} g = {-1, 0, -1, {0}, NULL, NULL, NULL, NULL};
+    int invert; /* $LOOM_GEMM_RACE_INVERT=1: every per-shape race picks its loser (tests) */
+} g = {-1, 0, -1, {0}, NULL, NULL, NULL, NULL, 0};
 
 static const char *const cpu_gemm_names[CPU_GEMM_COUNT] = {"openblas", "onednn", "blis"};
 static const char *const cpu_gemm_packages[CPU_GEMM_COUNT] = {"libopenblas0-openmp", "libdnnl2",
@@ -205,6 +207,10 @@ int cpu_gemm_choose(int threads)
         log_info("cpu: sgemm by %s (LOOM_GEMM)", cpu_gemm_names[want]);
     }
     g.forced = want >= 0;
+    const char *inv = getenv("LOOM_GEMM_RACE_INVERT");
+    g.invert = inv && strcmp(inv, "1") == 0;
+    if (g.invert)
+        log_warn("cpu: LOOM_GEMM_RACE_INVERT=1: every product shape's race picks its loser");
     g.chosen = want >= 0 ? want : cpu_gemm_race(threads);
     cpu_gemm_set_threads(threads); /* the chosen library's own count, now that it is known */
     return g.chosen;
@@ -218,22 +224,42 @@ int cpu_gemm_force(int lib)
     return 0;
 }
 
-/* The per-shape races' results: one row per shape seen (a model has ~10-40). */
+/* The per-shape races' results, one row per product family: its two weight-sized dimensions
+ * (N, K for op(A) = A, whose M is the token rows; M, N for the transposed-A weight gradients,
+ * whose K is), the log2 class of the token dimension, the transpositions, beta != 0 and the
+ * thread count. The token count changes from batch to batch in a fine-tune (length buckets, the
+ * rows the loss reads): keyed on it, every new batch raced all its products again, each race 5
+ * extra runs of the whole product, until the table filled (256 rows after ~25 batches of the
+ * demo fine-tune). The class keeps what the size changes: below ~1000 rows the libraries rank
+ * differently. A model has ~10-40 families, a few classes each. */
 #define CPU_GEMM_SHAPES 256
 typedef struct {
-    int M, N, K, threads;
-    unsigned char tA, tB, acc;
+    int d1, d2, threads;
+    unsigned char tA, tB, acc, cls;
     signed char lib;
 } cpu_gemm_shape;
 static cpu_gemm_shape cpu_gemm_shapes[CPU_GEMM_SHAPES];
 static int cpu_gemm_nshapes;
+/* No new races once the choices went into a checkpoint or came from one (cpu_gemm_choices_save,
+ * cpu_gemm_choices_load): a shape not in the table then runs on the chosen library, in the saved
+ * run and in the resumed one alike. */
+static int cpu_gemm_frozen;
+
+static cpu_gemm_shape cpu_gemm_key(int threads, int tA, int tB, int M, int N, int K, int acc)
+{
+    int tokens = tA ? K : M, cls = 0;
+    while (cls < 31 && (tokens >> (cls + 1)) > 0) cls++;
+    cpu_gemm_shape k = {tA ? M : N, tA ? N : K, threads, (unsigned char)!!tA,
+                        (unsigned char)!!tB, (unsigned char)!!acc, (unsigned char)cls, -1};
+    return k;
+}
 
 static cpu_gemm_shape *cpu_gemm_shape_find(const cpu_gemm_shape *key)
 {
     for (int i = 0; i < cpu_gemm_nshapes; i++) {
         cpu_gemm_shape *s = &cpu_gemm_shapes[i];
-        if (s->M == key->M && s->N == key->N && s->K == key->K && s->threads == key->threads &&
-            s->tA == key->tA && s->tB == key->tB && s->acc == key->acc)
+        if (s->d1 == key->d1 && s->d2 == key->d2 && s->threads == key->threads &&
+            s->tA == key->tA && s->tB == key->tB && s->acc == key->acc && s->cls == key->cls)
             return s;
     }
     return NULL;
@@ -241,10 +267,12 @@ static cpu_gemm_shape *cpu_gemm_shape_find(const cpu_gemm_shape *key)
 
 int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K, int accumulate)
 {
-    cpu_gemm_shape key = {M, N, K, threads, !!transA, !!transB, !!accumulate, -1};
+    cpu_gemm_shape key = cpu_gemm_key(threads, transA, transB, M, N, K, accumulate);
     const cpu_gemm_shape *s = cpu_gemm_shape_find(&key);
     return s ? s->lib : -1;
 }
+
+int cpu_gemm_shapes_raced(void) { return cpu_gemm_nshapes; }
 
 /* Rows of C a race times: all of them up to 2^30 multiply-adds (~10 ms at 200 GFLOP/s), fewer
  * beyond, never under 1024. Raced whole, a tied head's weight gradient (50304 x 384 x 2048, beta 1:
@@ -286,7 +314,8 @@ static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha,
             if (it > 0 && dt < best[i]) best[i] = dt;
         }
     free(tmp);
-    return best[1] * 1.03 < best[0] ? libs[1] : libs[0];
+    int rival_wins = best[1] * 1.03 < best[0];
+    return libs[rival_wins != g.invert];
 }
 
 void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, float alpha,
@@ -294,9 +323,9 @@ void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, floa
 {
     int lib = cpu_gemm_choose(threads);
     if (!g.forced && g.rival >= 0) {
-        cpu_gemm_shape key = {M, N, K, threads, !!transA, !!transB, beta != 0.0f, -1};
+        cpu_gemm_shape key = cpu_gemm_key(threads, transA, transB, M, N, K, beta != 0.0f);
         cpu_gemm_shape *s = cpu_gemm_shape_find(&key);
-        if (!s && cpu_gemm_nshapes < CPU_GEMM_SHAPES) {
+        if (!s && !cpu_gemm_frozen && cpu_gemm_nshapes < CPU_GEMM_SHAPES) {
             /* oneDNN's OpenMP count: stated by cpu_gemm_choose once the rival was known */
             key.lib = (signed char)cpu_gemm_shape_race(transA, transB, M, N, K, alpha, A, B, beta,
                                                        C);
@@ -307,4 +336,104 @@ void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, floa
     }
     cpu_gemm_lib(lib, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, beta,
                  C, N);
+}
+
+/* --- the choices in a checkpoint ---
+ * "chosen=LIB rival=LIB|none forced=0|1 shapes=D1,D2,CLASS,TA,TB,ACC,THREADS=LIB;..." */
+
+int cpu_gemm_choices_save(int threads, char *buf, size_t len)
+{
+    cpu_gemm_choose(threads); /* a later start race could choose otherwise than a resumed one */
+    cpu_gemm_frozen = 1;
+    const char *rival = g.rival >= 0 ? cpu_gemm_names[g.rival] : "none";
+    size_t n = (size_t)snprintf(buf, len, "chosen=%s rival=%s forced=%d shapes=",
+                                cpu_gemm_names[g.chosen], rival, g.forced);
+    for (int i = 0; i < cpu_gemm_nshapes && n < len; i++) {
+        const cpu_gemm_shape *s = &cpu_gemm_shapes[i];
+        n += (size_t)snprintf(buf + n, len - n, "%s%d,%d,%d,%d,%d,%d,%d=%s", i ? ";" : "", s->d1,
+                              s->d2, s->cls, s->tA, s->tB, s->acc, s->threads,
+                              cpu_gemm_names[(int)s->lib]);
+    }
+    return n < len ? 0 : -1;
+}
+
+/* The library named at *p (up to a delimiter), advancing p; -1 if none is. */
+static int cpu_gemm_parse_lib(const char **p)
+{
+    for (int i = 0; i < CPU_GEMM_COUNT; i++) {
+        size_t n = strlen(cpu_gemm_names[i]);
+        if (strncmp(*p, cpu_gemm_names[i], n) == 0 && strchr(" ;", (*p)[n])) {
+            *p += n;
+            return i;
+        }
+    }
+    if (strncmp(*p, "none", 4) == 0 && strchr(" ;", (*p)[4])) *p += 4;
+    return -1;
+}
+
+/* The shapes list of a saved text into tab[] (at most CPU_GEMM_SHAPES); the count, or -1. */
+static int cpu_gemm_parse_shapes(const char *p, cpu_gemm_shape *tab)
+{
+    int n = 0;
+    while (*p) {
+        int v[7], used = 0;
+        if (n == CPU_GEMM_SHAPES ||
+            sscanf(p, "%d,%d,%d,%d,%d,%d,%d=%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                   &used) != 7 || used == 0)
+            return -1;
+        p += used;
+        int lib = cpu_gemm_parse_lib(&p);
+        if (lib < 0 || v[0] < 1 || v[1] < 1 || v[2] < 0 || v[2] > 31 || v[6] < 1) return -1;
+        cpu_gemm_shape s = {v[0], v[1], v[6], (unsigned char)!!v[3], (unsigned char)!!v[4],
+                            (unsigned char)!!v[5], (unsigned char)v[2], (signed char)lib};
+        tab[n++] = s;
+        if (*p == ';') p++;
+        else if (*p) return -1;
+    }
+    return n;
+}
+
+int cpu_gemm_choices_load(const char *text, int threads, char *why, size_t why_len)
+{
+    cpu_gemm_choose(threads);
+    const char *p = text;
+    int chosen = -1, rival = -1, forced = -1, ns = -1;
+    static cpu_gemm_shape tab[CPU_GEMM_SHAPES];
+    if (strncmp(p, "chosen=", 7) == 0) {
+        p += 7;
+        chosen = cpu_gemm_parse_lib(&p);
+        if (strncmp(p, " rival=", 7) == 0) {
+            p += 7;
+            rival = cpu_gemm_parse_lib(&p);
+            if (sscanf(p, " forced=%d", &forced) == 1 && (p = strstr(p, " shapes=")) != NULL)
+                ns = cpu_gemm_parse_shapes(p + 8, tab);
+        }
+    }
+    if (chosen < 0 || forced < 0 || ns < 0) {
+        snprintf(why, why_len, "unreadable choices '%.60s'", text);
+        return -1;
+    }
+    const char *missing = !cpu_gemm_available(chosen) ? cpu_gemm_names[chosen]
+                          : rival >= 0 && !cpu_gemm_available(rival) ? cpu_gemm_names[rival]
+                                                                     : NULL;
+    for (int i = 0; i < ns && !missing; i++)
+        if (!cpu_gemm_available(tab[i].lib)) missing = cpu_gemm_names[(int)tab[i].lib];
+    if (missing) {
+        snprintf(why, why_len, "they use %s, which is not installed here", missing);
+        return -1;
+    }
+    if (g.forced && getenv("LOOM_GEMM") && (g.chosen != chosen || !forced)) {
+        snprintf(why, why_len, "LOOM_GEMM=%s is set here, and the saved run %s %s",
+                 getenv("LOOM_GEMM"), forced ? "forced" : "raced, choosing",
+                 cpu_gemm_names[chosen]);
+        return -1;
+    }
+    g.chosen = chosen;
+    g.rival = rival;
+    g.forced = forced;
+    memcpy(cpu_gemm_shapes, tab, (size_t)ns * sizeof *tab);
+    cpu_gemm_nshapes = ns;
+    cpu_gemm_frozen = 1;
+    cpu_gemm_set_threads(threads);
+    return 0;
 }

@@ -4,6 +4,7 @@
 #ifndef LOOM_CPU_GEMM_H
 #define LOOM_CPU_GEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum { CPU_GEMM_OPENBLAS, CPU_GEMM_ONEDNN, CPU_GEMM_BLIS, CPU_GEMM_COUNT };
@@ -36,16 +37,35 @@ int cpu_gemm_force(int lib);
 
 /* C = alpha op(A) op(B) + beta C (row-major, lda = transA ? M : K, ldb = transB ? K : N, ldc = N)
  * for a product of M*N*K >= CPU_GEMM_BIG at `threads` threads. Forced ($LOOM_GEMM, cpu_gemm_force)
- * or with a single library installed: that one. Otherwise each product shape (M, N, K, the
- * transpositions, beta == 0 or not, threads) is raced on its first call, on the call's own
- * operands: OpenBLAS against the start race's best other library; the other must win by 3%. The
- * call's result is then computed by the winner, and later calls of the shape go straight to it. */
+ * or with a single library installed: that one. Otherwise each product family is raced on its
+ * first call, on the call's own operands: OpenBLAS against the start race's best other library;
+ * the other must win by 3%. A family is the product without its token count (M, or K for a
+ * transposed A: the weight gradients), which changes from batch to batch, but with its log2
+ * class; also the transpositions, beta == 0 or not, threads. The call's result is then computed
+ * by the winner, and later calls of the family go straight to it. Once the choices are frozen
+ * (cpu_gemm_choices_save or _load), a family not raced yet runs on the chosen library.
+ * $LOOM_GEMM_RACE_INVERT=1 makes every race pick its loser (a test: resumed choices must not
+ * come from races). */
 void cpu_gemm_big(int threads, int transA, int transB, int M, int N, int K, float alpha,
                   const float *A, const float *B, float beta, float *C);
 
-/* The library shape (M, N, K, transA, transB, beta != 0, threads) was given by its race; -1 when
- * it has not run (forced choice, single library, or not seen yet). For profiles. */
+/* The library the family of (M, N, K, transA, transB, beta != 0, threads) was given by its race
+ * or a checkpoint; -1 when none was (forced choice, single library, or not seen yet). */
 int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K, int accumulate);
+
+/* Families in the table (raced or loaded). */
+int cpu_gemm_shapes_raced(void);
+
+/* The library choices as one line of text, for a checkpoint: "chosen=LIB rival=LIB|none
+ * forced=0|1 shapes=D1,D2,CLASS,TA,TB,ACC,THREADS=LIB;...". Decides the start choice first if no
+ * large product has run yet, then freezes the choices (no more races), so this process goes on
+ * as a process that loads the text will. 0, or -1 when it does not fit in len. */
+int cpu_gemm_choices_save(int threads, char *buf, size_t len);
+
+/* Adopt a cpu_gemm_choices_save text: its start choice, challenger and table, frozen. 0; or -1
+ * with why (the choices stay this process's own): the text is unreadable, a library it names is
+ * not installed here, or $LOOM_GEMM here asks for something else than the saved run ran. */
+int cpu_gemm_choices_load(const char *text, int threads, char *why, size_t why_len);
 
 /* 1 when `lib` is usable here (dlopen on first ask). */
 int cpu_gemm_available(int lib);

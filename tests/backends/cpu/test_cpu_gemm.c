@@ -78,12 +78,12 @@ static void test_forced(void)
  * call on the call's own operands. The result must still be one product: beta = 0 ignores the NaN
  * in C, and beta = 1 adds C once, not once per racing library. With two libraries installed each
  * shape must have a recorded winner (the race ran); with one, there is nothing to race. */
-static void test_raced(backend *be)
+static int test_raced(backend *be)
 {
     const char *env = getenv("LOOM_GEMM");
     if (env && env[0] && strcmp(env, "auto") != 0) {
         printf("skip the per-shape race: LOOM_GEMM=%s forces a library\n", env);
-        return;
+        return 0;
     }
     int M = 520, N = 384, K = 344, libs = 0;
     for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) libs += cpu_gemm_available(lib);
@@ -106,6 +106,79 @@ static void test_raced(backend *be)
         check_case(-1, be, 1030, 1040, 1040, 1, 0, 1);
         check_case(-1, be, 1030, 1040, 1040, 1, 1, 0);
     }
+    return 1;
+}
+
+/* A family is a product without its token count (M, or K when A is transposed), which changes
+ * from batch to batch in a fine-tune, but with its log2 class: a new M in the same class is not
+ * raced again; one in another class is. Run after test_raced (whose 520x384x344 families exist). */
+static void test_families(backend *be)
+{
+    int n0 = cpu_gemm_shapes_raced();
+    check_case(-1, be, 700, 384, 344, 0, 0, 0); /* M 520 -> 700: class 9 both */
+    CHECK(cpu_gemm_shapes_raced() == n0, "M 520 -> 700 raced a new family (%d -> %d)", n0,
+          cpu_gemm_shapes_raced());
+    check_case(-1, be, 1100, 384, 344, 0, 0, 0); /* class 10 */
+    CHECK(cpu_gemm_shapes_raced() == n0 + 1, "M 1100 (class 10) was not raced as a new family");
+    check_case(-1, be, 1500, 384, 344, 0, 0, 0);
+    CHECK(cpu_gemm_shapes_raced() == n0 + 1, "M 1100 -> 1500 raced a new family");
+    check_case(-1, be, 520, 384, 300, 1, 0, 1); /* transposed A: K is the token count */
+    CHECK(cpu_gemm_shapes_raced() == n0 + 1, "tA=1 K 344 -> 300 raced a new family");
+    CHECK(cpu_gemm_shape_lib(2, 0, 0, 999, 384, 344, 0) ==
+              cpu_gemm_shape_lib(2, 0, 0, 520, 384, 344, 0),
+          "M 999 and 520 map to different families");
+    CHECK(cpu_gemm_shape_lib(2, 0, 0, 520, 385, 344, 0) < 0, "N 385 found a family never raced");
+}
+
+/* The choices as checkpoint text: saved, they freeze (an unseen family runs on the chosen library
+ * and is not raced); loaded, they replace the table; a text that is unreadable or names a library
+ * that is not installed is refused and leaves the table as it was. */
+static void test_choices_text(backend *be, int libs)
+{
+    char buf[16384], why[200];
+    int n = cpu_gemm_shapes_raced();
+    CHECK(cpu_gemm_choices_save(2, buf, sizeof buf) == 0, "choices_save failed");
+    CHECK(strncmp(buf, "chosen=", 7) == 0 && strstr(buf, " shapes="), "choices text: %.80s", buf);
+    CHECK(cpu_gemm_choices_save(2, buf, 20) == -1, "choices_save into 20 bytes did not say -1");
+    CHECK(cpu_gemm_choices_save(2, buf, sizeof buf) == 0, "choices_save failed the second time");
+    check_case(-1, be, 520, 200, 344, 0, 0, 0); /* a family not seen before the save */
+    CHECK(cpu_gemm_shapes_raced() == n && cpu_gemm_shape_lib(2, 0, 0, 520, 200, 344, 0) < 0,
+          "a new family was raced after the choices were saved");
+    CHECK(cpu_gemm_choices_load(buf, 2, why, sizeof why) == 0, "own text refused: %s", why);
+    CHECK(cpu_gemm_shapes_raced() == n, "reloaded %d families, saved %d",
+          cpu_gemm_shapes_raced(), n);
+    const char *bad[] = {"", "chosen=openblas", "chosen=tpu rival=none forced=0 shapes=",
+                         "chosen=openblas rival=none forced=0 shapes=384,344,9,0,0,0,2=tpu",
+                         "chosen=openblas rival=none forced=0 shapes=384,344,9,0,0,0=openblas",
+                         "chosen=openblas rival=none forced=0 shapes=384,344,99,0,0,0,2=openblas"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        why[0] = 0;
+        CHECK(cpu_gemm_choices_load(bad[i], 2, why, sizeof why) == -1 && why[0],
+              "malformed text '%s' accepted", bad[i]);
+    }
+    for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
+        if (cpu_gemm_available(lib)) continue;
+        char text[160];
+        snprintf(text, sizeof text,
+                 "chosen=openblas rival=none forced=0 shapes=384,344,9,0,0,0,2=%s",
+                 cpu_gemm_lib_name(lib));
+        CHECK(cpu_gemm_choices_load(text, 2, why, sizeof why) == -1 && strstr(why, "not installed"),
+              "a text using %s, not installed, was accepted (%s)", cpu_gemm_lib_name(lib), why);
+    }
+    CHECK(cpu_gemm_shapes_raced() == n, "a refused text changed the table");
+    if (libs < 2) return;
+    /* a loaded choice is the one used: the 520x384x344 NN family given the other library */
+    int was = cpu_gemm_shape_lib(2, 0, 0, 520, 384, 344, 0), other = -1;
+    for (int lib = 0; lib < CPU_GEMM_COUNT && other < 0; lib++)
+        if (lib != was && cpu_gemm_available(lib)) other = lib;
+    char text[200];
+    snprintf(text, sizeof text, "chosen=openblas rival=%s forced=0 shapes=384,344,9,0,0,0,2=%s",
+             cpu_gemm_lib_name(other), cpu_gemm_lib_name(other));
+    CHECK(cpu_gemm_choices_load(text, 2, why, sizeof why) == 0, "'%s' refused: %s", text, why);
+    CHECK(cpu_gemm_shapes_raced() == 1 && cpu_gemm_shape_lib(2, 0, 0, 600, 384, 344, 0) == other,
+          "loaded choice not adopted: %d families, 600x384x344 on %d, want %d",
+          cpu_gemm_shapes_raced(), cpu_gemm_shape_lib(2, 0, 0, 600, 384, 344, 0), other);
+    check_case(-1, be, 600, 384, 344, 0, 0, 0); /* runs on it, and right */
 }
 
 int main(int argc, char **argv)
@@ -123,7 +196,15 @@ int main(int argc, char **argv)
         be->ops->destroy(be);
         return 0;
     }
-    test_raced(be);
+    int libs = 0;
+    for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) libs += cpu_gemm_available(lib);
+    if (test_raced(be) && libs >= 2) {
+        test_families(be);
+        test_choices_text(be, libs);
+    } else {
+        printf("skip the family and checkpoint-text checks: %s\n",
+               libs < 2 ? "one sgemm library installed" : "LOOM_GEMM forces a library");
+    }
     for (int lib = 0; lib < CPU_GEMM_COUNT; lib++) {
         if (!cpu_gemm_available(lib)) {
             printf("skip %s: not installed (or a sanitizer build, which loads neither)\n", cpu_gemm_lib_name(lib));
