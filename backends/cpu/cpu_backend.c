@@ -179,8 +179,9 @@ static int cpu_tuning_load(backend *be, const char *line)
                  "bitwise the uninterrupted one)", why);
         return 1;
     }
-    log_info("cpu: sgemm choices from the checkpoint (%d product families), no new races: the "
-             "resumed run multiplies as the saved one did", cpu_gemm_shapes_raced());
+    log_info("cpu: sgemm choices from the checkpoint (%d product families, else %s), no new "
+             "races: the resumed run multiplies as the saved one did", cpu_gemm_shapes_raced(),
+             cpu_gemm_lib_name(cpu_gemm_choose(cpu_st(be)->threads)));
     return 0;
 }
 

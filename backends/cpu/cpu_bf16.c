@@ -11,7 +11,8 @@
  * Both operands are rounded on every call (the weights change each optimizer step; rounding them
  * every call gives the same numbers as rounding them once per step, at the cost of a pass over
  * them). oneDNN is loaded with dlopen (libdnnl.so.2, the 2.x API of the headers it was built
- * with); a primitive is made per product shape on its first call and kept. */
+ * with); a primitive is made per product shape on its first call and kept, the least recently
+ * used one given up for a new shape once CPU_BF16_SHAPES are kept. */
 #include "backends/cpu/cpu_bf16.h"
 
 #include <stdint.h>
@@ -54,9 +55,11 @@ static struct {
                                const_dnnl_primitive_desc_t);
     dnnl_status_t (*pd_destroy)(dnnl_primitive_desc_t);
     dnnl_status_t (*prim_create)(dnnl_primitive_t *, const_dnnl_primitive_desc_t);
+    dnnl_status_t (*prim_destroy)(dnnl_primitive_t);
     dnnl_status_t (*execute)(const_dnnl_primitive_t, dnnl_stream_t, int, const dnnl_exec_arg_t *);
     dnnl_status_t (*mem_create)(dnnl_memory_t *, const dnnl_memory_desc_t *, dnnl_engine_t, void *);
     dnnl_status_t (*mem_handle)(dnnl_memory_t, void *);
+    dnnl_status_t (*mem_destroy)(dnnl_memory_t);
     int state; /* 0 untried, 1 ready, -1 unusable (why[] says why) */
     char why[160];
     dnnl_engine_t engine;
@@ -69,11 +72,19 @@ typedef struct {
     float alpha, beta;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;
+    uint64_t used; /* the call count at its last use */
 } cpu_bf16_shape;
 
-#define CPU_BF16_SHAPES 512 /* past this, new shapes run in fp32 */
+/* Primitives kept. A fine-tune's token count changes from batch to batch (length buckets, the
+ * rows the loss reads), so its products keep meeting new shapes: past this, the least recently
+ * used primitive makes room. The table once stopped growing here and computed every later new
+ * shape in fp32: a LoRA fine-tune of SmolLM2's shapes met ~1.5 new shapes a batch (104 in its 68
+ * batches), so past ~330 batches its new products turned fp32, and a run resumed from a
+ * checkpoint, its table empty, multiplied otherwise than the uninterrupted one. */
+#define CPU_BF16_SHAPES 512
 static cpu_bf16_shape shapes[CPU_BF16_SHAPES];
 static int nshapes;
+static uint64_t ncalls;
 
 /* Grow-only host buffers for the rounded operands (host thread only, like every matmul). */
 static uint16_t *abuf, *bbuf;
@@ -128,9 +139,11 @@ static int cpu_bf16_load(void)
     SYM(pd_create, "dnnl_primitive_desc_create")
     SYM(pd_destroy, "dnnl_primitive_desc_destroy")
     SYM(prim_create, "dnnl_primitive_create")
+    SYM(prim_destroy, "dnnl_primitive_destroy")
     SYM(execute, "dnnl_primitive_execute")
     SYM(mem_create, "dnnl_memory_create")
     SYM(mem_handle, "dnnl_memory_set_data_handle")
+    SYM(mem_destroy, "dnnl_memory_destroy")
 #undef SYM
     if (d.engine_create(&d.engine, dnnl_cpu, 0) != dnnl_success ||
         d.stream_create(&d.stream, d.engine, dnnl_stream_default_flags) != dnnl_success) {
@@ -189,18 +202,37 @@ static int cpu_bf16_grow(uint16_t **buf, size_t *cap, size_t n)
     return 0;
 }
 
-/* The primitive for a shape, made on its first call; NULL when oneDNN refused it or the table is
- * full (the caller computes that product in fp32). */
+/* The slot for a new shape: a free one, or the least recently used, its objects destroyed. */
+static cpu_bf16_shape *cpu_bf16_shape_slot(void)
+{
+    if (nshapes < CPU_BF16_SHAPES) return &shapes[nshapes++];
+    cpu_bf16_shape *old = &shapes[0];
+    for (int i = 1; i < nshapes; i++)
+        if (shapes[i].used < old->used) old = &shapes[i];
+    d.prim_destroy(old->prim);
+    d.mem_destroy(old->a);
+    d.mem_destroy(old->b);
+    d.mem_destroy(old->c);
+    memset(old, 0, sizeof *old);
+    return old;
+}
+
+int cpu_bf16_shapes_kept(void) { return nshapes; }
+
+/* The primitive for a shape, made on its first call; NULL when oneDNN refused it (the caller
+ * computes that product in fp32). */
 static cpu_bf16_shape *cpu_bf16_shape_get(int M, int N, int K, int tA, int tB, float alpha,
                                           float beta)
 {
+    ncalls++;
     for (int i = 0; i < nshapes; i++) {
         cpu_bf16_shape *s = &shapes[i];
         if (s->M == M && s->N == N && s->K == K && s->tA == tA && s->tB == tB &&
-            s->alpha == alpha && s->beta == beta)
+            s->alpha == alpha && s->beta == beta && s->prim) {
+            s->used = ncalls;
             return s;
+        }
     }
-    if (nshapes == CPU_BF16_SHAPES) return NULL;
     /* row-major operands as stored: op(A) is M x K, op(B) K x N, their strides say how */
     dnnl_dims_t ad = {M, K}, bd = {K, N}, cd = {M, N};
     dnnl_dims_t as = {tA ? 1 : K, tA ? M : 1}, bs = {tB ? 1 : N, tB ? K : 1}, cs = {N, 1};
@@ -212,7 +244,7 @@ static cpu_bf16_shape *cpu_bf16_shape_get(int M, int N, int K, int tA, int tB, f
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    cpu_bf16_shape s = {M, N, K, tA, tB, alpha, beta, NULL, NULL, NULL, NULL};
+    cpu_bf16_shape s = {M, N, K, tA, tB, alpha, beta, NULL, NULL, NULL, NULL, ncalls};
     int ok = d.attr_create(&attr) == dnnl_success &&
              (alpha == 1.0f || d.attr_scales(attr, 1, 0, &alpha) == dnnl_success);
     if (ok && beta != 0.0f) /* C = alpha A B + beta C: oneDNN's sum post-op */
@@ -227,8 +259,9 @@ static cpu_bf16_shape *cpu_bf16_shape_get(int M, int N, int K, int tA, int tB, f
     if (po) d.po_destroy(po);
     if (attr) d.attr_destroy(attr);
     if (!ok) return NULL; /* the few objects made before a refusal are kept: rare, and small */
-    shapes[nshapes] = s;
-    return &shapes[nshapes++];
+    cpu_bf16_shape *slot = cpu_bf16_shape_slot();
+    *slot = s;
+    return slot;
 }
 
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
@@ -257,6 +290,8 @@ int cpu_bf16_ready(char *why, size_t len)
         snprintf(why, len, "built without oneDNN 2.x's headers (libdnnl-dev), or a sanitizer build");
     return 0;
 }
+
+int cpu_bf16_shapes_kept(void) { return 0; }
 
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
                     int tA, int tB, float alpha, float beta)

@@ -21,4 +21,8 @@ int cpu_bf16_ready(char *why, size_t len);
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
                     int tA, int tB, float alpha, float beta);
 
+/* Product shapes whose oneDNN primitive is kept (at most a fixed count: the least recently used
+ * makes room for a new one). For tests. */
+int cpu_bf16_shapes_kept(void);
+
 #endif

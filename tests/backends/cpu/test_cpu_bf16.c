@@ -56,6 +56,19 @@ int main(void)
                     check_case(be, shapes[s][0], shapes[s][1], shapes[s][2], tA, tB, beta, 1);
     printf("done bf16: %zu shapes x 8 cases against the bf16-rounded reference\n",
            sizeof shapes / sizeof *shapes);
+    /* more new shapes than the primitive table keeps (a fine-tune's changing token counts):
+     * a new shape, and the first one met (given up for room), still multiply in bf16 */
+    int kept = cpu_bf16_shapes_kept();
+    float *A = frand(700 * 64, 1), *B = frand(64 * 64, 1), *C = frand(700 * 64, 1);
+    for (int M = 64; M < 700; M++) be->ops->matmul(be, C, A, B, M, 64, 64, 0, 0, 1.0f, 0.0f);
+    free(A), free(B), free(C);
+    CHECK(cpu_bf16_shapes_kept() > kept && cpu_bf16_shapes_kept() < kept + 636,
+          "636 new shapes: %d primitives kept, %d before (none given up?)",
+          cpu_bf16_shapes_kept(), kept);
+    check_case(be, 701, 64, 64, 0, 0, 0, 1);
+    check_case(be, shapes[0][0], shapes[0][1], shapes[0][2], 0, 0, 0, 1);
+    printf("done bf16: past %d kept primitives, new and given-up shapes still run in bf16\n",
+           cpu_bf16_shapes_kept());
     /* a rank-16 factor's products (a dimension under CPU_BF16_MIN_DIM) stay fp32 */
     for (int beta = 0; beta < 2; beta++) {
         check_case(be, 130, CPU_BF16_MIN_DIM - 1, 90, 0, 0, beta, 0);
