@@ -3,7 +3,9 @@
  * one prefill of B prompts of P tokens, then N-1 steps (N new tokens per row, no early stop).
  * Prints generated tokens/s the way transformers' generate is timed (prefill included), after
  * the same warm-up bench/hf_generate.py gives transformers (8-token prompts, one step).
- * PROFILE=1: the timed prefill's and steps' ops (bench_prof.h), each part on its own. */
+ * PROFILE=1: the timed prefill's and steps' ops (bench_prof.h), each part on its own.
+ * PRECISION=bf16: the backend's bf16 matmuls (docs/precision.md: the prefill's products; a decode
+ * step's few-row products and attention stay fp32), against transformers in bf16. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +38,9 @@ int main(int argc, char **argv)
     int threads = argc > 4 ? atoi(argv[4]) : 0, tiny = argc > 5 && strcmp(argv[5], "tiny") == 0;
     model_config mc = bench_smol_config(tiny, P + N);
     if (tiny) mc.n_head = 4, mc.n_kv_head = 1;
-    backend_config bc = {.threads = threads};
+    const char *prec = getenv("PRECISION");
+    backend_config bc = {.threads = threads,
+                         .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0};
     backend *be = backend_select("cpu", &bc, NULL, 0);
     model *m = be ? model_create(&mc, be, 1, P + N, 1, 0, MODEL_ACTS_NONE, NULL) : NULL;
     model_gen *g = m ? model_gen_create(m, B, P + N, B * P) : NULL;

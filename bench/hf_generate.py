@@ -3,8 +3,10 @@
 LlamaForCausalLM with SmolLM2-135M's shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152,
 tied embeddings, rope theta 1e5), greedy `generate` with the KV cache on BATCH prompts of PROMPT
 random tokens, exactly NEW new tokens each, on THREADS threads. One warm-up call, then the best of
-ROUNDS timed calls. Prints one line: `tokens_per_s <generated tokens / s>`. Only a yardstick:
-loom never needs Python."""
+ROUNDS timed calls. --dtype autocast runs it under torch.autocast bf16 (fp32 weights, bf16
+matmuls: what loom's precision bf16 does), --dtype bf16 with the weights cast to bf16 (half the
+bytes a decode step reads). Prints one line: `tokens_per_s <generated tokens / s>`. Only a
+yardstick: loom never needs Python."""
 import argparse, time
 import torch
 from smol_shapes import smol_model
@@ -15,12 +17,16 @@ p.add_argument("--prompt", type=int, default=200)
 p.add_argument("--new", type=int, default=56)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--rounds", type=int, default=1)
+p.add_argument("--dtype", choices=["fp32", "autocast", "bf16"], default="fp32")
 a = p.parse_args()
 model = smol_model(a.threads).eval()
+if a.dtype == "bf16":
+    model = model.to(torch.bfloat16)
 ids = torch.randint(0, model.config.vocab_size, (a.batch, a.prompt))
 mask = torch.ones_like(ids)
 kw = dict(attention_mask=mask, do_sample=False, use_cache=True, pad_token_id=0)
-with torch.inference_mode():
+with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                             enabled=a.dtype == "autocast"):
     model.generate(ids[:, :8], max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
     best = None
     for _ in range(a.rounds):
