@@ -355,6 +355,21 @@ static void edited(const char *dir)
     CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
     CHECK_FAILS(ckpt_open(path) == NULL, "incomplete checkpoint");
 
+    /* `tuning` is optional (files before it have none): absent, it reads as "" */
+    fid = edit_copy(dir, "no_tuning.h5", path, sizeof path);
+    CHECK(H5Adelete(fid, "tuning") >= 0, "the saved file has a tuning attribute to delete");
+    H5Fclose(fid);
+    CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
+    r = ckpt_open(path);
+    CHECK(r != NULL, "open without tuning: %s", loom_error());
+    ckpt_state st;
+    if (r) {
+        CHECK(ckpt_read_state(r, &st) == 0 && st.tuning && st.tuning[0] == '\0',
+              "a file without tuning must read as \"\" (%s)", loom_error());
+        ckpt_state_free(&st);
+        ckpt_close(r);
+    }
+
     fid = edit_copy(dir, "foreign.h5", path, sizeof path);
     H5Adelete(fid, "loom_format");
     H5Fclose(fid);

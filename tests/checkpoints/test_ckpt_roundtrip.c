@@ -127,9 +127,11 @@ int main(void)
     test_ckpt c2;
     tc_make(&c2, 8, 42);
     free((char *)c2.state.backend);
-    c2.state.backend = NULL; /* NULL strings are stored as "" */
+    free((char *)c2.state.tuning);
+    c2.state.backend = c2.state.tuning = NULL; /* NULL strings are stored as "" */
     CHECK(ckpt_save(dir, &c2.state, c2.groups, TC_NGROUPS, 0) == 0, "re-save: %s", loom_error());
     c2.state.backend = strdup("");
+    c2.state.tuning = strdup("");
     CHECK(tc_load_check(dir, &c2) == 0, "bitwise round trip after re-save");
 
     /* The file is plain HDF5: named float arrays and readable attributes. */
