@@ -192,11 +192,14 @@ static int cpu_gemm_race(int threads)
     return libs[win];
 }
 
-int cpu_gemm_choose(int threads)
+/* $LOOM_GEMM (the forced library, or -1) and $LOOM_GEMM_RACE_INVERT, read and logged once. */
+static int cpu_gemm_env(void)
 {
-    if (g.chosen >= 0) return g.chosen;
+    static int read = 0, want = -1;
+    if (read) return want;
+    read = 1;
     const char *env = getenv("LOOM_GEMM");
-    int want = env && env[0] && strcmp(env, "auto") != 0 ? cpu_gemm_lib_from_name(env) : -1;
+    want = env && env[0] && strcmp(env, "auto") != 0 ? cpu_gemm_lib_from_name(env) : -1;
     if (env && env[0] && strcmp(env, "auto") != 0 && want < 0) {
         log_warn("cpu: LOOM_GEMM=%s is not openblas, onednn, blis or auto; racing them", env);
     } else if (want >= 0 && !cpu_gemm_available(want)) {
@@ -206,11 +209,18 @@ int cpu_gemm_choose(int threads)
     } else if (want >= 0) {
         log_info("cpu: sgemm by %s (LOOM_GEMM)", cpu_gemm_names[want]);
     }
-    g.forced = want >= 0;
     const char *inv = getenv("LOOM_GEMM_RACE_INVERT");
     g.invert = inv && strcmp(inv, "1") == 0;
     if (g.invert)
         log_warn("cpu: LOOM_GEMM_RACE_INVERT=1: every product shape's race picks its loser");
+    return want;
+}
+
+int cpu_gemm_choose(int threads)
+{
+    if (g.chosen >= 0) return g.chosen;
+    int want = cpu_gemm_env();
+    g.forced = want >= 0;
     g.chosen = want >= 0 ? want : cpu_gemm_race(threads);
     cpu_gemm_set_threads(threads); /* the chosen library's own count, now that it is known */
     return g.chosen;
@@ -395,7 +405,7 @@ static int cpu_gemm_parse_shapes(const char *p, cpu_gemm_shape *tab)
 
 int cpu_gemm_choices_load(const char *text, int threads, char *why, size_t why_len)
 {
-    cpu_gemm_choose(threads);
+    int want = cpu_gemm_env(); /* no start race: the saved run's choice replaces it */
     const char *p = text;
     int chosen = -1, rival = -1, forced = -1, ns = -1;
     static cpu_gemm_shape tab[CPU_GEMM_SHAPES];
@@ -422,7 +432,7 @@ int cpu_gemm_choices_load(const char *text, int threads, char *why, size_t why_l
         snprintf(why, why_len, "they use %s, which is not installed here", missing);
         return -1;
     }
-    if (g.forced && getenv("LOOM_GEMM") && (g.chosen != chosen || !forced)) {
+    if (want >= 0 && (want != chosen || !forced)) {
         snprintf(why, why_len, "LOOM_GEMM=%s is set here, and the saved run %s %s",
                  getenv("LOOM_GEMM"), forced ? "forced" : "raced, choosing",
                  cpu_gemm_names[chosen]);
