@@ -12,6 +12,7 @@
 
 #include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_skinny.h" /* cpu_skinny_isa: the CPU's widest vectors */
 #include "base/log.h"
 
 #ifdef __APPLE__
@@ -317,7 +318,8 @@ __attribute__((target("avx512f"))) static void cpu_att_dec_scores16(float *S, co
                 for (int t = 0; t < 4; t++) acc[g][t] = _mm512_setzero_ps();
             for (int t = 0; t < 4 && j + CPU_ATT_DEC_AHEAD + t < Tk; t++) { /* rows ahead */
                 const float *ahead = k + (size_t)(j + CPU_ATT_DEC_AHEAD + t) * ldk;
-                for (int d = 0; d < D; d += 16) _mm_prefetch((const char *)(ahead + d), _MM_HINT_T0);
+                for (int d = 0; d < D; d += 16)
+                    _mm_prefetch((const char *)(ahead + d), _MM_HINT_T0);
             }
             for (int d = 0; d < D; d += 16) {
                 __m512 kv[4];
@@ -369,9 +371,7 @@ __attribute__((target("avx512f"))) static void cpu_att_dec_mix16(float *O, const
 
 static int cpu_att_dec_avx512(int D)
 {
-    static int ok = -1;
-    if (ok < 0) ok = __builtin_cpu_supports("avx512f");
-    return ok && D % 16 == 0;
+    return cpu_skinny_isa() == CPU_SKINNY_AVX512 && D % 16 == 0;
 }
 #else
 static int cpu_att_dec_avx512(int D) { (void)D; return 0; }
@@ -381,10 +381,11 @@ static int cpu_att_dec_avx512(int D) { (void)D; return 0; }
 
 /* The G query heads of one kv head, one query each, over Tk cached keys/values (row stride ldk):
  * S = scale Q K^T (G x Tk), E = e^(S - max) per row, O = (E V) / rowsum(E), each key and value
- * row read once for the whole group. Written out rather than as two sgemm calls: with G = 3 rows
- * a library packs all of K (and V) on every call, and a batch-32 step of SmolLM2-135M's shapes
- * made 5760 such calls; its attention took 23-24 ms of the ~80 ms step. With the old per-key loop
- * (a scalar expf per key and head) 55 steps took 9.3 s; with the sgemm calls 6.1 s.
+ * row read once for the whole group. Written out (AVX-512) so the strided cache rows can be
+ * prefetched: a batch-32 step of SmolLM2-135M's shapes streams ~377 MB of cache, and its
+ * attention took 23-24 ms as two sgemm calls per group, 26 ms written out without the prefetch,
+ * 19-20 ms with it (PROFILE=1 bench_generate, 2 AMX Xeon cores). With the old per-key loop (a
+ * scalar expf per key and head) 55 steps took 9.3 s; with the sgemm calls 6.1 s.
  * q/o: the group's G heads, D apart; scr holds G (Tk + D + 1) floats. */
 static void cpu_att_decode_group(float *o, float *scr, const float *q, const float *k,
                                  const float *v, int Tk, int G, int D, size_t ldk, float scale)
