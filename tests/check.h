@@ -127,6 +127,33 @@ static inline int check_allclose(const char *what, const float *got, const doubl
     return check_allclose_v(what, got, want, n, t, 1);
 }
 
+/* Terms rounded one by one before an exact-enough sum (bf16 attention rounds each probability
+ * p_j to bf16 before sum_j p_j v_j): the worst case of element i's error is u sum_k |t_ik|,
+ * which the reference knows from its terms; the caller passes bound_i = that (from the inputs,
+ * never from got) plus the fp32 tolerance of the rest. |got_i - want_i| <= bound_i for every i,
+ * reported as check_allclose_v does. 1 if it passed. */
+static inline int check_within(const char *what, const float *got, const double *want,
+                               const double *bound, size_t n)
+{
+    size_t bad = 0, worst = 0;
+    double worst_ratio = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - want[i]);
+        int in = err <= bound[i]; /* false for NaN */
+        double ratio = bound[i] > 0 && err == err ? err / bound[i] : in ? 0.0 : INFINITY;
+        if (!in) bad++;
+        if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+    }
+    if (n)
+        printf("%s %-44s %zu of %zu outside their bounds; worst [%zu] got %.7g want %.7g bound "
+               "%.2e (%.2f of it)\n",
+               bad ? "FAIL" : "ok  ", what, bad, n, worst, (double)got[worst], want[worst],
+               bound[worst], worst_ratio);
+    fflush(stdout);
+    if (bad) CHECK_COUNTER++;
+    return bad == 0;
+}
+
 /* Bitwise comparison of float arrays (copies, fills, determinism, resume). */
 static inline int check_equal_f32(const char *what, const float *got, const float *want, size_t n)
 {

@@ -131,6 +131,7 @@ static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                            const float *v, int B, int T, int H, int Hkv, int D)
 {
+    if (cpu_attention_amx_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return; /* bf16 */
     cpu_state *st = cpu_st(be);
     int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq;
     long items = (long)B * Hkv * nq;
@@ -258,6 +259,8 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
                             const float *q, const float *k, const float *v, const float *out,
                             const float *lse, int B, int T, int H, int Hkv, int D)
 {
+    if (cpu_attention_amx_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D))
+        return; /* precision bf16 on AMX */
     cpu_state *st = cpu_st(be);
     int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq, heads = B * Hkv;
     int nseg = heads >= CPU_ATT_MIN_ITEMS ? 1 : (CPU_ATT_MIN_ITEMS + heads - 1) / heads;

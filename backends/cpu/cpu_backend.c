@@ -101,6 +101,7 @@ static void cpu_destroy(backend *be)
         free(st->rope_tab);
         free(st->rope_key);
         free(st->att_part);
+        free(st->att_amx);
         free(st);
     }
     free(be);

@@ -64,6 +64,8 @@ typedef struct cpu_state {
     float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
     float *att_part;     /* attention backward, few kv heads: per segment dK, dV partials */
     size_t att_part_cap;
+    void *att_amx;       /* bf16 attention (cpu_attention_amx.c): the call's packed operands */
+    size_t att_amx_cap;  /* bytes */
 } cpu_state;
 
 static inline cpu_state *cpu_st(backend *be) { return (cpu_state *)be->impl; }
@@ -118,6 +120,15 @@ void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float 
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
 void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
 void cpu_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse);
+
+/* cpu_attention_amx.c: the attention ops on AMX tiles where precision is bf16; 1 when done, 0
+ * when they do not run here (fp32 precision, no AMX, D not a multiple of 64, out of memory):
+ * the caller's fp32 path computes them then */
+int cpu_attention_amx_forward(backend *be, float *out, float *lse, const float *q, const float *k,
+                              const float *v, int B, int T, int H, int Hkv, int D);
+int cpu_attention_amx_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v, const float *out,
+                               const float *lse, int B, int T, int H, int Hkv, int D);
 
 /* cpu_attention.c */
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
