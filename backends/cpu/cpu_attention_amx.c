@@ -131,45 +131,73 @@ AMX_VEC static void amx_pack_rows(uint16_t *dst, const float *src, const amx_geo
     memset(dst + (size_t)T * run, 0, (size_t)(rpad - g->rows) * D * sizeof(uint16_t));
 }
 
-/* dst (D x rpad) <- the item's rows of src transposed: dst[d][r] = src row r, column d. */
+/* 16 floats rounded to bf16, and two such rows as 16 VNNI pairs (row a low, b high): a tile row
+ * of a B operand. */
+AMX_VEC static inline __m256i amx_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
+AMX_VEC static inline __m512i amx_pair(__m256i a, __m256i b)
+{
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+
+/* dst (D x rpad) <- the item's rows of src transposed: dst[d][r] = src row r, column d, 16 rows
+ * at a time by gathers (zero past the item's rows). */
 AMX_VEC static void amx_pack_rows_t(uint16_t *dst, const float *src, const amx_geom *g, int b,
                                     int hk, int rpad)
 {
-    int D = g->D, run = g->G * D;
-    uint16_t row[1024];
-    memset(dst, 0, (size_t)D * rpad * sizeof(uint16_t));
-    for (int r = 0; r < g->rows; r++) {
-        int t = r / g->G;
-        amx_round(row, src + ((size_t)b * g->T + t) * g->H * D + (size_t)hk * run +
-                           (size_t)(r % g->G) * D, D);
-        for (int d = 0; d < D; d++) dst[(size_t)d * rpad + r] = row[d];
+    int D = g->D, G = g->G;
+    const float *base = src + (size_t)b * g->T * g->H * D + (size_t)hk * G * D;
+    for (int r0 = 0; r0 < rpad; r0 += 16) {
+        int off[16];
+        for (int i = 0; i < 16; i++) {
+            int r = r0 + i < g->rows ? r0 + i : 0;
+            off[i] = ((r / G) * g->H + r % G) * D - ((r0 / G) * g->H + r0 % G) * D;
+        }
+        __mmask16 live = amx_mask(r0, g->rows);
+        __m512i idx = _mm512_loadu_si512(off);
+        const float *row0 = r0 < g->rows ? base + ((size_t)(r0 / G) * g->H + r0 % G) * D : base;
+        for (int d = 0; d < D; d++) {
+            __m512 c = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, row0 + d, 4);
+            _mm256_storeu_si256((__m256i *)(dst + (size_t)d * rpad + r0), amx_bf16(c));
+        }
     }
 }
 
-/* Kt layout of kv head hk's keys (k layout: (B, T, Hkv, D)). */
+/* Kt layout of kv head hk's keys (k layout: (B, T, Hkv, D)): a tile row is d pair p of 16 keys,
+ * gathered down the key rows. */
 AMX_VEC static void amx_pack_kt(uint16_t *dst, const float *src, const amx_geom *g, int b, int hk)
 {
-    int D = g->D, dq = D / 32;
-    uint16_t row[1024];
-    memset(dst, 0, (size_t)g->nk16 * D * sizeof(uint16_t));
-    for (int n = 0; n < g->T; n++) {
-        amx_round(row, src + ((size_t)b * g->T + n) * g->Hkv * D + (size_t)hk * D, D);
-        uint32_t *kt = (uint32_t *)dst + (size_t)(n / 16) * dq * 256 + n % 16;
-        for (int p = 0; p < D / 2; p++) /* the pair (d 2p, 2p + 1) of key n */
-            kt[(size_t)(p / 16) * 256 + (p % 16) * 16] = ((uint32_t *)row)[p];
+    int D = g->D, dq = D / 32, ldk = g->Hkv * D;
+    __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
+                                                      2, 1, 0),
+                                     _mm512_set1_epi32(ldk));
+    for (int n0 = 0; n0 < g->nk16; n0 += 16) {
+        __mmask16 live = amx_mask(n0, g->T);
+        const float *k0 = src + ((size_t)b * g->T + (n0 < g->T ? n0 : 0)) * ldk + (size_t)hk * D;
+        for (int p = 0; p < D / 2; p++) {
+            __m512 lo = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, k0 + 2 * p, 4);
+            __m512 hi = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, k0 + 2 * p + 1, 4);
+            uint16_t *row = dst + ((size_t)(n0 / 16) * dq + p / 16) * 512 + (p % 16) * 32;
+            _mm512_storeu_si512((void *)row, amx_pair(amx_bf16(lo), amx_bf16(hi)));
+        }
     }
 }
 
-/* Vp layout of kv head hk's keys. */
+/* Vp layout of kv head hk's keys: a tile row is keys (2r, 2r + 1) of a 32-key block, 16 d. */
 AMX_VEC static void amx_pack_vp(uint16_t *dst, const float *src, const amx_geom *g, int b, int hk)
 {
     int D = g->D, dv = D / 16;
-    uint16_t row[1024];
-    memset(dst, 0, (size_t)g->nk32 * D * sizeof(uint16_t));
-    for (int n = 0; n < g->T; n++) {
-        amx_round(row, src + ((size_t)b * g->T + n) * g->Hkv * D + (size_t)hk * D, D);
-        uint16_t *vp = dst + (size_t)(n / 32) * dv * 512 + ((n % 32) / 2) * 32 + n % 2;
-        for (int d = 0; d < D; d++) vp[(size_t)(d / 16) * 512 + (d % 16) * 2] = row[d];
+    size_t ldk = (size_t)g->Hkv * D;
+    const float *v0 = src + (size_t)b * g->T * ldk + (size_t)hk * D;
+    for (int n = 0; n < g->nk32; n += 2) {
+        __mmask16 a = n < g->T ? 0xFFFF : 0, c = n + 1 < g->T ? 0xFFFF : 0;
+        const float *ra = v0 + (size_t)(n < g->T ? n : 0) * ldk;
+        const float *rc = v0 + (size_t)(n + 1 < g->T ? n + 1 : 0) * ldk;
+        uint16_t *row = dst + (size_t)(n / 32) * dv * 512 + ((n % 32) / 2) * 32;
+        for (int d = 0; d < D; d += 16)
+            _mm512_storeu_si512((void *)(row + (size_t)(d / 16) * 512),
+                                amx_pair(amx_bf16(_mm512_maskz_loadu_ps(a, ra + d)),
+                                         amx_bf16(_mm512_maskz_loadu_ps(c, rc + d))));
     }
 }
 
@@ -396,12 +424,6 @@ int cpu_attention_amx_forward(backend *be, float *out, float *lse, const float *
  * transposed into dk, dv at the item's end. P and dS go to tiles in VNNI order over row pairs
  * (Pv: per 16 keys, 16 pairs of rows x 16 keys x 2); dS also row-major for dQ. */
 
-/* Two rows' 16 bf16 values each as 16 VNNI pairs (row a low, row b high): a tile row. */
-AMX_VEC static inline __m512i amx_pair(__m256i a, __m256i b)
-{
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-}
-
 /* p and ds of one score row's 16 keys at j (valid: keys the query sees). */
 AMX_VEC static inline void amx_dscore16(const float *s, const float *dp, int j, int valid,
                                         __m512 sc, __m512 l, __m512 delta, __m256i *p16,
@@ -414,25 +436,38 @@ AMX_VEC static inline void amx_dscore16(const float *s, const float *dp, int j, 
     *ds16 = (__m256i)_mm512_cvtneps_pbh(ds);
 }
 
+/* Row chunks (32 rows each) whose P and dS a thread keeps at once: the products over rows then
+ * keep their C tiles across a whole group (loaded and stored once per group, not per chunk).
+ * Bytes per chunk: 2 operands x nk16 x 32 x 2; a group holds at most 4 MB, all of T = 256's. */
+#define AMX_GROUP_BYTES ((size_t)4 << 20)
+
+static int amx_group_chunks(const amx_geom *g)
+{
+    size_t per = (size_t)4 * g->nk16 * 32, n = AMX_GROUP_BYTES / per;
+    int chunks = (g->rows + 31) / 32;
+    return n < 1 ? 1 : n > (size_t)chunks ? chunks : (int)n;
+}
+
 /* The backward's per-thread buffers. */
 typedef struct {
-    float *S, *dP, *dQ, *dKt, *dVt; /* 32 x nk16, 32 x nk16, 32 x D, D x nk16, D x nk16 */
-    uint16_t *dS, *Pv, *dSv;        /* 32 x nk32 row-major; 2 nk16 x 16 pairs each */
+    float *S, *dP, *dQ, *dKt, *dVt; /* 32 x nk16, 32 x nk16, 16 x D, D x nk16, D x nk16 */
+    uint16_t *dS;                   /* 32 x nk32 row-major */
+    uint16_t *Pv, *dSv;             /* a group's chunks, nk16 32 each (VNNI pairs of rows) */
 } amx_bwd_scr;
 
 static size_t amx_bwd_scratch_floats(const amx_geom *g)
 {
-    return (size_t)64 * g->nk16 + 32 * (size_t)g->D + 2 * (size_t)g->D * g->nk16 +
-           16 * (size_t)g->nk32 + 32 * (size_t)g->nk16;
+    return (size_t)64 * g->nk16 + 16 * (size_t)g->D + 2 * (size_t)g->D * g->nk16 +
+           16 * (size_t)g->nk32 + (size_t)amx_group_chunks(g) * 32 * g->nk16;
 }
 
 static amx_bwd_scr amx_bwd_scr_carve(float *f, const amx_geom *g)
 {
     amx_bwd_scr s;
     s.S = f, s.dP = s.S + 32 * g->nk16, s.dQ = s.dP + 32 * g->nk16;
-    s.dKt = s.dQ + 32 * g->D, s.dVt = s.dKt + (size_t)g->D * g->nk16;
+    s.dKt = s.dQ + 16 * g->D, s.dVt = s.dKt + (size_t)g->D * g->nk16;
     s.dS = (uint16_t *)(s.dVt + (size_t)g->D * g->nk16);
-    s.Pv = s.dS + 32 * g->nk32, s.dSv = s.Pv + 32 * g->nk16;
+    s.Pv = s.dS + 32 * g->nk32, s.dSv = s.Pv + (size_t)amx_group_chunks(g) * 32 * g->nk16;
     return s;
 }
 
@@ -443,9 +478,9 @@ typedef struct {
 } amx_bwd_io;
 
 /* Rows [r0, r0 + 32) of an item: p, ds for keys [0, nb16 16) into x->dS (and zeros to nb32 32),
- * x->Pv, x->dSv, from the scores in x->S and x->dP. */
+ * Pv and dSv (this chunk's slots), from the scores in x->S and x->dP. */
 AMX_VEC static void amx_bwd_scores(const amx_geom *g, const amx_bwd_io *io, int b, int hk, int r0,
-                                   int nb16, int nb32, amx_bwd_scr *x)
+                                   int nb16, int nb32, amx_bwd_scr *x, uint16_t *Pv, uint16_t *dSv)
 {
     int T = g->T, D = g->D, G = g->G;
     __m512 sc = _mm512_set1_ps(g->scale);
@@ -475,74 +510,111 @@ AMX_VEC static void amx_bwd_scores(const amx_geom *g, const amx_bwd_io *io, int 
             _mm256_storeu_si256((__m256i *)(x->dS + (size_t)(i + 1) * g->nk32 + j), ds[1]);
             if (j >= nb16 * 16) continue;
             size_t v = (size_t)(j / 16) * 512 + (size_t)(i / 2) * 32;
-            _mm512_storeu_si512((void *)(x->Pv + v), amx_pair(p[0], p[1]));
-            _mm512_storeu_si512((void *)(x->dSv + v), amx_pair(ds[0], ds[1]));
+            _mm512_storeu_si512((void *)(Pv + v), amx_pair(p[0], p[1]));
+            _mm512_storeu_si512((void *)(dSv + v), amx_pair(ds[0], ds[1]));
         }
     }
 }
 
-/* acc (D x ld fp32) += A^T-rows (D x 32 rows of a transposed operand, lda) times B (Pv layout,
- * nb16 key blocks): C tile by C tile, through memory. */
-AMX_ISA static void amx_accumulate_t(float *acc, int ld, const uint16_t *At, int lda,
-                                     const uint16_t *Bv, int nb16, int D)
+/* acc (D x ld fp32) += At (D x rows, lda: a transposed operand) times the group's chunks
+ * [c0, c1) of Bv (per chunk: nk16 blocks of 16 row pairs x 16 keys), keys in 4-block quads so
+ * four C tiles stay loaded while every chunk adds to them; a chunk adds only to the key blocks
+ * it sees (nb16[c] of them: its P and dS are zero past them, and not written). */
+AMX_ISA static void amx_accumulate(float *acc, int ld, const uint16_t *At, int lda,
+                                   const uint16_t *Bv, const int *nb16, int c0, int c1, int D)
 {
-    for (int d = 0; d < D; d += 16) {
-        _tile_loadd(4, At + (size_t)d * lda, lda * 2);
-        for (int kb = 0; kb < nb16; kb += 2) {
+    size_t slot = (size_t)ld * 32;
+    for (int d = 0; d < D; d += 16)
+        for (int kb = 0; kb < nb16[c1 - 1]; kb += 4) {
+            int n = nb16[c1 - 1] - kb < 4 ? nb16[c1 - 1] - kb : 4;
             float *c = acc + (size_t)d * ld + kb * 16;
             _tile_loadd(0, c, ld * 4);
-            _tile_loadd(6, Bv + (size_t)kb * 512, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_stored(0, c, ld * 4);
-            if (kb + 1 < nb16) {
-                _tile_loadd(1, c + 16, ld * 4);
-                _tile_loadd(7, Bv + (size_t)(kb + 1) * 512, 64);
-                _tile_dpbf16ps(1, 4, 7);
-                _tile_stored(1, c + 16, ld * 4);
+            if (n > 1) _tile_loadd(1, c + 16, ld * 4);
+            if (n > 2) _tile_loadd(2, c + 32, ld * 4);
+            if (n > 3) _tile_loadd(3, c + 48, ld * 4);
+            for (int ch = c0; ch < c1; ch++) {
+                int m = nb16[ch] - kb;
+                if (m <= 0) continue;
+                const uint16_t *bv = Bv + (size_t)(ch - c0) * slot + (size_t)kb * 512;
+                _tile_loadd(4, At + (size_t)d * lda + ch * 32, lda * 2);
+                _tile_loadd(6, bv, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                if (m > 1 && n > 1) {
+                    _tile_loadd(7, bv + 512, 64);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (m > 2 && n > 2) {
+                    _tile_loadd(6, bv + 1024, 64);
+                    _tile_dpbf16ps(2, 4, 6);
+                }
+                if (m > 3 && n > 3) {
+                    _tile_loadd(7, bv + 1536, 64);
+                    _tile_dpbf16ps(3, 4, 7);
+                }
             }
+            _tile_stored(0, c, ld * 4);
+            if (n > 1) _tile_stored(1, c + 16, ld * 4);
+            if (n > 2) _tile_stored(2, c + 32, ld * 4);
+            if (n > 3) _tile_stored(3, c + 48, ld * 4);
         }
-    }
 }
 
-/* One item's backward (see above). */
+/* dst rows t (ld apart, D each) <- a * acc^T (acc D x lda), by gathers down acc's columns. */
+AMX_VEC static void amx_put_t(float *dst, size_t ld, const float *acc, int lda, int T, int D,
+                              float a)
+{
+    __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
+                                                      2, 1, 0),
+                                     _mm512_set1_epi32(lda));
+    __m512 av = _mm512_set1_ps(a);
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d += 16)
+            _mm512_storeu_ps(dst + t * ld + d,
+                             _mm512_mul_ps(av, _mm512_i32gather_ps(idx, acc + (size_t)d * lda + t, 4)));
+}
+
+/* One item's backward (see above), its row chunks in groups. */
 AMX_ISA static void amx_bwd_item(const amx_geom *g, const amx_ops *o, const amx_bwd_io *io, int it,
                                  amx_bwd_scr *x)
 {
     int T = g->T, D = g->D, G = g->G, b = it / g->Hkv, hk = it % g->Hkv;
-    int rpad = (g->rows + 31) / 32 * 32, ld = g->nk16;
+    int rpad = (g->rows + 31) / 32 * 32, ld = g->nk16, chunks = rpad / 32;
+    int gc = amx_group_chunks(g), nb16[chunks];
+    size_t slot = (size_t)ld * 32;
     memset(x->dKt, 0, (size_t)D * ld * sizeof(float));
     memset(x->dVt, 0, (size_t)D * ld * sizeof(float));
     const uint16_t *q = amx_op(o, it, o->q), *dO = amx_op(o, it, o->dO);
-    for (int r0 = 0; r0 < g->rows; r0 += 32) {
-        int nr = g->rows - r0 < 32 ? g->rows - r0 : 32, last = (r0 + nr - 1) / G + 1;
-        int nb16 = (last + 15) / 16, nb32 = (last + 31) / 32;
-        for (int hf = 0; hf < 32; hf += 16) {
-            amx_scores(x->S + hf * ld, ld, q + (size_t)(r0 + hf) * D, amx_op(o, it, o->kt), nb16, D);
-            amx_scores(x->dP + hf * ld, ld, dO + (size_t)(r0 + hf) * D, amx_op(o, it, o->vt), nb16, D);
-        }
-        amx_bwd_scores(g, io, b, hk, r0, nb16, nb32, x);
-        for (int hf = 0; hf < 32 && hf < nr; hf += 16) {
-            amx_mix(x->dQ, x->dS + (size_t)hf * g->nk32, g->nk32, amx_op(o, it, o->kp), nb32, D);
-            for (int i = 0; i < 16 && hf + i < nr; i++) {
-                int r = r0 + hf + i, t = r / G, h = hk * G + r % G;
-                float *dst = io->dq + (((size_t)b * T + t) * g->H + h) * D;
-                for (int d = 0; d < D; d += 16)
-                    _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_set1_ps(g->scale),
-                                                            _mm512_loadu_ps(x->dQ + i * D + d)));
+    for (int c0 = 0; c0 < chunks; c0 += gc) {
+        int c1 = c0 + gc < chunks ? c0 + gc : chunks;
+        for (int ch = c0; ch < c1; ch++) {
+            int r0 = ch * 32, nr = g->rows - r0 < 32 ? g->rows - r0 : 32;
+            int last = (r0 + nr - 1) / G + 1, nb32 = (last + 31) / 32;
+            nb16[ch] = (last + 15) / 16;
+            for (int hf = 0; hf < 32; hf += 16) {
+                amx_scores(x->S + hf * ld, ld, q + (size_t)(r0 + hf) * D, amx_op(o, it, o->kt),
+                           nb16[ch], D);
+                amx_scores(x->dP + hf * ld, ld, dO + (size_t)(r0 + hf) * D, amx_op(o, it, o->vt),
+                           nb16[ch], D);
+            }
+            amx_bwd_scores(g, io, b, hk, r0, nb16[ch], nb32, x, x->Pv + (ch - c0) * slot,
+                           x->dSv + (ch - c0) * slot);
+            for (int hf = 0; hf < nr; hf += 16) { /* dQ of the chunk's rows: written once */
+                amx_mix(x->dQ, x->dS + (size_t)hf * g->nk32, g->nk32, amx_op(o, it, o->kp), nb32, D);
+                for (int i = 0; i < 16 && hf + i < nr; i++) {
+                    int r = r0 + hf + i, t = r / G, h = hk * G + r % G;
+                    float *dst = io->dq + (((size_t)b * T + t) * g->H + h) * D;
+                    for (int d = 0; d < D; d += 16)
+                        _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_set1_ps(g->scale),
+                                                                _mm512_loadu_ps(x->dQ + i * D + d)));
+                }
             }
         }
-        amx_accumulate_t(x->dVt, ld, amx_op(o, it, o->dOT) + r0, rpad, x->Pv, nb16, D);
-        amx_accumulate_t(x->dKt, ld, amx_op(o, it, o->qT) + r0, rpad, x->dSv, nb16, D);
+        amx_accumulate(x->dVt, ld, amx_op(o, it, o->dOT), rpad, x->Pv, nb16, c0, c1, D);
+        amx_accumulate(x->dKt, ld, amx_op(o, it, o->qT), rpad, x->dSv, nb16, c0, c1, D);
     }
-    size_t ldk = (size_t)g->Hkv * D;
-    for (int t = 0; t < T; t++) {
-        float *dk = io->dk + ((size_t)b * T + t) * ldk + (size_t)hk * D;
-        float *dv = io->dv + ((size_t)b * T + t) * ldk + (size_t)hk * D;
-        for (int d = 0; d < D; d++) {
-            dk[d] = g->scale * x->dKt[(size_t)d * ld + t];
-            dv[d] = x->dVt[(size_t)d * ld + t];
-        }
-    }
+    size_t ldk = (size_t)g->Hkv * D, ko = (size_t)b * T * ldk + (size_t)hk * D;
+    amx_put_t(io->dk + ko, ldk, x->dKt, ld, T, D, g->scale);
+    amx_put_t(io->dv + ko, ldk, x->dVt, ld, T, D, 1.0f);
 }
 
 int cpu_attention_amx_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
