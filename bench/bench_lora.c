@@ -111,11 +111,13 @@ int main(int argc, char **argv)
         double t0 = bench_now(), c0 = cpu_now();
         long f0 = minor_faults();
         be->ops->fill(be, m->grads, 0.0f, m->nparams);
+        model_weights_bf16(m, 1); /* as trainer_step: bf16 copies for the step's matmuls */
         model_set_batch(m, tok, tgt);
         if (model_forward(m, targets ? 1.0f / (float)targets : 0.0f, NULL) || model_backward(m)) {
             fprintf(stderr, "bench_lora: %s\n", loom_error());
             return 1;
         }
+        model_weights_bf16(m, 0);
         be->ops->adamw(be, m->params, m->grads, mom, vel, m->nparams, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1, 1.0f);
         loss = model_take_loss(m) / (targets ? targets : 1);
         dt[s] = bench_now() - t0;

@@ -308,11 +308,20 @@ int model_base_table(const model *m, const model_tensor **tensors, int *n, size_
     return 0;
 }
 
+/* The base changes (a load): its bf16 copy is stale. */
+static void model_drop_base_bf16(model *m)
+{
+    if (!m->base_bf16) return;
+    m->be->ops->weights_bf16(m->be, m->base, 0);
+    m->base_bf16 = 0;
+}
+
 int model_load_base_range(model *m, const float *host, size_t lo, size_t hi)
 {
     if (hi > m->nbase_params || lo > hi)
         return loom_fail("model: base elements [%zu, %zu) outside the %zu-element base", lo, hi,
                          m->nbase_params);
+    model_drop_base_bf16(m);
     m->be->ops->copy_h2d(m->be, m->base + lo, host, (hi - lo) * sizeof(float));
     return 0;
 }
@@ -501,7 +510,10 @@ void model_destroy(model *m)
     if (m->params) be->ops->free(be, m->params);
     free(m->host_losses);
     free(m->host_rows);
-    if (m->base) be->ops->free(be, m->base);
+    if (m->base) {
+        model_drop_base_bf16(m);
+        be->ops->free(be, m->base);
+    }
     free(m->ptr_base);
     free(m->base_tensors);
     free(m->lp);
@@ -621,7 +633,10 @@ void model_weights_bf16(model *m, int keep)
     backend *be = m->be;
     if (!be->ops->weights_bf16) return;
     if (m->params) be->ops->weights_bf16(be, m->params, keep ? m->nparams : 0);
-    if (m->base) be->ops->weights_bf16(be, m->base, keep ? m->nbase_params : 0);
+    if (m->base && keep && !m->base_bf16) { /* frozen: the optimizer never changes it */
+        be->ops->weights_bf16(be, m->base, m->nbase_params);
+        m->base_bf16 = 1;
+    }
 }
 
 /* The positions the head runs on (model_forward): all of them when every one has a target,

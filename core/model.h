@@ -112,6 +112,7 @@ typedef struct model {
     int nbase;
     size_t nbase_params;
     float *base, **ptr_base;
+    int base_bf16;                /* the backend holds base's bf16 copy (model_weights_bf16) */
     layer_lora *lp, *lg;
     float *dxa;                   /* backward scratch (N, r) */
 } model;
@@ -174,7 +175,9 @@ double model_take_loss(model *m);
 
 /* bf16 backends: keep (1) a bf16 copy of the full weights, cast now, for the matmuls of the
  * passes that follow, or drop it (0). The trainer keeps it from the start of a step's first
- * micro-batch to its last backward: one cast per optimizer step. No-op elsewhere. */
+ * micro-batch to its last backward: one cast per optimizer step. A LoRA base is frozen, so its
+ * copy is cast once and kept across steps (dropped only when the base is loaded again or the
+ * model destroyed). No-op elsewhere. */
 void model_weights_bf16(model *m, int keep);
 
 /* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */

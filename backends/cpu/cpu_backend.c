@@ -102,6 +102,7 @@ static void cpu_destroy(backend *be)
         free(st->rope_key);
         free(st->att_part);
         free(st->att_amx);
+        cpu_bf16_kept_free(st);
         free(st);
     }
     free(be);
@@ -202,6 +203,7 @@ static const backend_ops cpu_ops = {
     .event_sync = cpu_event_noop,
     .native_stream = cpu_native_stream,
     .matmul = cpu_matmul,
+    .weights_bf16 = cpu_weights_bf16,
     .add = cpu_add,
     .axpy = cpu_axpy,
     .scale = cpu_scale,

@@ -15,6 +15,10 @@
  * used one given up for a new shape once CPU_BF16_SHAPES are kept. */
 #include "backends/cpu/cpu_bf16.h"
 
+#include <stdlib.h>
+
+#include "backends/cpu/cpu_internal.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -263,17 +267,17 @@ static cpu_bf16_shape *cpu_bf16_shape_get(int M, int N, int K, int tA, int tB, f
     return slot;
 }
 
-int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
-                    int tA, int tB, float alpha, float beta)
+int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const uint16_t *Bk,
+                    int M, int N, int K, int tA, int tB, float alpha, float beta)
 {
     if (!cpu_bf16_ready(NULL, 0) || M <= 0 || N <= 0 || K <= 0) return 0;
     cpu_bf16_shape *s = cpu_bf16_shape_get(M, N, K, tA, tB, alpha, beta);
     size_t na = (size_t)M * K, nb = (size_t)K * N;
-    if (!s || cpu_bf16_grow(&abuf, &acap, na) || cpu_bf16_grow(&bbuf, &bcap, nb)) return 0;
+    if (!s || cpu_bf16_grow(&abuf, &acap, na) || (!Bk && cpu_bf16_grow(&bbuf, &bcap, nb))) return 0;
     cpu_bf16_round_par(threads, abuf, A, na);
-    cpu_bf16_round_par(threads, bbuf, B, nb);
+    if (!Bk) cpu_bf16_round_par(threads, bbuf, B, nb);
     d.mem_handle(s->a, abuf);
-    d.mem_handle(s->b, bbuf);
+    d.mem_handle(s->b, (void *)(Bk ? Bk : bbuf));
     d.mem_handle(s->c, C);
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, s->a}, {DNNL_ARG_WEIGHTS, s->b}, {DNNL_ARG_DST, s->c}};
     /* oneDNN checks its arguments before it computes: a refusal leaves C as it was */
@@ -281,7 +285,43 @@ int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M
            d.stream_wait(d.stream) == dnnl_success;
 }
 
+/* Register (cast now) or drop (n = 0) the bf16 copy of w, as the CUDA backend does: a slot keeps
+ * its buffer when dropped, so re-registering allocates nothing; with every slot taken, or out of
+ * memory, matmuls keep rounding w per call (the same numbers, only slower). */
+void cpu_weights_bf16(backend *be, const float *w, size_t n)
+{
+    cpu_state *st = cpu_st(be);
+    if (be->cfg.precision != BACKEND_BF16 || !w) return;
+    cpu_bf16_kept *slot = NULL;
+    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++)
+        if (st->kept[i].w == w) slot = &st->kept[i];
+    if (n == 0) {
+        if (slot) slot->w = NULL;
+        return;
+    }
+    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++) /* a free slot that fits, else any free */
+        if (!st->kept[i].w && st->kept[i].cap >= n) slot = &st->kept[i];
+    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++)
+        if (!st->kept[i].w) slot = &st->kept[i];
+    if (!slot) return;
+    slot->w = NULL;
+    if (slot->cap < n) {
+        free(slot->copy);
+        slot->cap = 0;
+        if (posix_memalign((void **)&slot->copy, 64, n * sizeof(uint16_t)) != 0) {
+            slot->copy = NULL;
+            return;
+        }
+        slot->cap = n;
+    }
+    cpu_bf16_round_par(st->threads, slot->copy, w, n);
+    slot->w = w;
+    slot->n = n;
+}
+
 #else /* built without oneDNN 2.x's headers, or a sanitizer build: fp32 only */
+
+void cpu_weights_bf16(backend *be, const float *w, size_t n) { (void)be, (void)w, (void)n; }
 
 int cpu_bf16_ready(char *why, size_t len)
 {
@@ -292,12 +332,26 @@ int cpu_bf16_ready(char *why, size_t len)
 
 int cpu_bf16_shapes_kept(void) { return 0; }
 
-int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
-                    int tA, int tB, float alpha, float beta)
+int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const uint16_t *Bk,
+                    int M, int N, int K, int tA, int tB, float alpha, float beta)
 {
-    (void)threads, (void)C, (void)A, (void)B, (void)M, (void)N, (void)K, (void)tA, (void)tB;
+    (void)threads, (void)C, (void)A, (void)B, (void)Bk, (void)M, (void)N, (void)K, (void)tA, (void)tB;
     (void)alpha, (void)beta;
     return 0;
 }
 
 #endif
+
+const uint16_t *cpu_bf16_kept_find(const cpu_state *st, const float *B, size_t nb)
+{
+    for (int i = 0; i < CPU_BF16_KEPT; i++) {
+        const cpu_bf16_kept *k = &st->kept[i];
+        if (k->w && B >= k->w && B + nb <= k->w + k->n) return k->copy + (B - k->w);
+    }
+    return NULL;
+}
+
+void cpu_bf16_kept_free(cpu_state *st)
+{
+    for (int i = 0; i < CPU_BF16_KEPT; i++) free(st->kept[i].copy);
+}

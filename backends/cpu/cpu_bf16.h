@@ -4,6 +4,7 @@
 #define LOOM_CPU_BF16_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* 1 when bf16 matmuls can run here: the CPU has AVX512_BF16 and oneDNN 2.x loads. Otherwise 0,
  * and `why` (if given) names what is missing. Decided once. */
@@ -15,11 +16,12 @@ int cpu_bf16_ready(char *why, size_t len);
 #define CPU_BF16_MIN_DIM 64
 
 /* C = alpha op(A) op(B) + beta C (row-major, dense: lda = tA ? M : K, ldb = tB ? K : N, ldc = N)
- * with A and B rounded to bf16 (nearest even) and the products summed in fp32. Returns 1 when
- * done; 0, with C untouched, when it cannot (not ready, oneDNN refused the shape, out of memory):
- * the caller computes the product in fp32 then. */
-int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, int M, int N, int K,
-                    int tA, int tB, float alpha, float beta);
+ * with A and B rounded to bf16 (nearest even) and the products summed in fp32. Bk: B already
+ * rounded (a weight's kept copy, weights_bf16), else NULL. Returns 1 when done; 0, with C
+ * untouched, when it cannot (not ready, oneDNN refused the shape, out of memory): the caller
+ * computes the product in fp32 then. */
+int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const uint16_t *Bk,
+                    int M, int N, int K, int tA, int tB, float alpha, float beta);
 
 /* Product shapes whose oneDNN primitive is kept (at most a fixed count: the least recently used
  * makes room for a new one). For tests. */

@@ -170,7 +170,8 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
      * with a dimension under CPU_BF16_MIN_DIM (LoRA's factors) */
     if (be->cfg.precision == BACKEND_BF16 && M >= CPU_BF16_MIN_DIM && N >= CPU_BF16_MIN_DIM &&
         K >= CPU_BF16_MIN_DIM &&
-        cpu_bf16_matmul(threads, C, A, B, M, N, K, transA, transB, alpha, beta))
+        cpu_bf16_matmul(threads, C, A, B, cpu_bf16_kept_find(cpu_st(be), B, (size_t)K * N), M, N,
+                        K, transA, transB, alpha, beta))
         return;
     if (threads > 1 && M <= CPU_FEW_ROWS && N >= 16 * threads && (size_t)N * K >= CPU_SPLIT_MIN) {
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);
@@ -213,7 +214,7 @@ double cpu_blas_calibrate(int threads, int bf16)
         double t0 = cpu_now();
         if (!bf16) {
             cpu_gemm_lib(lib, 0, 1, n, n, n, 1.0f, a, ld, b, ld, 0.0f, c, ld);
-        } else if (!cpu_bf16_matmul(threads, c, a, b, n, n, n, 0, 1, 1.0f, 0.0f)) { /* dense */
+        } else if (!cpu_bf16_matmul(threads, c, a, b, NULL, n, n, n, 0, 1, 1.0f, 0.0f)) { /* dense */
             best = 1e30;
             break;
         }

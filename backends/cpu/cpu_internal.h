@@ -53,6 +53,14 @@ static inline void cpu_split(size_t n, size_t *lo, size_t *hi)
     *hi = *lo + per < n ? *lo + per : n;
 }
 
+/* weights_bf16's kept copies (cpu_bf16.c): a registered fp32 range and its bf16 rounding. */
+#define CPU_BF16_KEPT 8
+typedef struct {
+    const float *w; /* NULL: free slot (its buffer kept for reuse) */
+    size_t n, cap;
+    uint16_t *copy;
+} cpu_bf16_kept;
+
 typedef struct cpu_state {
     int threads;
     float **scratch;     /* per-thread buffers, [threads] */
@@ -64,6 +72,7 @@ typedef struct cpu_state {
     float *rope_key;     /* rope_freqs: the D/2 frequencies the table was built from, else NULL */
     float *att_part;     /* attention backward, few kv heads: per segment dK, dV partials */
     size_t att_part_cap;
+    cpu_bf16_kept kept[CPU_BF16_KEPT];
     void *att_amx;       /* bf16 attention (cpu_attention_amx.c): the call's packed operands */
     size_t att_amx_cap;  /* bytes */
 } cpu_state;
@@ -120,6 +129,12 @@ void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float 
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
 void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
 void cpu_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse);
+
+/* cpu_bf16.c: backend op weights_bf16 (register w's bf16 copy, n = 0 drops it), and the copy
+ * holding all of B[0..nb) if one does (NULL: round B per call) */
+void cpu_weights_bf16(backend *be, const float *w, size_t n);
+const uint16_t *cpu_bf16_kept_find(const cpu_state *st, const float *B, size_t nb);
+void cpu_bf16_kept_free(cpu_state *st);
 
 /* cpu_attention_amx.c: the attention ops on AMX tiles where precision is bf16; 1 when done, 0
  * when they do not run here (fp32 precision, no AMX, D not a multiple of 64, out of memory):
