@@ -140,47 +140,79 @@ AMX_VEC static inline __m512i amx_pair(__m256i a, __m256i b)
     return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
-/* dst (D x rpad) <- the item's rows of src transposed: dst[d][r] = src row r, column d, 16 rows
- * at a time by gathers (zero past the item's rows). */
+/* r[i][j] <- r[j][i] for a 16 x 16 matrix of 32-bit elements (4 rounds of interleaves). */
+AMX_VEC static void amx_transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0x88);
+        t[4 + i] = _mm512_shuffle_i32x4(r[i], r[4 + i], 0xDD);
+        t[8 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0x88);
+        t[12 + i] = _mm512_shuffle_i32x4(r[8 + i], r[12 + i], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xDD);
+    }
+}
+
+/* dst (D x rpad) <- the item's rows of src transposed: dst[d][r] = src row r, column d (zero past
+ * the item's rows). Per 32 rows and 16 d: the rows paired (row 2p low, 2p + 1 high: a 16 x 16
+ * matrix [pair][d] of 32-bit units), transposed to [d][pair], which is dst's 32 rows of d. */
 AMX_VEC static void amx_pack_rows_t(uint16_t *dst, const float *src, const amx_geom *g, int b,
                                     int hk, int rpad)
 {
     int D = g->D, G = g->G;
     const float *base = src + (size_t)b * g->T * g->H * D + (size_t)hk * G * D;
-    for (int r0 = 0; r0 < rpad; r0 += 16) {
-        int off[16];
-        for (int i = 0; i < 16; i++) {
-            int r = r0 + i < g->rows ? r0 + i : 0;
-            off[i] = ((r / G) * g->H + r % G) * D - ((r0 / G) * g->H + r0 % G) * D;
+    for (int r0 = 0; r0 < rpad; r0 += 32)
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512i m[16];
+            for (int p = 0; p < 16; p++) {
+                __m256i h[2];
+                for (int e = 0; e < 2; e++) {
+                    int r = r0 + 2 * p + e;
+                    h[e] = r < g->rows ? amx_bf16(_mm512_loadu_ps(
+                                             base + ((size_t)(r / G) * g->H + r % G) * D + d0))
+                                       : _mm256_setzero_si256();
+                }
+                m[p] = amx_pair(h[0], h[1]);
+            }
+            amx_transpose16(m);
+            for (int j = 0; j < 16; j++)
+                _mm512_storeu_si512((void *)(dst + (size_t)(d0 + j) * rpad + r0), m[j]);
         }
-        __mmask16 live = amx_mask(r0, g->rows);
-        __m512i idx = _mm512_loadu_si512(off);
-        const float *row0 = r0 < g->rows ? base + ((size_t)(r0 / G) * g->H + r0 % G) * D : base;
-        for (int d = 0; d < D; d++) {
-            __m512 c = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, row0 + d, 4);
-            _mm256_storeu_si256((__m256i *)(dst + (size_t)d * rpad + r0), amx_bf16(c));
-        }
-    }
 }
 
-/* Kt layout of kv head hk's keys (k layout: (B, T, Hkv, D)): a tile row is d pair p of 16 keys,
- * gathered down the key rows. */
+/* Kt layout of kv head hk's keys (k layout: (B, T, Hkv, D)): per 16 keys and 32 d, each key's
+ * 16 d pairs (a 16 x 16 matrix [key][pair] of 32-bit units) transposed to [pair][key]. */
 AMX_VEC static void amx_pack_kt(uint16_t *dst, const float *src, const amx_geom *g, int b, int hk)
 {
-    int D = g->D, dq = D / 32, ldk = g->Hkv * D;
-    __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
-                                                      2, 1, 0),
-                                     _mm512_set1_epi32(ldk));
-    for (int n0 = 0; n0 < g->nk16; n0 += 16) {
-        __mmask16 live = amx_mask(n0, g->T);
-        const float *k0 = src + ((size_t)b * g->T + (n0 < g->T ? n0 : 0)) * ldk + (size_t)hk * D;
-        for (int p = 0; p < D / 2; p++) {
-            __m512 lo = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, k0 + 2 * p, 4);
-            __m512 hi = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, k0 + 2 * p + 1, 4);
-            uint16_t *row = dst + ((size_t)(n0 / 16) * dq + p / 16) * 512 + (p % 16) * 32;
-            _mm512_storeu_si512((void *)row, amx_pair(amx_bf16(lo), amx_bf16(hi)));
+    int D = g->D, dq = D / 32;
+    size_t ldk = (size_t)g->Hkv * D;
+    const float *k0 = src + (size_t)b * g->T * ldk + (size_t)hk * D;
+    for (int n0 = 0; n0 < g->nk16; n0 += 16)
+        for (int h = 0; h < dq; h++) {
+            __m512i m[16];
+            for (int n = 0; n < 16; n++) {
+                const float *row = k0 + (size_t)(n0 + n) * ldk + h * 32;
+                m[n] = n0 + n < g->T ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16),
+                                                                     _mm512_loadu_ps(row))
+                                     : _mm512_setzero_si512();
+            }
+            amx_transpose16(m);
+            uint16_t *tile = dst + ((size_t)(n0 / 16) * dq + h) * 512;
+            for (int p = 0; p < 16; p++) _mm512_storeu_si512((void *)(tile + p * 32), m[p]);
         }
-    }
 }
 
 /* Vp layout of kv head hk's keys: a tile row is keys (2r, 2r + 1) of a 32-key block, 16 d. */
@@ -559,18 +591,21 @@ AMX_ISA static void amx_accumulate(float *acc, int ld, const uint16_t *At, int l
         }
 }
 
-/* dst rows t (ld apart, D each) <- a * acc^T (acc D x lda), by gathers down acc's columns. */
+/* dst rows t < T (ld apart, D each) <- a * acc^T (acc: D x lda, lda a multiple of 16), 16 x 16
+ * blocks transposed in registers. */
 AMX_VEC static void amx_put_t(float *dst, size_t ld, const float *acc, int lda, int T, int D,
                               float a)
 {
-    __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3,
-                                                      2, 1, 0),
-                                     _mm512_set1_epi32(lda));
     __m512 av = _mm512_set1_ps(a);
-    for (int t = 0; t < T; t++)
-        for (int d = 0; d < D; d += 16)
-            _mm512_storeu_ps(dst + t * ld + d,
-                             _mm512_mul_ps(av, _mm512_i32gather_ps(idx, acc + (size_t)d * lda + t, 4)));
+    for (int t0 = 0; t0 < T; t0 += 16)
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512i m[16];
+            for (int i = 0; i < 16; i++)
+                m[i] = _mm512_loadu_si512((const void *)(acc + (size_t)(d0 + i) * lda + t0));
+            amx_transpose16(m);
+            for (int j = 0; j < 16 && t0 + j < T; j++)
+                _mm512_storeu_ps(dst + (t0 + j) * ld + d0, _mm512_mul_ps(av, (__m512)m[j]));
+        }
 }
 
 /* One item's backward (see above), its row chunks in groups. */
