@@ -165,6 +165,9 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
             return NULL;
         }
     }
+    /* bf16 backends: the weights stay fixed while the context lives, so they are cast once for
+     * all its forwards and decode steps (model_gen_destroy drops the copy) */
+    model_weights_bf16(m, 1);
     return g;
 }
 
@@ -172,6 +175,7 @@ void model_gen_destroy(model_gen *g)
 {
     if (!g) return;
     backend *be = g->m->be;
+    model_weights_bf16(g->m, 0); /* the weights may change after (a training step) */
     if (g->arena) be->ops->free(be, g->arena);
     /* a borrowed arena may have covered the model's own frequency table: upload it again */
     if (g->borrowed && g->m->rope_freq) model_upload_rope_freq(g->m);

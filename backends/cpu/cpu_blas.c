@@ -164,14 +164,23 @@ void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, in
         for (size_t i = 0; i < (size_t)M * N; i++) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
         return;
     }
+    /* precision bf16 (set only where cpu_bf16_ready): a product against a weight with a kept
+     * bf16 copy (weights_bf16) runs in bf16 at any M, decode steps too: with W read as bf16 and no
+     * rounding pass, oneDNN's AMX kernel beat the fp32 few-rows kernel 1.5x at 32 rows, and a
+     * row's bits do not depend on M (test_cpu_bf16), so batched decoding stays one-at-a-time's */
+    const uint16_t *Bk = be->cfg.precision == BACKEND_BF16
+                             ? cpu_bf16_kept_find(cpu_st(be), B, (size_t)K * N)
+                             : NULL;
+    if (Bk && N >= CPU_BF16_MIN_DIM && K >= CPU_BF16_MIN_DIM &&
+        cpu_bf16_matmul(threads, C, A, B, Bk, M, N, K, transA, transB, alpha, beta))
+        return;
     /* a decode step's rows against a weight's rows: loom's kernel reads W in place (cpu_skinny.c) */
     if (!transA && transB && cpu_skinny_nt(threads, M, N, K, alpha, A, K, B, K, beta, C, N)) return;
-    /* precision bf16 (set only where cpu_bf16_ready): every other product in bf16, but those
-     * with a dimension under CPU_BF16_MIN_DIM (LoRA's factors) */
+    /* every other product of precision bf16 in bf16 too, but those with a dimension under
+     * CPU_BF16_MIN_DIM (LoRA's factors) */
     if (be->cfg.precision == BACKEND_BF16 && M >= CPU_BF16_MIN_DIM && N >= CPU_BF16_MIN_DIM &&
         K >= CPU_BF16_MIN_DIM &&
-        cpu_bf16_matmul(threads, C, A, B, cpu_bf16_kept_find(cpu_st(be), B, (size_t)K * N), M, N,
-                        K, transA, transB, alpha, beta))
+        cpu_bf16_matmul(threads, C, A, B, NULL, M, N, K, transA, transB, alpha, beta))
         return;
     if (threads > 1 && M <= CPU_FEW_ROWS && N >= 16 * threads && (size_t)N * K >= CPU_SPLIT_MIN) {
         cpu_matmul_split_cols(threads, C, A, B, M, N, K, transA, transB, alpha, beta);

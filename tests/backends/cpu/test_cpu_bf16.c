@@ -31,6 +31,42 @@ static void check_case(backend *be, int M, int N, int K, int tA, int tB, int bet
     free(A), free(B), free(C0), free(C), free(want);
 }
 
+/* A weight registered with weights_bf16: its products read the kept copy at every M (decode
+ * steps too), each within the bf16 bound of the rounded reference; a row's bits do not depend on
+ * M (so batched decoding is one-at-a-time decoding); the copy gives the bits of rounding per call
+ * (M >= 64, where both run bf16); a dropped copy sends few-row products back to fp32. */
+static void check_kept(backend *be)
+{
+    enum { N = 300, K = 77, MM = 64 };
+    float *W = frand((size_t)N * K, 1), *X = frand((size_t)130 * K, 1);
+    float *C = frand((size_t)130 * N, 1), *C2 = frand((size_t)130 * N, 1);
+    double *want = malloc((size_t)130 * N * sizeof(double));
+    be->ops->weights_bf16(be, W, (size_t)N * K);
+    be->ops->matmul(be, C, X, W, MM, N, K, 0, 1, 0.7f, 0.0f);
+    ref_matmul(want, X, W, MM, N, K, 0, 1, 0.7, 0.0, 1);
+    check_allclose_v("kept copy: 64-row NT product in bf16", C, want, (size_t)MM * N,
+                     check_tol_sum(K, 0.35 * K, 3, CHECK_U_FP32), 1);
+    static const int Ms[] = {1, 2, 3, 7, 16, 17, 32, 33, 63};
+    for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++) {
+        be->ops->matmul(be, C2, X, W, Ms[i], N, K, 0, 1, 0.7f, 0.0f);
+        char name[64];
+        snprintf(name, sizeof name, "kept copy: rows of a %d-row product", Ms[i]);
+        check_equal_f32(name, C2, C, (size_t)Ms[i] * N);
+    }
+    float *G = frand((size_t)130 * K, 1); /* NN against the kept copy (a backward's dX = dY W) */
+    be->ops->matmul(be, C, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
+    be->ops->matmul(be, G, C, W, 130, K, N, 0, 0, 1.0f, 0.0f);
+    be->ops->weights_bf16(be, W, 0);
+    be->ops->matmul(be, C2, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
+    check_equal_f32("kept copy == rounding per call (130 rows)", C, C2, (size_t)130 * N);
+    float *G2 = frand((size_t)130 * K, 1);
+    be->ops->matmul(be, G2, C2, W, 130, K, N, 0, 0, 1.0f, 0.0f);
+    check_equal_f32("kept copy == rounding per call (NN)", G, G2, (size_t)130 * K);
+    if (cpu_skinny_isa() != CPU_SKINNY_NONE) check_case(be, 32, N, K, 0, 1, 0, 0); /* dropped */
+    free(W), free(X), free(C), free(C2), free(want), free(G), free(G2);
+    printf("done kept: bf16 at every M against a kept copy, the same bits as rounding per call\n");
+}
+
 int main(void)
 {
     backend_config cfg = {2, 0, BACKEND_BF16, 0};
@@ -80,6 +116,7 @@ int main(void)
         for (int beta = 0; beta < 2; beta++) check_case(be, 32, 300, 77, 0, 1, beta, 0);
         printf("done fp32: a %d-row NT product stays fp32\n", 32);
     }
+    check_kept(be);
     be->ops->destroy(be);
     return check_exit_code("test_cpu_bf16");
 }
