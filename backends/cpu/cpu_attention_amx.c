@@ -13,10 +13,14 @@
  * of head hk G + g (the order q already has). A unit of work is 16 such rows (one tile's height):
  * S = scale Q K^T on the keys the last of them sees, P = e^(S - m) rounded, O = P V.
  *
- * Tiles (16 rows x 64 bytes each, 8 of them): C 0-3 accumulate 16 x 64 fp32, A 4-5 hold 16 rows x
+ * Tiles (16 rows x 64 bytes each, 8 of them): C 0-3 accumulate 16 x 64 fp32, A 4 holds 16 rows x
  * 32 bf16, B 6-7 hold 16 pairs of rows in VNNI order (B[k/2][n][k%2]), the layout TDPBF16PS
  * reads: C[m][n] += sum_k A[m][k] B[k][n]. K and V are packed into that order once per call:
- * Kt (for S: k = d, n = key) and Vp (for O: k = key, n = d). */
+ * Kt (for S: k = d, n = key) and Vp (for O: k = key, n = d).
+ *
+ * Measured (a bf16 LoRA step of SmolLM2-135M's shapes, B 8 T 256, 2 threads of an AMX Xeon,
+ * PROFILE=1 bench_lora): forward 174 -> 72 ms a step, backward 317 -> 177 ms, against the fp32
+ * path. Every output's bits are the same on 1 and 2 threads (a unit or an item has one writer). */
 #define _DEFAULT_SOURCE /* syscall(SYS_arch_prctl): the tile state's permission */
 #include <math.h>
 #include <stdlib.h>
@@ -73,7 +77,7 @@ AMX_ISA static void cpu_amx_config(void)
 
 AMX_ISA static void cpu_amx_release(void) { _tile_release(); }
 
-/* Call geometry: tq = 16-row units per item, nk16/nk32 keys rounded up to 16/32. */
+/* Call geometry: rows = T G per item; nk16/nk32: T rounded up to 16/32 keys. */
 typedef struct {
     int B, T, H, Hkv, D, G, threads, rows, nk16, nk32;
     float scale;
@@ -110,7 +114,8 @@ AMX_VEC static void amx_round(uint16_t *dst, const float *src, int n)
 {
     for (int j = 0; j < n; j += 16) {
         __mmask16 k = amx_mask(j, n);
-        _mm256_mask_storeu_epi16(dst + j, k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, src + j)));
+        __m512 x = _mm512_maskz_loadu_ps(k, src + j);
+        _mm256_mask_storeu_epi16(dst + j, k, (__m256i)_mm512_cvtneps_pbh(x));
     }
 }
 
@@ -127,7 +132,8 @@ AMX_VEC static void amx_pack_rows(uint16_t *dst, const float *src, const amx_geo
 {
     int T = g->T, D = g->D, run = g->G * D;
     for (int t = 0; t < T; t++)
-        amx_round(dst + (size_t)t * run, src + ((size_t)b * T + t) * g->H * D + (size_t)hk * run, run);
+        amx_round(dst + (size_t)t * run, src + ((size_t)b * T + t) * g->H * D + (size_t)hk * run,
+                  run);
     memset(dst + (size_t)T * run, 0, (size_t)(rpad - g->rows) * D * sizeof(uint16_t));
 }
 
@@ -137,7 +143,8 @@ AMX_VEC static inline __m256i amx_bf16(__m512 x) { return (__m256i)_mm512_cvtnep
 
 AMX_VEC static inline __m512i amx_pair(__m256i a, __m256i b)
 {
-    return _mm512_or_si512(_mm512_cvtepu16_epi32(a), _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+    return _mm512_or_si512(_mm512_cvtepu16_epi32(a),
+                           _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
 /* r[i][j] <- r[j][i] for a 16 x 16 matrix of 32-bit elements (4 rounds of interleaves). */
@@ -234,7 +241,8 @@ AMX_VEC static void amx_pack_vp(uint16_t *dst, const float *src, const amx_geom 
 }
 
 /* S (16 x ld fp32) = Q rows (16 x D) K^T on keys [0, 16 nb): 4 key blocks at a time in C 0-3. */
-AMX_ISA static void amx_scores(float *S, int ld, const uint16_t *Q, const uint16_t *Kt, int nb, int D)
+AMX_ISA static void amx_scores(float *S, int ld, const uint16_t *Q, const uint16_t *Kt, int nb,
+                               int D)
 {
     int dq = D / 32;
     for (int kb = 0; kb < nb; kb += 4) {
@@ -393,7 +401,8 @@ static int amx_ops_reserve(cpu_state *st, const amx_geom *g, amx_ops *o, int bwd
     if (bytes > st->att_amx_cap) {
         void *p = NULL;
         if (posix_memalign(&p, 64, bytes) != 0) {
-            log_warn("cpu backend: out of memory for bf16 attention (%zu bytes); fp32 instead", bytes);
+            log_warn("cpu backend: out of memory for bf16 attention (%zu bytes); fp32 instead",
+                     bytes);
             return 0;
         }
         free(st->att_amx);
@@ -462,7 +471,8 @@ AMX_VEC static inline void amx_dscore16(const float *s, const float *dp, int j, 
                                         __m256i *ds16)
 {
     __mmask16 k = amx_mask(j, valid);
-    __m512 p = _mm512_maskz_mov_ps(k, amx_exp(_mm512_fmsub_ps(sc, _mm512_maskz_loadu_ps(k, s + j), l)));
+    __m512 x = _mm512_fmsub_ps(sc, _mm512_maskz_loadu_ps(k, s + j), l);
+    __m512 p = _mm512_maskz_mov_ps(k, amx_exp(x));
     __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(k, dp + j), delta));
     *p16 = (__m256i)_mm512_cvtneps_pbh(p);
     *ds16 = (__m256i)_mm512_cvtneps_pbh(ds);
@@ -609,8 +619,8 @@ AMX_VEC static void amx_put_t(float *dst, size_t ld, const float *acc, int lda, 
 }
 
 /* One item's backward (see above), its row chunks in groups. */
-AMX_ISA static void amx_bwd_item(const amx_geom *g, const amx_ops *o, const amx_bwd_io *io, int it,
-                                 amx_bwd_scr *x)
+AMX_ISA static void amx_bwd_item(const amx_geom *g, const amx_ops *o, const amx_bwd_io *io,
+                                 int it, amx_bwd_scr *x)
 {
     int T = g->T, D = g->D, G = g->G, b = it / g->Hkv, hk = it % g->Hkv;
     int rpad = (g->rows + 31) / 32 * 32, ld = g->nk16, chunks = rpad / 32;
@@ -634,13 +644,15 @@ AMX_ISA static void amx_bwd_item(const amx_geom *g, const amx_ops *o, const amx_
             amx_bwd_scores(g, io, b, hk, r0, nb16[ch], nb32, x, x->Pv + (ch - c0) * slot,
                            x->dSv + (ch - c0) * slot);
             for (int hf = 0; hf < nr; hf += 16) { /* dQ of the chunk's rows: written once */
-                amx_mix(x->dQ, x->dS + (size_t)hf * g->nk32, g->nk32, amx_op(o, it, o->kp), nb32, D);
+                amx_mix(x->dQ, x->dS + (size_t)hf * g->nk32, g->nk32, amx_op(o, it, o->kp), nb32,
+                        D);
                 for (int i = 0; i < 16 && hf + i < nr; i++) {
                     int r = r0 + hf + i, t = r / G, h = hk * G + r % G;
                     float *dst = io->dq + (((size_t)b * T + t) * g->H + h) * D;
+                    __m512 sc = _mm512_set1_ps(g->scale);
                     for (int d = 0; d < D; d += 16)
-                        _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_set1_ps(g->scale),
-                                                                _mm512_loadu_ps(x->dQ + i * D + d)));
+                        _mm512_storeu_ps(dst + d,
+                                         _mm512_mul_ps(sc, _mm512_loadu_ps(x->dQ + i * D + d)));
                 }
             }
         }

@@ -335,7 +335,8 @@ int cpu_bf16_shapes_kept(void) { return 0; }
 int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const uint16_t *Bk,
                     int M, int N, int K, int tA, int tB, float alpha, float beta)
 {
-    (void)threads, (void)C, (void)A, (void)B, (void)Bk, (void)M, (void)N, (void)K, (void)tA, (void)tB;
+    (void)threads, (void)C, (void)A, (void)B, (void)Bk, (void)M, (void)N, (void)K, (void)tA;
+    (void)tB;
     (void)alpha, (void)beta;
     return 0;
 }

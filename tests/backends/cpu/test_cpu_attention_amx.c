@@ -65,7 +65,8 @@ static void ref_forward(const shape *s, const float *q, const float *k, const fl
  * p = e^(s - lse), dp = bf16(dO).v, delta = dO.out, ds = p (dp - delta): dq = scale ds k,
  * dk = scale ds^T q, dv = p^T bf16(dO), and the bounds: u_bf16 times the terms' magnitudes
  * (P and dS are rounded), plus fp32: p's relative error and the longest sum's on the same
- * terms, and the D-term fp32 sums of dp and delta (g_D times their D terms of |.| < 1.5) times p. */
+ * terms, and the D-term fp32 sums of dp and delta (g_D times their D terms of |.| < 1.5)
+ * times p. */
 static void ref_backward(const shape *s, const float *q, const float *k, const float *v,
                          const float *out, const float *lse, const float *dout, double *dq,
                          double *dk, double *dv, double *bq, double *bk, double *bv)
