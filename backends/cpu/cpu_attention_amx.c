@@ -109,13 +109,40 @@ static inline __mmask16 amx_mask(int j, int n)
     return j + 16 <= n ? (__mmask16)0xFFFF : j >= n ? 0 : (__mmask16)((1u << (n - j)) - 1);
 }
 
+/* 16 floats rounded to bf16 (nearest even). */
+AMX_VEC static inline __m256i amx_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+
 /* dst[i] = bf16(src[i]) for i < n (n a multiple of 16 or not). */
 AMX_VEC static void amx_round(uint16_t *dst, const float *src, int n)
 {
     for (int j = 0; j < n; j += 16) {
         __mmask16 k = amx_mask(j, n);
-        __m512 x = _mm512_maskz_loadu_ps(k, src + j);
-        _mm256_mask_storeu_epi16(dst + j, k, (__m256i)_mm512_cvtneps_pbh(x));
+        _mm256_mask_storeu_epi16(dst + j, k, amx_bf16(_mm512_maskz_loadu_ps(k, src + j)));
+    }
+}
+
+/* Where row r of item (b, hk) lives: its offset in a q-layout array ((B, T, H, D): query t of
+ * head hk G + g, r = t G + g), and its index in lse ((B, H, T)). */
+static inline size_t amx_row(const amx_geom *g, int b, int hk, int r)
+{
+    return (((size_t)b * g->T + r / g->G) * g->H + (size_t)hk * g->G + r % g->G) * g->D;
+}
+
+static inline size_t amx_lse(const amx_geom *g, int b, int hk, int r)
+{
+    return ((size_t)b * g->H + (size_t)hk * g->G + r % g->G) * g->T + r / g->G;
+}
+
+/* dst's rows r0 .. r0 + nr - 1 of item (b, hk) (q layout) <- a_i times row i of O (nr x D):
+ * a_i = rs[i], or a where rs is NULL. */
+AMX_VEC static void amx_put_rows(float *dst, const amx_geom *g, int b, int hk, int r0, int nr,
+                                 const float *O, const float *rs, float a)
+{
+    for (int i = 0; i < nr; i++) {
+        float *row = dst + amx_row(g, b, hk, r0 + i);
+        __m512 av = _mm512_set1_ps(rs ? rs[i] : a);
+        for (int d = 0; d < g->D; d += 16)
+            _mm512_storeu_ps(row + d, _mm512_mul_ps(av, _mm512_loadu_ps(O + (size_t)i * g->D + d)));
     }
 }
 
@@ -137,10 +164,7 @@ AMX_VEC static void amx_pack_rows(uint16_t *dst, const float *src, const amx_geo
     memset(dst + (size_t)T * run, 0, (size_t)(rpad - g->rows) * D * sizeof(uint16_t));
 }
 
-/* 16 floats rounded to bf16, and two such rows as 16 VNNI pairs (row a low, b high): a tile row
- * of a B operand. */
-AMX_VEC static inline __m256i amx_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
-
+/* Two rows of 16 bf16 as 16 VNNI pairs (row a low, b high): a tile row of a B operand. */
 AMX_VEC static inline __m512i amx_pair(__m256i a, __m256i b)
 {
     return _mm512_or_si512(_mm512_cvtepu16_epi32(a),
@@ -179,8 +203,7 @@ AMX_VEC static void amx_transpose16(__m512i r[16])
 AMX_VEC static void amx_pack_rows_t(uint16_t *dst, const float *src, const amx_geom *g, int b,
                                     int hk, int rpad)
 {
-    int D = g->D, G = g->G;
-    const float *base = src + (size_t)b * g->T * g->H * D + (size_t)hk * G * D;
+    int D = g->D;
     for (int r0 = 0; r0 < rpad; r0 += 32)
         for (int d0 = 0; d0 < D; d0 += 16) {
             __m512i m[16];
@@ -188,8 +211,7 @@ AMX_VEC static void amx_pack_rows_t(uint16_t *dst, const float *src, const amx_g
                 __m256i h[2];
                 for (int e = 0; e < 2; e++) {
                     int r = r0 + 2 * p + e;
-                    h[e] = r < g->rows ? amx_bf16(_mm512_loadu_ps(
-                                             base + ((size_t)(r / G) * g->H + r % G) * D + d0))
+                    h[e] = r < g->rows ? amx_bf16(_mm512_loadu_ps(src + amx_row(g, b, hk, r) + d0))
                                        : _mm256_setzero_si256();
                 }
                 m[p] = amx_pair(h[0], h[1]);
@@ -344,7 +366,7 @@ static const uint16_t *amx_op(const amx_ops *o, size_t item, size_t off)
 AMX_ISA static void amx_fwd_unit(const amx_geom *g, const amx_ops *o, int b, int hk, int r0,
                                  float *out, float *lse, float *scr)
 {
-    int T = g->T, D = g->D, G = g->G, nr = g->rows - r0 < 16 ? g->rows - r0 : 16;
+    int D = g->D, G = g->G, nr = g->rows - r0 < 16 ? g->rows - r0 : 16;
     int last = (r0 + nr - 1) / G + 1; /* keys the unit's last query sees */
     int nb16 = (last + 15) / 16, nb32 = (last + 31) / 32;
     size_t item = (size_t)b * g->Hkv + hk;
@@ -357,28 +379,20 @@ AMX_ISA static void amx_fwd_unit(const amx_geom *g, const amx_ops *o, int b, int
             memset(P + i * g->nk32, 0, (size_t)nb32 * 32 * sizeof(uint16_t));
             continue;
         }
-        int t = (r0 + i) / G, h = hk * G + (r0 + i) % G;
-        float m, sum = amx_softmax_row(S + i * g->nk16, P + i * g->nk32, t + 1, nb32 * 32,
-                                       g->scale, &m);
-        lse[((size_t)b * g->H + h) * T + t] = m + logf(sum);
+        float m, sum = amx_softmax_row(S + i * g->nk16, P + i * g->nk32, (r0 + i) / G + 1,
+                                       nb32 * 32, g->scale, &m);
+        lse[amx_lse(g, b, hk, r0 + i)] = m + logf(sum);
         rs[i] = 1.0f / sum;
     }
     amx_mix(O, P, g->nk32, amx_op(o, item, o->vp), nb32, D);
-    for (int i = 0; i < nr; i++) {
-        int t = (r0 + i) / G, h = hk * G + (r0 + i) % G;
-        float *dst = out + ((size_t)b * T + t) * g->H * D + (size_t)h * D;
-        __m512 a = _mm512_set1_ps(rs[i]);
-        for (int d = 0; d < D; d += 16)
-            _mm512_storeu_ps(dst + d, _mm512_mul_ps(a, _mm512_loadu_ps(O + i * D + d)));
-    }
+    amx_put_rows(out, g, b, hk, r0, nr, O, rs, 1.0f);
 }
 
 /* The geometry, or 0 where these kernels do not run (fp32 precision, no AMX, D not a multiple
- * of 64 or over 1024). */
+ * of 64). */
 static int amx_geom_init(backend *be, amx_geom *g, int B, int T, int H, int Hkv, int D)
 {
-    if (be->cfg.precision != BACKEND_BF16 || B <= 0 || T <= 0 || D % 64 || D > 1024 ||
-        !cpu_amx_ready())
+    if (be->cfg.precision != BACKEND_BF16 || B <= 0 || T <= 0 || D % 64 || !cpu_amx_ready())
         return 0;
     *g = (amx_geom){B,      T, H, Hkv, D, H / Hkv, cpu_st(be)->threads, T * (H / Hkv),
                     (T + 15) / 16 * 16, (T + 31) / 32 * 32, 1.0f / sqrtf((float)D)};
@@ -524,7 +538,6 @@ typedef struct {
 AMX_VEC static void amx_bwd_scores(const amx_geom *g, const amx_bwd_io *io, int b, int hk, int r0,
                                    int nb16, int nb32, amx_bwd_scr *x, uint16_t *Pv, uint16_t *dSv)
 {
-    int T = g->T, D = g->D, G = g->G;
     __m512 sc = _mm512_set1_ps(g->scale);
     for (int i = 0; i < 32; i += 2) { /* a row pair: one VNNI tile row per 16 keys */
         float l[2] = {0, 0}, delta[2] = {0, 0};
@@ -532,15 +545,13 @@ AMX_VEC static void amx_bwd_scores(const amx_geom *g, const amx_bwd_io *io, int 
         for (int e = 0; e < 2; e++) {
             int r = r0 + i + e;
             if (r >= g->rows) continue; /* a row past the item's: p = ds = 0 */
-            int t = r / G, h = hk * G + r % G;
-            const float *o = io->out + (((size_t)b * T + t) * g->H + h) * D;
-            const float *dO = io->dout + (((size_t)b * T + t) * g->H + h) * D;
+            const float *o = io->out + amx_row(g, b, hk, r), *dO = io->dout + amx_row(g, b, hk, r);
             __m512 acc = _mm512_setzero_ps();
-            for (int d = 0; d < D; d += 16)
+            for (int d = 0; d < g->D; d += 16)
                 acc = _mm512_fmadd_ps(_mm512_loadu_ps(o + d), _mm512_loadu_ps(dO + d), acc);
             delta[e] = _mm512_reduce_add_ps(acc);
-            l[e] = io->lse[((size_t)b * g->H + h) * T + t];
-            valid[e] = t + 1;
+            l[e] = io->lse[amx_lse(g, b, hk, r)];
+            valid[e] = r / g->G + 1;
         }
         for (int j = 0; j < nb32 * 32; j += 16) {
             __m256i p[2], ds[2];
@@ -646,14 +657,8 @@ AMX_ISA static void amx_bwd_item(const amx_geom *g, const amx_ops *o, const amx_
             for (int hf = 0; hf < nr; hf += 16) { /* dQ of the chunk's rows: written once */
                 amx_mix(x->dQ, x->dS + (size_t)hf * g->nk32, g->nk32, amx_op(o, it, o->kp), nb32,
                         D);
-                for (int i = 0; i < 16 && hf + i < nr; i++) {
-                    int r = r0 + hf + i, t = r / G, h = hk * G + r % G;
-                    float *dst = io->dq + (((size_t)b * T + t) * g->H + h) * D;
-                    __m512 sc = _mm512_set1_ps(g->scale);
-                    for (int d = 0; d < D; d += 16)
-                        _mm512_storeu_ps(dst + d,
-                                         _mm512_mul_ps(sc, _mm512_loadu_ps(x->dQ + i * D + d)));
-                }
+                amx_put_rows(io->dq, g, b, hk, r0 + hf, nr - hf < 16 ? nr - hf : 16, x->dQ, NULL,
+                             g->scale);
             }
         }
         amx_accumulate(x->dVt, ld, amx_op(o, it, o->dOT), rpad, x->Pv, nb16, c0, c1, D);

@@ -15,13 +15,12 @@
  * used one given up for a new shape once CPU_BF16_SHAPES are kept. */
 #include "backends/cpu/cpu_bf16.h"
 
-#include <stdlib.h>
-
-#include "backends/cpu/cpu_internal.h"
-
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
 
 #if defined(__linux__) && defined(__x86_64__) && defined(__GNUC__) &&                              \
     !defined(__SANITIZE_ADDRESS__) && __has_include(<oneapi/dnnl/dnnl_types.h>)
@@ -35,7 +34,6 @@
 #ifdef CPU_BF16_ONEDNN
 #include <dlfcn.h>
 #include <immintrin.h>
-#include <stdlib.h>
 
 /* The entry points (dnnl.h of oneDNN 2.x), found with dlsym. */
 static struct {
