@@ -372,39 +372,129 @@ __attribute__((target("avx512f"))) static void cpu_att_dec_mix16(float *O, const
     }
 }
 
-static int cpu_att_dec_avx512(int D)
+/* The same two products with AVX2 + FMA (16 registers), D a multiple of 8. Scores: 3 keys x up to
+ * 3 heads, 9 independent 8-lane chains + 3 key vectors + 1 query vector; each lane sums d = l,
+ * l + 8, ... in order. */
+__attribute__((target("avx2,fma"))) static float cpu_att_hsum8(__m256 v)
 {
-    return cpu_skinny_isa() == CPU_SKINNY_AVX512 && D % 16 == 0;
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+__attribute__((target("avx2,fma"))) static void cpu_att_dec_scores8(float *S, const float *q,
+                                                                   const float *k, int Tk, int G,
+                                                                   int D, size_t ldk, float scale)
+{
+    for (int g0 = 0; g0 < G; g0 += 3) {
+        int ng = G - g0 < 3 ? G - g0 : 3;
+        for (int j = 0; j < Tk; j += 3) {
+            int nj = Tk - j < 3 ? Tk - j : 3;
+            const float *kr[3];
+            for (int t = 0; t < 3; t++) kr[t] = k + (size_t)(j + (t < nj ? t : nj - 1)) * ldk;
+            __m256 acc[3][3];
+            for (int g = 0; g < 3; g++)
+                for (int t = 0; t < 3; t++) acc[g][t] = _mm256_setzero_ps();
+            for (int t = 0; t < 3 && j + CPU_ATT_DEC_AHEAD + t < Tk; t++) { /* rows ahead */
+                const float *ahead = k + (size_t)(j + CPU_ATT_DEC_AHEAD + t) * ldk;
+                for (int d = 0; d < D; d += 16)
+                    _mm_prefetch((const char *)(ahead + d), _MM_HINT_T0);
+            }
+            for (int d = 0; d < D; d += 8) {
+                __m256 kv[3];
+                for (int t = 0; t < 3; t++) kv[t] = _mm256_loadu_ps(kr[t] + d);
+                for (int g = 0; g < ng; g++) {
+                    __m256 qv = _mm256_loadu_ps(q + (size_t)(g0 + g) * D + d);
+                    for (int t = 0; t < 3; t++) acc[g][t] = _mm256_fmadd_ps(qv, kv[t], acc[g][t]);
+                }
+            }
+            for (int g = 0; g < ng; g++)
+                for (int t = 0; t < nj; t++)
+                    S[(size_t)(g0 + g) * Tk + j + t] = scale * cpu_att_hsum8(acc[g][t]);
+        }
+    }
+}
+
+/* O[g] = sum_j E[g][j] v_j, 32 columns and up to 3 heads at a time: 12 accumulators and 3
+ * broadcast weights, the value row read by the multiply-adds themselves; O[g][d] sums j in
+ * order. */
+__attribute__((target("avx2,fma"))) static void cpu_att_dec_mix8(float *O, const float *E,
+                                                                const float *v, int Tk, int G,
+                                                                int D, size_t ldk)
+{
+    for (int d0 = 0; d0 < D; d0 += 32) {
+        int nd = (D - d0 < 32 ? D - d0 : 32) / 8;
+        for (int g0 = 0; g0 < G; g0 += 3) {
+            int ng = G - g0 < 3 ? G - g0 : 3;
+            __m256 acc[3][4];
+            for (int g = 0; g < 3; g++)
+                for (int c = 0; c < 4; c++) acc[g][c] = _mm256_setzero_ps();
+            for (int j = 0; j < Tk; j++) {
+                const float *vj = v + (size_t)j * ldk + d0;
+                if (j + CPU_ATT_DEC_AHEAD < Tk)
+                    for (int c = 0; c < nd; c += 2)
+                        _mm_prefetch((const char *)(vj + (size_t)CPU_ATT_DEC_AHEAD * ldk + 8 * c),
+                                     _MM_HINT_T0);
+                for (int g = 0; g < ng; g++) {
+                    __m256 e = _mm256_set1_ps(E[(size_t)(g0 + g) * Tk + j]);
+                    for (int c = 0; c < nd; c++)
+                        acc[g][c] = _mm256_fmadd_ps(e, _mm256_loadu_ps(vj + 8 * c), acc[g][c]);
+                }
+            }
+            for (int g = 0; g < ng; g++)
+                for (int c = 0; c < nd; c++)
+                    _mm256_storeu_ps(O + (size_t)(g0 + g) * D + d0 + 8 * c, acc[g][c]);
+        }
+    }
+}
+
+/* The kernel a decode runs for head size D, at most `isa` wide: AVX-512 needs D % 16 == 0,
+ * AVX2 D % 8 == 0; else none (sgemm). */
+static int cpu_att_dec_kernel(int isa, int D)
+{
+    if (isa >= CPU_SKINNY_AVX512 && cpu_skinny_isa() >= CPU_SKINNY_AVX512 && D % 16 == 0)
+        return CPU_SKINNY_AVX512;
+    if (isa >= CPU_SKINNY_AVX2 && cpu_skinny_isa() >= CPU_SKINNY_AVX2 && D % 8 == 0)
+        return CPU_SKINNY_AVX2;
+    return CPU_SKINNY_NONE;
 }
 #else
-static int cpu_att_dec_avx512(int D) { (void)D; return 0; }
+static int cpu_att_dec_kernel(int isa, int D) { (void)isa, (void)D; return CPU_SKINNY_NONE; }
 #define cpu_att_dec_scores16(...) ((void)0)
 #define cpu_att_dec_mix16(...) ((void)0)
+#define cpu_att_dec_scores8(...) ((void)0)
+#define cpu_att_dec_mix8(...) ((void)0)
 #endif
 
-/* The G query heads of one kv head, one query each, over Tk cached keys/values (row stride ldk):
+/* The G query heads of one kv head, one query each, over Tk cached keys (row stride ldk):
  * S = scale Q K^T (G x Tk), E = e^(S - max) per row, O = (E V) / rowsum(E), each key and value
- * row read once for the whole group. Written out (AVX-512) so the strided cache rows can be
+ * row read once for the whole group. Written out (AVX-512, AVX2) so the strided cache rows can be
  * prefetched: a batch-32 step of SmolLM2-135M's shapes streams ~377 MB of cache, and its
  * attention took 23-24 ms as two sgemm calls per group, 26 ms written out without the prefetch,
- * 19-20 ms with it (PROFILE=1 bench_generate, 2 AMX Xeon cores). With the old per-key loop (a
- * scalar expf per key and head) 55 steps took 9.3 s; with the sgemm calls 6.1 s.
- * q/o: the group's G heads, D apart; scr holds G (Tk + D + 1) floats. */
-static void cpu_att_decode_group(float *o, float *scr, const float *q, const float *k,
+ * 19-20 ms with it (PROFILE=1 bench_generate, 2 AMX Xeon cores); on 2 AVX2-only Zen 3 cores the
+ * sgemm calls took 43 ms. With the old per-key loop (a scalar expf per key and head) 55 steps
+ * took 9.3 s; with the sgemm calls 6.1 s.
+ * q/o: the group's G heads, D apart; scr holds G (Tk + D + 1) floats; kern from
+ * cpu_att_dec_kernel. */
+static void cpu_att_decode_group(int kern, float *o, float *scr, const float *q, const float *k,
                                  const float *v, int Tk, int G, int D, size_t ldk, float scale)
 {
     float *S = scr, *O = S + (size_t)G * Tk, *rs = O + (size_t)G * D;
-    int own = cpu_att_dec_avx512(D);
-    if (own)
+    if (kern == CPU_SKINNY_AVX512)
         cpu_att_dec_scores16(S, q, k, Tk, G, D, ldk, scale);
+    else if (kern == CPU_SKINNY_AVX2)
+        cpu_att_dec_scores8(S, q, k, Tk, G, D, ldk, scale);
     else
         cpu_att_gemm(0, 1, G, Tk, D, scale, q, (size_t)D, k, ldk, 0.0f, S, (size_t)Tk);
     for (int g = 0; g < G; g++) {
         float m;
         rs[g] = 1.0f / cpu_k_att_exp_row(S + (size_t)g * Tk, Tk, Tk, &m);
     }
-    if (own)
+    if (kern == CPU_SKINNY_AVX512)
         cpu_att_dec_mix16(O, S, v, Tk, G, D, ldk);
+    else if (kern == CPU_SKINNY_AVX2)
+        cpu_att_dec_mix8(O, S, v, Tk, G, D, ldk);
     else
         cpu_att_gemm(0, 0, G, D, Tk, 1.0f, S, (size_t)Tk, v, ldk, 0.0f, O, (size_t)D);
     for (int g = 0; g < G; g++)
@@ -413,11 +503,11 @@ static void cpu_att_decode_group(float *o, float *scr, const float *q, const flo
 
 /* One query per head over Tk cached keys (generation), parallel over kv heads (their G query
  * heads together); scores live in per-thread scratch. */
-void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
-                          int Tk, int H, int Hkv, int D)
+void cpu_attention_decode_isa(backend *be, int isa, float *out, const float *q, const float *k,
+                              const float *v, int Tk, int H, int Hkv, int D)
 {
     cpu_state *st = cpu_st(be);
-    int G = H / Hkv;
+    int G = H / Hkv, kern = cpu_att_dec_kernel(isa, D);
     if (cpu_scratch_reserve(st, (size_t)G * ((size_t)Tk + D + 1)) != 0) return;
     int nt = (size_t)Tk * H * D < CPU_PAR_MIN ? 1 : st->threads;
     float scale = 1.0f / sqrtf((float)D);
@@ -426,9 +516,15 @@ void cpu_attention_decode(backend *be, float *out, const float *q, const float *
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int hk = 0; hk < Hkv; hk++) {
         size_t qo = (size_t)hk * G * D;
-        cpu_att_decode_group(out + qo, st->scratch[CPU_TID()], q + qo, k + (size_t)hk * D,
+        cpu_att_decode_group(kern, out + qo, st->scratch[CPU_TID()], q + qo, k + (size_t)hk * D,
                              v + (size_t)hk * D, Tk, G, D, ldk, scale);
     }
+}
+
+void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
+                          int Tk, int H, int Hkv, int D)
+{
+    cpu_attention_decode_isa(be, cpu_skinny_isa(), out, q, k, v, Tk, H, Hkv, D);
 }
 
 /* R sequences at their own positions: store each row's new key/value in its cache row, then the
@@ -448,6 +544,7 @@ void cpu_attention_decode_rows(backend *be, float *out, const float *q, const fl
     int G = H / Hkv;
     if (cpu_scratch_reserve(st, (size_t)G * ((size_t)cap + D + 1)) != 0) return;
     int nt = work < CPU_PAR_MIN ? 1 : st->threads, items = R * Hkv;
+    int kern = cpu_att_dec_kernel(cpu_skinny_isa(), D);
     float scale = 1.0f / sqrtf((float)D);
     cpu_blas_enter_parallel();
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
@@ -455,7 +552,7 @@ void cpu_attention_decode_rows(backend *be, float *out, const float *q, const fl
         int r = it / Hkv, hk = it % Hkv;
         size_t base = (size_t)r * cap * ldk + (size_t)hk * D;
         size_t qo = ((size_t)r * H + (size_t)hk * G) * D;
-        cpu_att_decode_group(out + qo, st->scratch[CPU_TID()], q + qo, kc + base, vc + base,
+        cpu_att_decode_group(kern, out + qo, st->scratch[CPU_TID()], q + qo, kc + base, vc + base,
                              pos[r] + 1, G, D, ldk, scale);
     }
 }

@@ -150,6 +150,10 @@ void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, 
                            const float *v, int B, int T, int H, int Hkv, int D);
 void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                           int Tk, int H, int Hkv, int D);
+/* The same with its kernel at most `isa` wide (CPU_SKINNY_*, cpu_skinny.h: AVX-512, AVX2, or
+ * none: sgemm), so tests run every kernel the CPU has. */
+void cpu_attention_decode_isa(backend *be, int isa, float *out, const float *q, const float *k,
+                              const float *v, int Tk, int H, int Hkv, int D);
 void cpu_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
                                const float *vnew, float *kc, float *vc, const int32_t *pos, int R,
                                int cap, int H, int Hkv, int D);

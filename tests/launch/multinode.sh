@@ -78,6 +78,17 @@ loom_run()
 }
 losses() { sed -nE 's/.*"step": *([0-9]+),.*"loss": *([-0-9.eE+naif]+).*/\1 \2/p' "$1" | awk -v a="$2" -v b="$3" '$1 >= a && $1 <= b'; }
 show() { echo "--- $1 (last lines):"; tail -n "${2:-8}" "$1"; }
+# close_losses A B: two "step loss" lists with the same steps, each loss within 2e-5 relative of
+# the other's (test_dp's bound across world sizes: N ranks sum a step's gradients in another order
+# than one rank, so their losses agree to rounding, not to the bit)
+close_losses() {
+    [ "$(echo "$1" | cut -d' ' -f1)" = "$(echo "$2" | cut -d' ' -f1)" ] || return 1
+    paste -d' ' <(echo "$1") <(echo "$2") |
+        awk -v num='^-?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$' '
+            $2 !~ num || $4 !~ num { bad = 1; next } # nan, inf: never close
+            { d = $2 - $4; if (d < 0) d = -d; a = $2 < 0 ? -$2 : $2; if (!(d <= 2e-5 * a)) bad = 1 }
+            END { exit bad }'
+}
 
 # lose_host HOW: a long 2-host job; at step 3, HOW ("link": the link goes down on host B, "stop":
 # B's daemon and rank are SIGSTOPped). The job must end by itself, non-zero, the lost rank named
@@ -136,10 +147,10 @@ equal)
     grep -qE "^loom-run-rank: [0-9?]" two.log && fail "loom-run showed its rank-to-host lines"
     a=$(losses one/metrics.jsonl 1 6) b=$(losses two/metrics.jsonl 1 6)
     [ "$(echo "$a" | grep -c .)" -eq 6 ] || fail "1 rank: $(echo "$a" | grep -c .) logged losses, want 6"
-    [ "$a" = "$b" ] || fail "losses differ: 1 rank: $(echo $a) vs 2 hosts: $(echo $b)"
+    close_losses "$a" "$b" || fail "losses differ: 1 rank: $(echo $a) vs 2 hosts: $(echo $b)"
     "$CMP" local/ckpt/step_00000006.h5 two/ckpt/step_00000006.h5 >cmp.log ||
         { cat cmp.log; fail "2 hosts' checkpoint differs from 2 ranks on one host"; }
-    echo "ok: 2 hosts over TCP: losses identical to 1 rank ($(echo $a | cut -d' ' -f1-4) ...)," \
+    echo "ok: 2 hosts over TCP: losses within 2e-5 of 1 rank's ($(echo $a | cut -d' ' -f1-4) ...)," \
          "checkpoint bitwise equal to 2 ranks on one host"
     ;;
 link|stop)
@@ -169,9 +180,9 @@ resume)
     want=$(losses ref/metrics.jsonl 1 6)
     got=$( (losses a/metrics.jsonl 1 2; losses c/metrics.jsonl 3 6) )
     [ "$(echo "$got" | cut -d' ' -f1 | tr '\n' ' ')" = "1 2 3 4 5 6 " ] || fail "logged steps: $(echo $got)"
-    [ "$want" = "$got" ] || fail "losses differ: uninterrupted 1 rank: $(echo $want) vs 2 hosts, killed, resumed on 1: $(echo $got)"
-    [ "$(losses b/metrics.jsonl 3 4)" = "$(losses ref/metrics.jsonl 3 4)" ] || fail "the killed 2-host run's steps 3-4 differ"
-    echo "ok: killed in the step-4 save on 2 hosts, resumed on 1 rank from step 2: losses identical ($(echo $got | cut -d' ' -f1-6) ...)"
+    close_losses "$want" "$got" || fail "losses differ: uninterrupted 1 rank: $(echo $want) vs 2 hosts, killed, resumed on 1: $(echo $got)"
+    close_losses "$(losses b/metrics.jsonl 3 4)" "$(losses ref/metrics.jsonl 3 4)" || fail "the killed 2-host run's steps 3-4 differ"
+    echo "ok: killed in the step-4 save on 2 hosts, resumed on 1 rank from step 2: losses within 2e-5 of the uninterrupted run's ($(echo $got | cut -d' ' -f1-6) ...)"
     ;;
 *) fail "unknown phase '$PHASE' (equal, link, stop or resume)" ;;
 esac

@@ -1,8 +1,12 @@
 /* test_cpu_attention.c: CPU causal GQA attention against a double reference (out and lse) and
  * its backward (dq, dk, dv) against central finite differences of a random functional of out.
  * Shapes cover H == Hkv, GQA, T = 1, T at and off the block size (48 / G queries), several blocks,
- * the backward with and without per-segment partials (under 8 (b, kv head) items: with). */
+ * the backward with and without per-segment partials (under 8 (b, kv head) items: with).
+ * Decoding (one query per head over a cache, and batched rows at their own positions) against the
+ * same reference's last row, with every kernel the CPU has (AVX-512, AVX2, sgemm). */
 #include "cpu_test.h"
+#include "backends/cpu/cpu_internal.h" /* cpu_attention_decode_isa */
+#include "backends/cpu/cpu_skinny.h"   /* CPU_SKINNY_*: the kernels */
 
 typedef struct {
     double *q, *k, *v, *w, *out, *lse, *p;
@@ -108,6 +112,74 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     free(c.q), free(c.k), free(c.v), free(c.w), free(c.out), free(c.lse), free(c.p);
 }
 
+/* The forward's bound on out for T keys (test_attention's derivation: one query row is the same
+ * dots, softmax and mix). */
+static check_tol att_out_tol(int T, int D)
+{
+    const double gD = CHECK_LAMBDA * sqrt((double)D) * CHECK_U_FP32;
+    const double gT = CHECK_LAMBDA * sqrt((double)T) * CHECK_U_FP32;
+    const double p_err = gD * 0.5625 * sqrt((double)D) + gT + 3 * CHECK_U_FP32;
+    return (check_tol){p_err + gT, 2 * CHECK_U_FP32};
+}
+
+/* The reference's last query row of a T-token sequence (q, k, v: that sequence, B = 1), all heads. */
+static double *ref_last_row(const float *q, const float *k, const float *v, int T, int H, int Hkv,
+                            int D)
+{
+    size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
+    att_ctx c = {todbl(q, nq), todbl(k, nk), todbl(v, nk), NULL, malloc(nq * sizeof(double)),
+                 malloc((size_t)H * T * sizeof(double)), malloc(T * sizeof(double)), 1, T, H, Hkv,
+                 D};
+    ref_attention(&c);
+    double *row = malloc((size_t)H * D * sizeof(double));
+    memcpy(row, c.out + (size_t)(T - 1) * H * D, (size_t)H * D * sizeof(double));
+    free(c.q), free(c.k), free(c.v), free(c.out), free(c.lse), free(c.p);
+    return row;
+}
+
+/* One query per head (the sequence's last) over Tk cached keys, each kernel at most `isa` wide. */
+static void test_decode(backend *be, int Tk, int H, int Hkv, int D)
+{
+    size_t nq = (size_t)Tk * H * D, nk = (size_t)Tk * Hkv * D;
+    float *q = frand(nq, 1.5), *k = frand(nk, 1.5), *v = frand(nk, 1), *out = frand((size_t)H * D, 1);
+    double *ref = ref_last_row(q, k, v, Tk, H, Hkv, D);
+    for (int isa = CPU_SKINNY_NONE; isa <= cpu_skinny_isa(); isa++) {
+        cpu_attention_decode_isa(be, isa, out, q + (size_t)(Tk - 1) * H * D, k, v, Tk, H, Hkv, D);
+        char name[96];
+        snprintf(name, sizeof name, "decode %s Tk=%d H=%d Hkv=%d D=%d",
+                 isa == CPU_SKINNY_AVX512 ? "avx512" : isa == CPU_SKINNY_AVX2 ? "avx2" : "sgemm",
+                 Tk, H, Hkv, D);
+        check_close(name, out, ref, (size_t)H * D, att_out_tol(Tk, D));
+    }
+    free(q), free(k), free(v), free(out), free(ref);
+}
+
+/* R rows at their own positions in caches of cap rows: the op stores each row's new key and value
+ * at pos[r] and attends over 0..pos[r]; row r against the reference of that prefix. */
+static void test_decode_rows(backend *be, int R, int cap, int H, int Hkv, int D)
+{
+    size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, nc = (size_t)R * cap * ldk;
+    float *kc = frand(nc, 1.5), *vc = frand(nc, 1), *q = frand(R * ldq, 1.5);
+    float *kn = frand(R * ldk, 1.5), *vn = frand(R * ldk, 1), *out = frand(R * ldq, 1);
+    int32_t *pos = malloc((size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++) pos[r] = r == 0 ? 0 : r == R - 1 ? cap - 1 : (int32_t)(r * 37 % cap);
+    be->ops->attention_decode_rows(be, out, q, kn, vn, kc, vc, pos, R, cap, H, Hkv, D);
+    for (int r = 0; r < R; r++) {
+        int T = pos[r] + 1;
+        const float *kr = kc + (size_t)r * cap * ldk, *vr = vc + (size_t)r * cap * ldk;
+        check_equal("decode_rows stored k", kr + (size_t)pos[r] * ldk, kn + r * ldk, ldk);
+        check_equal("decode_rows stored v", vr + (size_t)pos[r] * ldk, vn + r * ldk, ldk);
+        float *qs = calloc((size_t)T * ldq, sizeof(float)); /* only the last row's query matters */
+        memcpy(qs + (size_t)pos[r] * ldq, q + r * ldq, ldq * sizeof(float));
+        double *ref = ref_last_row(qs, kr, vr, T, H, Hkv, D);
+        char name[96];
+        snprintf(name, sizeof name, "decode_rows row %d pos %d H=%d Hkv=%d D=%d", r, pos[r], H, Hkv, D);
+        check_close(name, out + r * ldq, ref, ldq, att_out_tol(T, D));
+        free(qs), free(ref);
+    }
+    free(kc), free(vc), free(q), free(kn), free(vn), free(out), free(pos);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -124,6 +196,12 @@ int main(int argc, char **argv)
     test_attention(be, 1, 50, 16, 1, 8, 60);  /* 16-head group: 4-query blocks, a short last */
     test_attention(be, 1, 200, 6, 3, 16, 60); /* 3 kv heads, 3 segments each (partials) */
     test_attention(be, 4, 40, 4, 2, 8, 60);   /* 8 (b, kv head) items: no partials */
+    test_decode(be, 1, 2, 1, 16);     /* the first generated token */
+    test_decode(be, 230, 9, 3, 64);   /* SmolLM2's heads: 3-head groups, keys off 3 and 4 */
+    test_decode(be, 37, 14, 2, 96);   /* 7 heads a group (Qwen2.5), D 96: a 32-column tail */
+    test_decode(be, 50, 4, 2, 24);    /* D 24: AVX2's kernel, AVX-512 declines */
+    test_decode(be, 9, 2, 1, 20);     /* D 20: sgemm only */
+    test_decode_rows(be, 5, 300, 9, 3, 64);
     be->ops->destroy(be);
     return test_finish("test_cpu_attention");
 }
