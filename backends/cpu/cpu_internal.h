@@ -20,7 +20,9 @@
 /* Hot loops are compiled for AVX-512, AVX2+FMA and baseline x86-64, picked at load time (ifunc),
  * so one binary runs everywhere and still uses 16-wide vectors where the CPU has them. OpenMP
  * outlines parallel bodies into functions that would not inherit the clones, so a cloned kernel
- * is always a plain function called from inside the parallel region. */
+ * is always a plain function called from inside the parallel region. The library builds with
+ * -fno-trapping-math: without it GCC 12 left the AVX2 clone of every loop with a select (cpu_expf)
+ * scalar; tests/backends/cpu/clones_vectorised.sh checks the built clones. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
