@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_skinny.h" /* cpu_skinny_isa: the CPU's widest vectors */
+#include "backends/cpu/cpu_vec.h"    /* cpu_vec_hsum8 */
 #include "base/log.h"
 
 #ifdef __APPLE__
@@ -375,14 +376,6 @@ __attribute__((target("avx512f"))) static void cpu_att_dec_mix16(float *O, const
 /* The same two products with AVX2 + FMA (16 registers), D a multiple of 8. Scores: 3 keys x up to
  * 3 heads, 9 independent 8-lane chains + 3 key vectors + 1 query vector; each lane sums d = l,
  * l + 8, ... in order. */
-__attribute__((target("avx2,fma"))) static float cpu_att_hsum8(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
 __attribute__((target("avx2,fma"))) static void cpu_att_dec_scores8(float *S, const float *q,
                                                                    const float *k, int Tk, int G,
                                                                    int D, size_t ldk, float scale)
@@ -411,7 +404,7 @@ __attribute__((target("avx2,fma"))) static void cpu_att_dec_scores8(float *S, co
             }
             for (int g = 0; g < ng; g++)
                 for (int t = 0; t < nj; t++)
-                    S[(size_t)(g0 + g) * Tk + j + t] = scale * cpu_att_hsum8(acc[g][t]);
+                    S[(size_t)(g0 + g) * Tk + j + t] = scale * cpu_vec_hsum8(acc[g][t]);
         }
     }
 }

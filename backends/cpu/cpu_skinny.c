@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "backends/cpu/cpu_vec.h"
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define CPU_SKINNY_X86 1
@@ -87,14 +89,6 @@ __attribute__((target("avx512f"))) static void cpu_skinny_tiles16(int mr, int K,
 #define MR8 3
 #define NR8 3
 
-__attribute__((target("avx2,fma"))) static float cpu_skinny_hsum8(__m256 v)
-{
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 cpu_skinny_tile8(int mr, int K, const float *const *a, const float *const *w, float out[MR8][NR8],
                  const float *const *pf, int pfl)
@@ -125,7 +119,7 @@ cpu_skinny_tile8(int mr, int K, const float *const *a, const float *const *w, fl
         }
     }
     for (int i = 0; i < mr; i++)
-        for (int j = 0; j < NR8; j++) out[i][j] = cpu_skinny_hsum8(s[i][j]);
+        for (int j = 0; j < NR8; j++) out[i][j] = cpu_vec_hsum8(s[i][j]);
 }
 
 __attribute__((target("avx2,fma"))) static void cpu_skinny_tiles8(int mr, int K,

@@ -48,6 +48,24 @@ static double att_f(void *p)
     return dot_fd(c->w, c->out, (size_t)c->B * c->T * c->H * c->D);
 }
 
+/* Scores: D-term dots of q, k in (-1.5, 1.5) (E|qk| = 0.5625) times 1/sqrt(D): absolute error
+ * g_D * 0.5625 sqrt(D), which exp turns into a relative error of p; the softmax sum (T positive
+ * terms, relative g_T) and expf (2 ulp) add theirs. */
+static double att_p_err(int T, int D)
+{
+    const double gD = CHECK_LAMBDA * sqrt((double)D) * CHECK_U_FP32;
+    const double gT = CHECK_LAMBDA * sqrt((double)T) * CHECK_U_FP32;
+    return gD * 0.5625 * sqrt((double)D) + gT + 3 * CHECK_U_FP32;
+}
+
+/* out = sum_j p_j v_j over T keys with sum_j p_j |v_j| < 1 cancels: atol = p's relative error
+ * (+ g_T for the sum itself). One query row (decoding) is the same dots, softmax and mix. */
+static check_tol att_out_tol(int T, int D)
+{
+    const double gT = CHECK_LAMBDA * sqrt((double)T) * CHECK_U_FP32;
+    return (check_tol){att_p_err(T, D) + gT, 2 * CHECK_U_FP32};
+}
+
 static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, size_t samples)
 {
     size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
@@ -69,15 +87,9 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
     char name[96];
     snprintf(name, sizeof name, "attention fwd B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
-    /* Scores: D-term dots of q, k in (-1.5, 1.5) (E|qk| = 0.5625) times 1/sqrt(D): absolute
-     * error g_D * 0.5625 sqrt(D), which exp turns into a relative error of p; the softmax sum
-     * (T positive terms, relative g_T) and expf (2 ulp) add theirs. out = sum_j p_j v_j with
-     * sum_j p_j |v_j| < 1 cancels: atol = that relative error of p (+ g_T for the sum itself);
-     * lse = m + log(sum) carries it absolutely too. */
-    const double gD = CHECK_LAMBDA * sqrt((double)D) * CHECK_U_FP32;
-    const double gT = CHECK_LAMBDA * sqrt((double)T) * CHECK_U_FP32;
-    const double p_err = gD * 0.5625 * sqrt((double)D) + gT + 3 * CHECK_U_FP32;
-    const check_tol out_tol = {p_err + gT, 2 * CHECK_U_FP32};
+    /* lse = m + log(sum) carries p's relative error absolutely, as out does (att_out_tol) */
+    const check_tol out_tol = att_out_tol(T, D);
+    const double p_err = att_p_err(T, D);
     check_close(name, out, c.out, nq, out_tol);
     check_close("  lse", lse, c.lse, nl, out_tol);
     float *dq = frand(nq, 1), *dk = frand(nk, 1), *dv = frand(nk, 1); /* overwritten */
@@ -110,16 +122,6 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     free(q), free(k), free(v), free(w), free(out), free(lse), free(dq), free(dk), free(dv);
     free(dq2), free(dk2), free(dv2);
     free(c.q), free(c.k), free(c.v), free(c.w), free(c.out), free(c.lse), free(c.p);
-}
-
-/* The forward's bound on out for T keys (test_attention's derivation: one query row is the same
- * dots, softmax and mix). */
-static check_tol att_out_tol(int T, int D)
-{
-    const double gD = CHECK_LAMBDA * sqrt((double)D) * CHECK_U_FP32;
-    const double gT = CHECK_LAMBDA * sqrt((double)T) * CHECK_U_FP32;
-    const double p_err = gD * 0.5625 * sqrt((double)D) + gT + 3 * CHECK_U_FP32;
-    return (check_tol){p_err + gT, 2 * CHECK_U_FP32};
 }
 
 /* The reference's last query row of a T-token sequence (q, k, v: that sequence, B = 1), all heads. */
