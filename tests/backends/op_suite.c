@@ -469,7 +469,7 @@ static void suite_attention_decode(suite *s)
     suite_attention_decode_one(s, 130, 4, 2, 64);  /* GQA, off any block size */
     suite_attention_decode_one(s, 1000, 6, 2, 128);
     suite_attention_decode_one(s, 37, 14, 2, 96); /* 7 heads a group (Qwen2.5), D past 64 */
-    suite_attention_decode_one(s, 5, 2, 1, 24);   /* D off 16: the CPU's sgemm path */
+    suite_attention_decode_one(s, 5, 2, 1, 24);   /* D off 16: the CPU's AVX2 kernel (AVX-512 declines) */
 }
 
 /* Batched generation: rows at their own positions (0, mid, last cache slot), GQA; the cache
