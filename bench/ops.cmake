@@ -16,3 +16,7 @@ target_include_directories(bench_gemm_libs PRIVATE ${PROJECT_SOURCE_DIR}) # cpu_
 # loom's few-rows kernel against OpenBLAS's sgemm, weights in cache and from memory.
 add_executable(bench_skinny ${CMAKE_CURRENT_SOURCE_DIR}/bench_skinny.c)
 target_link_libraries(bench_skinny PRIVATE loom_cpu loom_util)
+# bench_attention [threads] [rounds] [B T H Hkv D]: causal attention forward and backward GFLOP/s
+# on the CPU backend against the same threads' sgemm rate (default: a SmolLM2-135M LoRA step's).
+add_executable(bench_attention ${CMAKE_CURRENT_SOURCE_DIR}/bench_attention.c)
+target_link_libraries(bench_attention PRIVATE loom_cpu loom_util)

@@ -1,6 +1,8 @@
 /* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise. An item is
  * one kv head of one sequence (or a run of its query blocks) with its G query heads stacked, so a
- * block of queries x G heads goes through sgemm as one product against the shared K/V.
+ * block of queries x G heads goes through one product against the shared K/V, on cpu_tile.c's
+ * kernel (single-threaded: the blocks are the parallelism). A block keeps its scores transposed
+ * (key-major), so every product reads its operands in place and the softmax runs along vectors.
  * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_skinny.h" /* cpu_skinny_isa: the CPU's widest vectors */
+#include "backends/cpu/cpu_tile.h"
 #include "backends/cpu/cpu_vec.h"    /* cpu_vec_hsum8 */
 #include "base/log.h"
 
@@ -23,9 +26,9 @@
 #endif
 
 /* Score rows per block (queries x heads of a group): 48 x T floats. Fewer queries per block as
- * G grows, so a block's sgemm keeps this height, between 4 and 64 queries. Short blocks waste
+ * G grows, so a block's products keep this height, between 4 and 64 queries. Short blocks waste
  * little on the causal diagonal: at T = 256, D = 64, G = 3, 16-query blocks ran the backward in
- * 23 ms against 27 ms for 64-query ones (one thread; 32: 23, 8: 27). */
+ * 23 ms against 27 ms for 64-query ones (one thread, on sgemm; 32: 23, 8: 27). */
 #define CPU_ATT_M 48
 #define CPU_ATT_BQ_MAX 64
 
@@ -70,6 +73,17 @@ static void cpu_att_pack(float *dst, const float *src, const cpu_att_blk *g)
         memcpy(dst + r * run, src + g->qoff + r * g->ldq, run * sizeof(float));
 }
 
+/* dst (D x M) <- the same rows transposed: dst[d M + i] = row i's element d. Written in order:
+ * the block's M source rows (M D floats) stay in L1 while they are read across. */
+static void cpu_att_pack_t(float *dst, const float *src, const cpu_att_blk *g)
+{
+    const float *x = src + g->qoff;
+    for (int d = 0; d < g->D; d++, dst += g->M)
+        for (int r = 0; r < g->rows; r++)
+            for (int gg = 0; gg < g->G; gg++)
+                dst[r * g->G + gg] = x[r * g->ldq + (size_t)gg * g->D + d];
+}
+
 /* C (M x N, ldc) = alpha op(A) op(B) + beta C with explicit leading dimensions. */
 static void cpu_att_gemm(int tA, int tB, int M, int N, int K, float alpha, const float *A,
                          size_t lda, const float *B, size_t ldb, float beta, float *C, size_t ldc)
@@ -80,7 +94,7 @@ static void cpu_att_gemm(int tA, int tB, int M, int N, int K, float alpha, const
 
 /* Row of a score block (its query sees `valid` keys): s_j <- e^(s_j - m) in place, zeros past
  * the diagonal; returns the sum (the 1/sum normalisation is applied to the output row, D wide,
- * instead of to the scores, nk wide). */
+ * instead of to the scores, nk wide). Decoding's rows. */
 CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_out)
 {
     float m = -INFINITY, sum = 0.0f;
@@ -97,35 +111,60 @@ CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_
     return sum;
 }
 
+/* A block's scores stored transposed, St[j M + i] for key j and score row i (query i0 + i / G):
+ * key j is visible to row i iff i >= (j - i0) G. Per row i, m_i = max over its keys, St <- e^(St -
+ * m_i) (0 where hidden) and sum_i = the sum over j in order; vectors run along the rows. */
+CPU_CLONES static void cpu_k_att_exp_cols(float *St, int nk, int M, int i0, int G, float *mx,
+                                          float *sum)
+{
+    for (int i = 0; i < M; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
+    for (int j = 0; j < nk; j++) {
+        const float *s = St + (size_t)j * M;
+        int first = (j - i0) * G;
+#pragma omp simd
+        for (int i = 0; i < M; i++) mx[i] = i >= first && s[i] > mx[i] ? s[i] : mx[i];
+    }
+    for (int j = 0; j < nk; j++) {
+        float *s = St + (size_t)j * M;
+        int first = (j - i0) * G;
+#pragma omp simd
+        for (int i = 0; i < M; i++) {
+            float e = i >= first ? cpu_expf(s[i] - mx[i]) : 0.0f;
+            s[i] = e;
+            sum[i] += e;
+        }
+    }
+}
+
 CPU_CLONES static void cpu_k_scaled_copy(float *o, const float *x, float a, int n)
 {
 #pragma omp simd
     for (int i = 0; i < n; i++) o[i] = a * x[i];
 }
 
-/* One query block: S = scale Q K^T, E = e^(S - m) causal, O = (E V) / rowsum(E),
- * lse = m + log rowsum(E) saved for the backward. scr holds M (nk + 2 D) floats. */
+/* One query block of M = rows G score rows against nk keys:
+ *   Sᵀ = scale K Qᵀ (nk x M), E = e^(S - m) causal, O = E V / rowsum(E),
+ *   lse = m + log rowsum(E) saved for the backward.
+ * The scores are kept transposed so that every product is cpu_tile_gemm's (A through strides, B's
+ * rows contiguous) and the softmax runs along vectors of rows. scr holds M (nk + 2 D + 2). */
 static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q, const float *k,
                               const float *v, int b, int hk, int i0, int bq, int T, int H, int Hkv,
                               int D)
 {
     cpu_att_blk g = cpu_att_block(k, v, b, hk, i0, bq, T, H, Hkv, D);
     float scale = 1.0f / sqrtf((float)D);
-    float *S = scr, *Qp = S + (size_t)g.M * g.nk, *Op = Qp + (size_t)g.M * D;
-    cpu_att_pack(Qp, q, &g);
-    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, S, (size_t)g.nk);
-    float *rs = Qp; /* Q is spent: its first M floats take the row sums' reciprocals */
-    for (int i = 0; i < g.M; i++) {
-        int r = i / g.G, h = hk * g.G + i % g.G;
-        float m, sum = cpu_k_att_exp_row(S + (size_t)i * g.nk, i0 + r + 1, g.nk, &m);
-        lse[((size_t)b * H + h) * T + i0 + r] = m + logf(sum);
-        rs[i] = 1.0f / sum;
-    }
-    cpu_att_gemm(0, 0, g.M, D, g.nk, 1.0f, S, (size_t)g.nk, g.v, g.ldk, 0.0f, Op, (size_t)D);
+    size_t M = (size_t)g.M;
+    float *St = scr, *Qt = St + M * g.nk, *Op = Qt + M * D, *mx = Op + M * D, *sum = mx + M;
+    cpu_att_pack_t(Qt, q, &g);
+    cpu_tile_gemm(g.nk, g.M, D, scale, g.k, g.ldk, 1, Qt, M, 0, St, M);
+    cpu_k_att_exp_cols(St, g.nk, g.M, i0, g.G, mx, sum);
+    cpu_tile_gemm(g.M, D, g.nk, 1.0f, St, 1, M, g.v, g.ldk, 0, Op, (size_t)D); /* A(i, j) = St[j M + i] */
     for (int r = 0; r < g.rows; r++)
         for (int gg = 0; gg < g.G; gg++) {
-            int i = r * g.G + gg;
-            cpu_k_scaled_copy(out + g.qoff + r * g.ldq + (size_t)gg * D, Op + (size_t)i * D, rs[i], D);
+            int i = r * g.G + gg, h = hk * g.G + gg;
+            lse[((size_t)b * H + h) * T + i0 + r] = mx[i] + logf(sum[i]);
+            cpu_k_scaled_copy(out + g.qoff + r * g.ldq + (size_t)gg * D, Op + (size_t)i * D,
+                              1.0f / sum[i], D);
         }
 }
 
@@ -137,7 +176,7 @@ void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, 
     int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq;
     long items = (long)B * Hkv * nq;
     size_t M = (size_t)bq * G;
-    if (cpu_scratch_reserve(st, M * ((size_t)T + 2 * (size_t)D)) != 0) return;
+    if (cpu_scratch_reserve(st, M * ((size_t)T + 2 * (size_t)D + 2)) != 0) return;
     cpu_blas_enter_parallel(); /* the parallelism is ours: blocks run concurrently */
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
     for (long it = 0; it < items; it++) {
@@ -148,17 +187,21 @@ void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, 
     }
 }
 
-/* P = exp(S - lse_i) on the causal part (0 beyond); dS = P (dP - delta_i), delta_i = dO_i . O_i */
-CPU_CLONES static void cpu_k_att_dscore(float *P, float *dP, float l, float delta, int valid,
-                                        int nk)
+/* The transposed block (St[j M + i] = s_ij, dPt likewise, row i hides key j unless
+ * i >= (j - i0) G): P = exp(S - lse_i) where visible (0 beyond), dS = P (dP - delta_i) into dPt. */
+CPU_CLONES static void cpu_k_att_dscore_cols(float *St, float *dPt, int nk, int M, int i0, int G,
+                                             const float *l, const float *delta)
 {
+    for (int j = 0; j < nk; j++) {
+        float *s = St + (size_t)j * M, *dp = dPt + (size_t)j * M;
+        int first = (j - i0) * G;
 #pragma omp simd
-    for (int j = 0; j < valid; j++) {
-        float p = cpu_expf(P[j] - l);
-        P[j] = p;
-        dP[j] = p * (dP[j] - delta);
+        for (int i = 0; i < M; i++) {
+            float p = i >= first ? cpu_expf(s[i] - l[i]) : 0.0f;
+            s[i] = p;
+            dp[i] = p * (dp[i] - delta[i]);
+        }
     }
-    for (int j = valid; j < nk; j++) P[j] = dP[j] = 0.0f;
 }
 
 CPU_CLONES static float cpu_k_dot(const float *a, const float *b, int n)
@@ -176,8 +219,14 @@ typedef struct {
     int T, H, Hkv, D, bq;
 } cpu_att_bwd_args;
 
-/* One query block of the backward (math in cpu_att_bwd_item), scr holding M (2 nk + 2 D):
- * S = scale Q K^T, P, dP = dO V^T, dS; dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO,
+/* Floats of scratch a backward block of M score rows against T keys uses (cpu_att_bwd_block). */
+static size_t cpu_att_bwd_scratch(size_t M, int T, int D)
+{
+    return M * (2 * (size_t)T + 4 * (size_t)D + 2);
+}
+
+/* One query block of the backward (math in cpu_att_bwd_item), transposed as in the forward:
+ * Sᵀ = scale K Qᵀ, P, dPᵀ = V dOᵀ, dS; dK += scale dSᵀ Q; dV += Pᵀ dO; dQ = scale dS K.
  * dk/dv: this kv head's first row, ldd apart. */
 static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0,
                               float *dk, float *dv, size_t ldd)
@@ -185,23 +234,26 @@ static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int 
     int T = a->T, H = a->H, D = a->D;
     cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D);
     float scale = 1.0f / sqrtf((float)D);
-    float *P = scr, *dP = P + (size_t)g.M * g.nk, *Qp = dP + (size_t)g.M * g.nk;
-    float *dOp = Qp + (size_t)g.M * D;
+    size_t M = (size_t)g.M, nk = (size_t)g.nk;
+    float *St = scr, *dPt = St + M * nk, *Qt = dPt + M * nk, *dOt = Qt + M * D;
+    float *Qp = dOt + M * D, *dOp = Qp + M * D, *l = dOp + M * D, *delta = l + M;
+    cpu_att_pack_t(Qt, a->q, &g);
+    cpu_att_pack_t(dOt, a->dout, &g);
     cpu_att_pack(Qp, a->q, &g);
     cpu_att_pack(dOp, a->dout, &g);
-    cpu_att_gemm(0, 1, g.M, g.nk, D, scale, Qp, D, g.k, g.ldk, 0.0f, P, (size_t)g.nk);
-    cpu_att_gemm(0, 1, g.M, g.nk, D, 1.0f, dOp, D, g.v, g.ldk, 0.0f, dP, (size_t)g.nk);
+    cpu_tile_gemm(g.nk, g.M, D, scale, g.k, g.ldk, 1, Qt, M, 0, St, M);
+    cpu_tile_gemm(g.nk, g.M, D, 1.0f, g.v, g.ldk, 1, dOt, M, 0, dPt, M);
     for (int i = 0; i < g.M; i++) {
         int r = i / g.G, h = hk * g.G + i % g.G;
         const float *O = a->out + g.qoff + r * g.ldq + (size_t)(i % g.G) * D;
-        float delta = cpu_k_dot(dOp + (size_t)i * D, O, D);
-        float l = a->lse[((size_t)b * H + h) * T + i0 + r];
-        cpu_k_att_dscore(P + (size_t)i * g.nk, dP + (size_t)i * g.nk, l, delta, i0 + r + 1, g.nk);
+        delta[i] = cpu_k_dot(dOp + (size_t)i * D, O, D);
+        l[i] = a->lse[((size_t)b * H + h) * T + i0 + r];
     }
-    cpu_att_gemm(1, 0, g.nk, D, g.M, scale, dP, (size_t)g.nk, Qp, D, 1.0f, dk, ldd);
-    cpu_att_gemm(1, 0, g.nk, D, g.M, 1.0f, P, (size_t)g.nk, dOp, D, 1.0f, dv, ldd);
+    cpu_k_att_dscore_cols(St, dPt, g.nk, g.M, i0, g.G, l, delta);
+    cpu_tile_gemm(g.nk, D, g.M, scale, dPt, M, 1, Qp, (size_t)D, 1, dk, ldd);
+    cpu_tile_gemm(g.nk, D, g.M, 1.0f, St, M, 1, dOp, (size_t)D, 1, dv, ldd);
     /* dQ lands packed in Q's place (Q is spent), then goes to its rows: each written once */
-    cpu_att_gemm(0, 0, g.M, D, g.nk, scale, dP, (size_t)g.nk, g.k, g.ldk, 0.0f, Qp, D);
+    cpu_tile_gemm(g.M, D, g.nk, scale, dPt, 1, M, g.k, g.ldk, 0, Qp, (size_t)D);
     size_t run = (size_t)g.G * D;
     for (int r = 0; r < g.rows; r++)
         memcpy(a->dq + g.qoff + r * g.ldq, Qp + r * run, run * sizeof(float));
@@ -267,7 +319,7 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
     int nseg = heads >= CPU_ATT_MIN_ITEMS ? 1 : (CPU_ATT_MIN_ITEMS + heads - 1) / heads;
     if (nseg > nq) nseg = nq;
     size_t M = (size_t)bq * G, ldk = (size_t)Hkv * D, half = (size_t)heads * nseg * T * D;
-    if (cpu_scratch_reserve(st, 2 * M * ((size_t)T + (size_t)D)) != 0) return;
+    if (cpu_scratch_reserve(st, cpu_att_bwd_scratch(M, T, D)) != 0) return;
     if (nseg > 1 && 2 * half > st->att_part_cap) {
         float *p = malloc(2 * half * sizeof(float));
         if (!p) {
