@@ -73,10 +73,51 @@ static void cpu_att_pack(float *dst, const float *src, const cpu_att_blk *g)
         memcpy(dst + r * run, src + g->qoff + r * g->ldq, run * sizeof(float));
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+/* cpu_att_pack_t for M and D multiples of 8: 8 rows x 8 columns at a time, transposed in
+ * registers (unpack, shuffle, then swap 128-bit halves), stored as 8 runs of 8. */
+__attribute__((target("avx2,fma"))) static void cpu_att_pack_t8(float *dst, const float *src,
+                                                               const cpu_att_blk *g)
+{
+    for (int i0 = 0; i0 < g->M; i0 += 8) {
+        const float *row[8];
+        for (int t = 0; t < 8; t++) {
+            int i = i0 + t;
+            row[t] = src + g->qoff + (size_t)(i / g->G) * g->ldq + (size_t)(i % g->G) * g->D;
+        }
+        for (int d = 0; d < g->D; d += 8) {
+            __m256 r[8], u[8], s[8];
+            for (int t = 0; t < 8; t++) r[t] = _mm256_loadu_ps(row[t] + d);
+            for (int t = 0; t < 8; t += 2) {
+                u[t] = _mm256_unpacklo_ps(r[t], r[t + 1]);     /* r_t0 r_t+1,0 r_t1 r_t+1,1 | ... */
+                u[t + 1] = _mm256_unpackhi_ps(r[t], r[t + 1]); /* elements 2, 3 | 6, 7 */
+            }
+            for (int t = 0; t < 8; t += 4)
+                for (int h = 0; h < 2; h++) {
+                    s[t + 2 * h] = _mm256_shuffle_ps(u[t + h], u[t + h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                    s[t + 2 * h + 1] = _mm256_shuffle_ps(u[t + h], u[t + h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                }
+            for (int c = 0; c < 4; c++) { /* s[c]: column c | c + 4 of rows 0-3; s[c + 4]: rows 4-7 */
+                _mm256_storeu_ps(dst + (size_t)(d + c) * g->M + i0,
+                                 _mm256_permute2f128_ps(s[c], s[c + 4], 0x20));
+                _mm256_storeu_ps(dst + (size_t)(d + c + 4) * g->M + i0,
+                                 _mm256_permute2f128_ps(s[c], s[c + 4], 0x31));
+            }
+        }
+    }
+}
+#endif
+
 /* dst (D x M) <- the same rows transposed: dst[d M + i] = row i's element d. Written in order:
  * the block's M source rows (M D floats) stay in L1 while they are read across. */
 static void cpu_att_pack_t(float *dst, const float *src, const cpu_att_blk *g)
 {
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (g->M % 8 == 0 && g->D % 8 == 0 && cpu_skinny_isa() >= CPU_SKINNY_AVX2) {
+        cpu_att_pack_t8(dst, src, g);
+        return;
+    }
+#endif
     const float *x = src + g->qoff;
     for (int d = 0; d < g->D; d++, dst += g->M)
         for (int r = 0; r < g->rows; r++)
