@@ -3,6 +3,7 @@
 #  1. `loom sample --batch 3` greedy gives three copies of the `--batch 1` text; sampled, its
 #     sample 0 is what `--batch 1` gives with the same seed (row r is seeded with seed + r);
 #  2. `loom eval` with eval.max_examples=5 evaluates 5 examples and shows a progress line on stderr;
+#     its counts (accuracy, tokens generated) are the same in batches of 4 as one at a time;
 #  3. `loom finetune` with finetune.eval_base=false skips the base model's evaluation.
 set -u
 loom=$1
@@ -40,6 +41,15 @@ done
 grep -q "(5 examples, [0-9]* tokens generated in [0-9.]* s)" "$w/eval.out" || { cat "$w/eval.out"; fail "eval did not cover 5 examples"; }
 grep -q "^eval base model: 5/5 examples, [0-9]* tokens, [0-9.]* tokens/s, done in" "$w/eval.err" ||
   { cat "$w/eval.err"; fail "no progress line on stderr"; }
+
+# evaluation batches its examples longest prompt first: the counts do not depend on the batching
+for b in 1 4; do
+  "$loom" eval "$job" "${common[@]}" --set finetune.method=full --set eval.max_examples=9 --set eval.batch=$b \
+    > "$w/eval$b.out" 2> "$w/eval$b.err" || { cat "$w/eval$b.err"; fail "eval batch $b"; }
+done
+counts() { sed 's/ generated in [0-9.]* s)$//' "$1"; }
+[ "$(counts "$w/eval1.out")" = "$(counts "$w/eval4.out")" ] || { cat "$w/eval1.out" "$w/eval4.out"; fail "eval.batch 4 counts differ from eval.batch 1"; }
+grep -q "(9 examples, [0-9]* tokens" "$w/eval4.out" || { cat "$w/eval4.out"; fail "eval did not cover 9 examples"; }
 
 "$loom" finetune "$job" "${common[@]}" --set finetune.eval_base=false --set eval.max_examples=4 \
   --set checkpoint.every=-1 --out "$w/ft" > "$w/ft.out" 2> "$w/ft.err" || { cat "$w/ft.err"; fail "finetune"; }
