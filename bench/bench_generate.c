@@ -4,6 +4,8 @@
  * Prints generated tokens/s the way transformers' generate is timed (prefill included), after
  * the same warm-up bench/hf_generate.py gives transformers (8-token prompts, one step).
  * PROFILE=1: the timed prefill's and steps' ops (bench_prof.h), each part on its own.
+ * PROMPT_MIN=M: prompts of mixed lengths, row r's M + (P - M) r / (B - 1) tokens (an evaluation's
+ * batch; transformers would pad every row to P).
  * PRECISION=bf16: the backend's bf16 matmuls (docs/precision.md: the prefill's products; a decode
  * step's few-row products and attention stay fp32), against transformers in bf16. */
 #include <stdio.h>
@@ -57,11 +59,14 @@ int main(int argc, char **argv)
     int *lens = malloc((size_t)B * sizeof(int));
     float *logits = malloc((size_t)B * mc.vocab * sizeof(float));
     for (int i = 0; i < B * P; i++) tok[i] = (int32_t)(rng_u64(7, (uint64_t)i) % (uint64_t)mc.vocab);
-    for (int r = 0; r < B; r++) prompts[r] = tok + (size_t)r * P, lens[r] = P;
-    int warm = P < 8 ? P : 8;
-    for (int r = 0; r < B; r++) lens[r] = warm;
+    int pmin = getenv("PROMPT_MIN") ? atoi(getenv("PROMPT_MIN")) : P, warm = P < 8 ? P : 8, sum = 0;
+    if (pmin < 1 || pmin > P) pmin = P;
+    for (int r = 0; r < B; r++) prompts[r] = tok + (size_t)r * P, lens[r] = warm;
     int rc = model_gen_prefill(g, prompts, lens, B, logits);
-    for (int r = 0; r < B; r++) next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab), lens[r] = P;
+    for (int r = 0; r < B; r++) {
+        next[r] = argmax(logits + (size_t)r * mc.vocab, mc.vocab);
+        sum += lens[r] = B > 1 ? pmin + (int)((long)(P - pmin) * r / (B - 1)) : P;
+    }
     if (rc == 0) rc = model_gen_step(g, next, logits);
     int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     if (profile) prof_threads = be->cfg.threads, prof_install(be);
@@ -79,9 +84,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_generate: %s\n", loom_error());
         return 1;
     }
-    printf("loom batch %d: %zu params, prefill %d x %d in %.2f s, %d steps in %.2f s, %.1f generated tokens/s, "
-           "context %.0f MB (%s)\n", B, m->nparams, B, P, t1 - t0, N - 1, t2 - t1, (double)B * N / (t2 - t0),
-           model_gen_bytes(g) / 1e6, be->description);
+    printf("loom batch %d: %zu params, prefill %d x %d..%d (%d tokens) in %.2f s, %d steps in %.2f s, "
+           "%.1f generated tokens/s, context %.0f MB (%s)\n", B, m->nparams, B, pmin, P, sum, t1 - t0,
+           N - 1, t2 - t1, (double)B * N / (t2 - t0), model_gen_bytes(g) / 1e6, be->description);
     model_gen_destroy(g);
     model_destroy(m);
     backend_destroy(be);

@@ -7,7 +7,9 @@
 # is installed, again with tcmalloc preloaded (PyTorch's CPU guide; the ratio is against the faster).
 # Not a test; installs nothing: without a Python
 # that has torch and transformers the reference is reported missing, with the install command.
-# BATCHES ("2 32"), THREADS (2), PROMPT (200), NEW (56), PYTHON (/work/venv/bin/python) set the run.
+# BATCHES ("2 32"), THREADS (2), PROMPT (200), NEW (56), PYTHON (/work/venv/bin/python) set the run;
+# PROMPT_MIN=M gives the rows prompts of mixed lengths, M to PROMPT tokens (an evaluation batch:
+# loom prefills them packed, transformers left-padded to PROMPT).
 # PRECISION=bf16 runs loom's bf16 matmuls (the prefill's) against transformers in bf16, the faster
 # of torch.autocast bf16 and weights cast to bf16 (each run's figures go to stderr).
 set -euo pipefail
@@ -15,6 +17,8 @@ build=${1:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench="$build/bench/bench_generate"
 threads=${THREADS:-2} prompt=${PROMPT:-200} new=${NEW:-56} batches=${BATCHES:-2 32}
+prompt_min=${PROMPT_MIN:-$prompt}
+export PROMPT_MIN=$prompt_min
 precision=${PRECISION:-fp32}
 export PRECISION=$precision
 dtypes=fp32; [ "$precision" = bf16 ] && dtypes="autocast bf16"
@@ -32,7 +36,7 @@ hf_rate() { # batch [preload] -> generated tokens/s, the faster of $dtypes
   local best=0 r d
   for d in $dtypes; do
     r=$(env ${2:+LD_PRELOAD=$2} "$py" "$root/bench/hf_generate.py" --batch "$1" --prompt "$prompt" \
-          --new "$new" --threads "$threads" --dtype "$d" | sed -n 's/^tokens_per_s //p')
+          --prompt-min "$prompt_min" --new "$new" --threads "$threads" --dtype "$d" | sed -n 's/^tokens_per_s //p')
     echo "transformers batch $1 --dtype $d${2:+ (tcmalloc)}: $r tokens/s" >&2
     best=$(awk -v a="$best" -v b="$r" 'BEGIN {print (b > a ? b : a)}')
   done
@@ -58,4 +62,4 @@ for r in "${rows[@]}"; do
   printf "%-8s %14s %22s %16s %8s\n" "$b" "$l" "$h" "$t" "$ratio"
 done
 echo "(ratio: loom over the faster transformers run)"
-echo "(SmolLM2-135M shapes, random weights, prompts $prompt + $new new tokens, greedy, $threads threads, $precision)"
+echo "(SmolLM2-135M shapes, random weights, prompts $prompt_min..$prompt + $new new tokens, greedy, $threads threads, $precision)"

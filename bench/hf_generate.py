@@ -5,7 +5,8 @@ tied embeddings, rope theta 1e5), greedy `generate` with the KV cache on BATCH p
 random tokens, exactly NEW new tokens each, on THREADS threads. One warm-up call, then the best of
 ROUNDS timed calls. --dtype autocast runs it under torch.autocast bf16 (fp32 weights, bf16
 matmuls: what loom's precision bf16 does), --dtype bf16 with the weights cast to bf16 (half the
-bytes a decode step reads). Prints one line: `tokens_per_s <generated tokens / s>`. Only a
+bytes a decode step reads). --prompt-min M gives row r M + (PROMPT - M) r / (BATCH - 1) tokens,
+left-padded with an attention mask (how transformers batches prompts of mixed lengths). Prints one line: `tokens_per_s <generated tokens / s>`. Only a
 yardstick: loom never needs Python."""
 import argparse, time
 import torch
@@ -14,6 +15,7 @@ from smol_shapes import smol_model
 p = argparse.ArgumentParser()
 p.add_argument("--batch", type=int, default=2)
 p.add_argument("--prompt", type=int, default=200)
+p.add_argument("--prompt-min", type=int, default=0)
 p.add_argument("--new", type=int, default=56)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--rounds", type=int, default=1)
@@ -24,10 +26,15 @@ if a.dtype == "bf16":
     model = model.to(torch.bfloat16)
 ids = torch.randint(0, model.config.vocab_size, (a.batch, a.prompt))
 mask = torch.ones_like(ids)
+if 0 < a.prompt_min < a.prompt and a.batch > 1:
+    for r in range(a.batch):
+        pad = a.prompt - (a.prompt_min + (a.prompt - a.prompt_min) * r // (a.batch - 1))
+        ids[r, :pad], mask[r, :pad] = 0, 0
 kw = dict(attention_mask=mask, do_sample=False, use_cache=True, pad_token_id=0)
 with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16,
                                              enabled=a.dtype == "autocast"):
-    model.generate(ids[:, :8], max_new_tokens=2, min_new_tokens=2, **kw)  # warm-up
+    model.generate(ids[:, -8:], max_new_tokens=2, min_new_tokens=2,
+                   **dict(kw, attention_mask=mask[:, -8:]))  # warm-up
     best = None
     for _ in range(a.rounds):
         t0 = time.perf_counter()

@@ -274,18 +274,6 @@ static void eval_work_free(eval_work *w)
     free(w->ex), free(w->lens), free(w->max_new), free(w->made), free(w->prompts), free(w->out);
 }
 
-/* An example to evaluate: its prompt's length and its index in the split. */
-typedef struct {
-    int len, ex;
-} eval_job;
-
-/* Longer prompts first, then the split's order. */
-static int eval_job_cmp(const void *a, const void *b)
-{
-    const eval_job *x = a, *y = b;
-    return x->len != y->len ? (x->len < y->len) - (x->len > y->len) : (x->ex > y->ex) - (x->ex < y->ex);
-}
-
 static int eval_work_plan(session *s, const sft_data *d, const int *sel, int nsel, eval_work *w)
 {
     int T = s->seq_len, W = s->comm->size, r = s->comm->rank, cnt = nsel / W + 1, longest = 0;
@@ -298,18 +286,10 @@ static int eval_work_plan(session *s, const sft_data *d, const int *sel, int nse
     w->outs = malloc((size_t)cnt * T * sizeof(int32_t));
     if (!w->ex || !w->lens || !w->max_new || !w->made || !w->prompts || !w->out || !w->outs)
         return loom_fail("eval: out of host memory");
-    eval_job *jobs = malloc((size_t)cnt * sizeof *jobs);
-    if (!jobs) return loom_fail("eval: out of host memory");
     for (int k = r; k < nsel; k += W) {
         int i = sel[k], plen = d->val.prompt_len[i];
-        if (plen < T) jobs[w->n++] = (eval_job){plen, i};
-    }
-    /* longest prompts first, so a batch's rows have similar lengths: its prefill pads every row
-     * to the batch's longest; a row's output does not depend on its batch (model_gen), and the
-     * counts summed do not depend on the order */
-    qsort(jobs, (size_t)w->n, sizeof *jobs, eval_job_cmp);
-    for (int j = 0; j < w->n; j++) {
-        int i = jobs[j].ex, plen = jobs[j].len;
+        if (plen >= T) continue;
+        int j = w->n++;
         w->ex[j] = i;
         w->lens[j] = plen;
         /* an answer longer than the longest reference answer (plus slack) is already wrong */
@@ -317,7 +297,6 @@ static int eval_work_plan(session *s, const sft_data *d, const int *sel, int nse
         w->prompts[j] = d->val.tokens + (size_t)i * T;
         w->out[j] = w->outs + (size_t)j * T;
     }
-    free(jobs);
     return 0;
 }
 

@@ -72,6 +72,8 @@ typedef struct model {
     backend *be;
     int B, T;                  /* the shape the next passes run at (model_set_shape) ... */
     int B_max, T_max;          /* ... at most the micro-batch shape the activations were sized for */
+    const int *seg;            /* host, nseg: a ragged forward's sequence lengths (model_gen's prefill: */
+    int nseg;                  /* B = 1, T = their sum, packed); 0: B rows of T */
     int recompute;
 
     int ntensors;

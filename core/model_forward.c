@@ -48,15 +48,23 @@ void model_layer_forward(model *m, int l, float *x_out)
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
     int B = m->B, T = m->T, N = B * T, C = c->d_model;
-    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H;
+    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* attention block */
     model_qkv_forward(m, l, a, a->x, N);
-    if (model_uses_rope(c)) {
-        model_rope(m, a->q, B, T, H, 0);
-        model_rope(m, a->k, B, T, Hkv, 0);
+    /* RoPE and causal attention: over B rows of T, or each sequence of a ragged forward on its own
+     * (positions from 0; every other op is row-wise, so the packed rows carry no padding) */
+    for (int s = 0, off = 0; s < (m->nseg ? m->nseg : 1); s++) {
+        int Bs = m->nseg ? 1 : B, Ts = m->nseg ? m->seg[s] : T;
+        float *q = a->q + (size_t)off * qC, *k = a->k + (size_t)off * kvC, *v = a->v + (size_t)off * kvC;
+        if (model_uses_rope(c)) {
+            model_rope(m, q, Bs, Ts, H, 0);
+            model_rope(m, k, Bs, Ts, Hkv, 0);
+        }
+        be->ops->attention_forward(be, a->att + (size_t)off * qC, a->lse + (size_t)off * H, q, k, v,
+                                   Bs, Ts, H, Hkv, D);
+        off += Bs * Ts;
     }
-    be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, B, T, H, Hkv, D);
     /* xm = x + att W_o^T + b_o: the projection accumulates onto a copy of the residual */
     be->ops->copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
     be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, qC, 0, 1, 1.0f, 1.0f);

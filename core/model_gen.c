@@ -193,15 +193,17 @@ int model_gen_live(const model_gen *g) { return g->live; }
 int model_gen_pos(const model_gen *g, int i) { return g->pos_h[i]; }
 
 /* The generation views stand in for the model's activations while one of its passes runs. */
-typedef struct gen_swap { layer_acts *acts; float *rope_freq; int B, T; } gen_swap;
+typedef struct gen_swap { layer_acts *acts; float *rope_freq; int B, T, nseg; const int *seg; } gen_swap;
 
-static gen_swap gen_enter(model_gen *g, int B, int T)
+static gen_swap gen_enter(model_gen *g, int B, int T, const int *seg, int nseg)
 {
-    gen_swap s = {g->m->acts, g->m->rope_freq, g->m->B, g->m->T};
+    gen_swap s = {g->m->acts, g->m->rope_freq, g->m->B, g->m->T, g->m->nseg, g->m->seg};
     g->m->acts = g->acts;
     g->m->rope_freq = g->rope_freq;
     g->m->B = B;
     g->m->T = T;
+    g->m->seg = seg;
+    g->m->nseg = nseg;
     return s;
 }
 
@@ -211,27 +213,35 @@ static void gen_leave(model_gen *g, gen_swap s)
     g->m->rope_freq = s.rope_freq;
     g->m->B = s.B;
     g->m->T = s.T;
+    g->m->seg = s.seg;
+    g->m->nseg = s.nseg;
 }
 
-/* Embeddings and every layer for B x T tokens already in g->tokens, through the model's own
- * layer forward (the same ops as training); with `cache`, rows [r0, r0 + B) of every layer's KV
- * cache receive the keys and values. The last residual is left in X[L % 2]. */
-static int gen_trunk(model_gen *g, int B, int T, int r0, int cache)
+/* Embeddings and every layer for the tokens already in g->tokens, through the model's own layer
+ * forward (the same ops as training): B rows of T, or with `lens` a ragged pass over B sequences
+ * packed one after another (T ignored). With `cache`, rows [r0, r0 + B) of every layer's KV cache
+ * receive the keys and values. The last residual is left in X[L % 2]. */
+static int gen_trunk(model_gen *g, int B, int T, const int *lens, int r0, int cache)
 {
     model *m = g->m;
     backend *be = m->be;
     const model_config *c = &m->cfg;
-    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head;
-    gen_swap sw = gen_enter(g, B, T);
+    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head, N = 0;
+    for (int r = 0; r < B; r++) N += lens ? lens[r] : T;
+    gen_swap sw = lens ? gen_enter(g, 1, N, lens, B) : gen_enter(g, B, T, NULL, 0);
     int rc = model_begin(m, 0, 0);
-    if (rc == 0) be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, m->p.wpe, B, T, c->d_model);
+    /* learned positions count from 0 in every sequence */
+    for (int r = 0, off = 0; rc == 0 && r < (lens ? B : 1); off += lens ? lens[r] : 0, r++)
+        be->ops->embedding_forward(be, g->X[0] + (size_t)off * c->d_model, g->tokens + off, m->p.wte,
+                                   m->p.wpe, lens ? 1 : B, lens ? lens[r] : T, c->d_model);
     for (int l = 0; rc == 0 && l < L; l++) {
         if ((rc = model_begin(m, l + 1, 0)) != 0) break;
         model_layer_forward(m, l, g->X[(l + 1) % 2]);
-        for (int r = 0; cache && r < B; r++) {
-            size_t src = (size_t)r * T * kvC, dst = (size_t)(r0 + r) * g->cap * kvC;
-            be->ops->copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, (size_t)T * kvC * sizeof(float));
-            be->ops->copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, (size_t)T * kvC * sizeof(float));
+        for (int r = 0, off = 0; cache && r < B; off += lens ? lens[r] : T, r++) {
+            size_t n = (size_t)(lens ? lens[r] : T) * kvC * sizeof(float);
+            size_t src = (size_t)off * kvC, dst = (size_t)(r0 + r) * g->cap * kvC;
+            be->ops->copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, n);
+            be->ops->copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, n);
         }
         rc = model_end(m, l + 1, 0);
     }
@@ -251,20 +261,20 @@ static void gen_head(model_gen *g, const float *x, int n)
     model_linear(m, g->logits, g->lnf, m->p.lm_head, NULL, n, C, m->cfg.vocab);
 }
 
-/* Prefill rows [r0, r0 + B) padded to T: tokens, trunk, logits of each row's last prompt token. */
+/* Prefill rows [r0, r0 + B), their prompts packed without padding (n tokens): tokens, a ragged
+ * trunk, logits of each row's last prompt token. */
 static int gen_prefill_group(model_gen *g, const int32_t *const *prompts, const int *lens, int r0,
-                             int B, int T, int32_t *host_tok, float *logits_host)
+                             int B, int n, int32_t *host_tok, float *logits_host)
 {
     model *m = g->m;
     backend *be = m->be;
     int V = m->cfg.vocab;
-    for (int r = 0; r < B; r++) {
-        memcpy(host_tok + (size_t)r * T, prompts[r0 + r], (size_t)lens[r0 + r] * sizeof(int32_t));
-        for (int t = lens[r0 + r]; t < T; t++) host_tok[(size_t)r * T + t] = 0; /* causal: never read */
-        g->idx_h[r] = r * T + lens[r0 + r] - 1;
+    for (int r = 0, off = 0; r < B; off += lens[r0 + r], r++) {
+        memcpy(host_tok + off, prompts[r0 + r], (size_t)lens[r0 + r] * sizeof(int32_t));
+        g->idx_h[r] = off + lens[r0 + r] - 1;
     }
-    be->ops->copy_h2d(be, g->tokens, host_tok, (size_t)B * T * sizeof(int32_t));
-    if (gen_trunk(g, B, T, r0, 1)) return -1;
+    be->ops->copy_h2d(be, g->tokens, host_tok, (size_t)n * sizeof(int32_t));
+    if (gen_trunk(g, B, 0, lens + r0, r0, 1)) return -1;
     /* the last prompt position of every row, gathered like an embedding lookup */
     be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)B * sizeof(int32_t));
     be->ops->embedding_forward(be, g->last, g->idx, g->X[m->cfg.n_layer % 2], NULL, 1, B, m->cfg.d_model);
@@ -283,16 +293,11 @@ int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *le
     int32_t *host_tok = malloc((size_t)g->nf * sizeof(int32_t));
     if (!host_tok) return loom_fail("generate: out of host memory");
     int rc = 0;
-    /* groups of consecutive rows whose padded width fits one forward (usually the whole batch) */
+    /* groups of consecutive rows whose tokens fit one forward (usually the whole batch) */
     for (int r0 = 0; rc == 0 && r0 < R;) {
-        int B = 0, T = 0;
-        while (r0 + B < R) {
-            int t = lens[r0 + B] > T ? lens[r0 + B] : T;
-            if ((size_t)(B + 1) * t > (size_t)g->nf) break;
-            T = t;
-            B++;
-        }
-        rc = gen_prefill_group(g, prompts, lens, r0, B, T, host_tok, logits_host);
+        int B = 0, n = 0;
+        while (r0 + B < R && n + lens[r0 + B] <= g->nf) n += lens[r0 + B++];
+        rc = gen_prefill_group(g, prompts, lens, r0, B, n, host_tok, logits_host);
         r0 += B;
     }
     free(host_tok);
@@ -304,7 +309,7 @@ int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *le
 /* LoRA on projection t of layer l for the R decode rows (model_adapt on the generation views). */
 static void gen_adapt(model_gen *g, int l, int t, float *y, const float *x, int R)
 {
-    gen_swap sw = gen_enter(g, R, 1);
+    gen_swap sw = gen_enter(g, R, 1, NULL, 0);
     model_adapt(g->m, l, t, y, x, R);
     gen_leave(g, sw);
 }
@@ -361,7 +366,7 @@ static void gen_layer_step(model_gen *g, int l, int R)
     const float *x = g->X[l % 2];
     float *x_out = g->X[(l + 1) % 2];
 
-    gen_swap sw = gen_enter(g, R, 1); /* the LoRA terms use the step's xa scratch */
+    gen_swap sw = gen_enter(g, R, 1, NULL, 0); /* the LoRA terms use the step's xa scratch */
     model_qkv_forward(m, l, a, x, R);
     gen_leave(g, sw);
     if (model_uses_rope(c)) { /* att is free until attention writes it */
@@ -375,7 +380,7 @@ static void gen_layer_step(model_gen *g, int l, int R)
     if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
     gen_adapt(g, l, LORA_O, a->xm, a->att, R);
 
-    sw = gen_enter(g, R, 1);
+    sw = gen_enter(g, R, 1, NULL, 0);
     model_mlp_forward(m, l, a, x_out, R);
     gen_leave(g, sw);
 }
@@ -445,7 +450,7 @@ int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, 
         int B = R - r0 < per ? R - r0 : per, N = B * T;
         be->ops->copy_h2d(be, g->tokens, tokens + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
         be->ops->copy_h2d(be, g->targets, targets + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
-        if (gen_trunk(g, B, T, 0, 0)) return -1;
+        if (gen_trunk(g, B, T, NULL, 0, 0)) return -1;
         const float *x = g->X[m->cfg.n_layer % 2];
         for (int n0 = 0; n0 < N; n0 += g->lc) { /* the head in chunks: logits of lc rows at a time */
             int n = N - n0 < g->lc ? N - n0 : g->lc;
