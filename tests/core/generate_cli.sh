@@ -42,7 +42,7 @@ grep -q "(5 examples, [0-9]* tokens generated in [0-9.]* s)" "$w/eval.out" || { 
 grep -q "^eval base model: 5/5 examples, [0-9]* tokens, [0-9.]* tokens/s, done in" "$w/eval.err" ||
   { cat "$w/eval.err"; fail "no progress line on stderr"; }
 
-# evaluation batches its examples longest prompt first: the counts do not depend on the batching
+# a batch of 4 prefills its prompts packed together: the counts do not depend on the batching
 for b in 1 4; do
   "$loom" eval "$job" "${common[@]}" --set finetune.method=full --set eval.max_examples=9 --set eval.batch=$b \
     > "$w/eval$b.out" 2> "$w/eval$b.err" || { cat "$w/eval$b.err"; fail "eval batch $b"; }
