@@ -62,6 +62,7 @@ typedef struct data_config {
     int skip_bad_lines;
     char chat_format[32];    /* finetune: "" = loom */
     int bucket;              /* finetune: global batches of similar lengths, each at its own length */
+    int pack;                /* finetune: micro-batches packed without padding (ragged passes) */
 } data_config;
 
 typedef struct parallel_config {

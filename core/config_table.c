@@ -135,6 +135,10 @@
       "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \
       "of 32 batches (then the batches shuffled) when that saves over 10% of the tokens " \
       "(docs/finetune-data.md). `false`: one shuffled order, every row at the longest.") \
+    X("data.pack", CFG_BOOL, data.pack, "true", ANY, \
+      "Finetune: each micro-batch's examples run packed one after another, so no padding is " \
+      "computed (RoPE, positions and attention per example; docs/finetune-data.md). `false`: rows " \
+      "padded to the batch's length.") \
     X("parallel.comm", CFG_STRING, parallel.comm, "\"auto\"", ONE_OF("auto|self|mpi|nccl"), \
       "Transport between ranks; `auto` = nccl on CUDA, mpi under mpirun, else self.") \
     X("parallel.zero_stage", CFG_INT, parallel.zero_stage, "0", RANGE(0, 3), \

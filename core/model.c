@@ -625,6 +625,26 @@ int model_set_shape(model *m, int B, int T)
         return loom_fail("model: shape %d x %d is outside the allocated %d x %d", B, T, m->B_max, m->T_max);
     m->B = B;
     m->T = T;
+    m->seg = NULL;
+    m->nseg = 0;
+    return 0;
+}
+
+int model_set_ragged(model *m, const int *lens, int n)
+{
+    long sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1 || lens[i] > m->T_max)
+            return loom_fail("model: ragged sequence %d has %d tokens, outside 1..%d", i, lens[i], m->T_max);
+        sum += lens[i];
+    }
+    if (n < 1 || sum > (long)m->B_max * m->T_max)
+        return loom_fail("model: %d ragged sequences of %ld tokens exceed the allocated %d x %d", n, sum,
+                         m->B_max, m->T_max);
+    m->B = 1;
+    m->T = (int)sum;
+    m->seg = lens;
+    m->nseg = n;
     return 0;
 }
 

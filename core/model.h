@@ -72,7 +72,7 @@ typedef struct model {
     backend *be;
     int B, T;                  /* the shape the next passes run at (model_set_shape) ... */
     int B_max, T_max;          /* ... at most the micro-batch shape the activations were sized for */
-    const int *seg;            /* host, nseg: a ragged forward's sequence lengths (model_gen's prefill: */
+    const int *seg;            /* host, nseg: a ragged pass's sequence lengths (model_set_ragged; */
     int nseg;                  /* B = 1, T = their sum, packed); 0: B rows of T */
     int recompute;
 
@@ -158,6 +158,13 @@ void model_bind_region(model *m, int region, float *params, float *grads);
  * what its rows need, not the allocated length. model_create starts at (B_max, T_max). 0, or -1 +
  * loom_fail for a shape over the allocation. */
 int model_set_shape(model *m, int B, int T);
+
+/* Run the next passes ragged: n sequences of lens[i] tokens (1..T_max each, at most B_max x T_max
+ * in all) packed one after another, so no padding is computed. Every op but RoPE, learned
+ * positions and attention is row-wise and runs on all the tokens at once (B = 1, T = their sum);
+ * those three run per sequence, positions from 0. lens must stay valid until model_set_shape
+ * ends the ragged passes. 0, or -1 + loom_fail. */
+int model_set_ragged(model *m, const int *lens, int n);
 
 /* Upload a micro-batch: tokens and targets (host, B*T int32 at the current shape; target < 0 =
  * no loss). */

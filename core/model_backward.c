@@ -51,7 +51,7 @@ static void model_layer_backward(model *m, int l)
     const layer_params *p = &m->p.layer[l];
     layer_params *g = &m->g.layer[l];
     layer_acts *a = &m->acts[l];
-    int B = m->B, T = m->T, N = B * T, C = c->d_model, F = c->d_ff;
+    int N = m->B * m->T, C = c->d_model, F = c->d_ff;
     int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* MLP block: x' = xm + act W_proj^T + b_proj */
@@ -74,11 +74,18 @@ static void model_layer_backward(model *m, int l)
     /* attention block: xm = x + att W_o^T + b_o */
     linear_backward(m, m->datt, g->o_w, g->o_b, m->dres, a->att, p->o_w, N, qC, C, 0);
     adapt_backward(m, l, LORA_O, m->datt, m->dres, a->att, N);
-    be->ops->attention_backward(be, m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse,
-                                B, T, H, Hkv, D);
-    if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
-        model_rope(m, m->dq, B, T, H, 1);
-        model_rope(m, m->dk, B, T, Hkv, 1);
+    for (int s = 0, off = 0; s < model_seq_count(m); s++) { /* per sequence, as the forward */
+        int Bs, Ts;
+        model_seq_shape(m, s, &Bs, &Ts);
+        size_t oq = (size_t)off * qC, ok = (size_t)off * kvC;
+        be->ops->attention_backward(be, m->dq + oq, m->dk + ok, m->dv + ok, m->datt + oq, a->q + oq,
+                                    a->k + ok, a->v + ok, a->att + oq, a->lse + (size_t)off * H, Bs, Ts,
+                                    H, Hkv, D);
+        if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
+            model_rope(m, m->dq + oq, Bs, Ts, H, 1);
+            model_rope(m, m->dk + ok, Bs, Ts, Hkv, 1);
+        }
+        off += Bs * Ts;
     }
     float *dq = m->dq, *dk = m->dk;
     if (c->qk_norm) { /* through the per-head norms: their backward accumulates into dqr, dkr */
@@ -128,7 +135,12 @@ int model_backward(model *m)
     }
 
     if (!c->tied_embeddings && model_begin(m, 0, 1)) return -1;
-    if (m->g.wte) /* frozen embeddings (LoRA) need no backward at all */
-        be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres, m->tokens, m->B, m->T, C, c->vocab);
+    for (int s = 0, off = 0; m->g.wte && s < model_seq_count(m); s++) { /* frozen (LoRA): none */
+        int Bs, Ts;
+        model_seq_shape(m, s, &Bs, &Ts);
+        be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres + (size_t)off * C, m->tokens + off,
+                                    Bs, Ts, C, c->vocab);
+        off += Bs * Ts;
+    }
     return model_end(m, 0, 1);
 }

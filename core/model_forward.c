@@ -47,15 +47,15 @@ void model_layer_forward(model *m, int l, float *x_out)
     const model_config *c = &m->cfg;
     const layer_params *p = &m->p.layer[l];
     layer_acts *a = &m->acts[l];
-    int B = m->B, T = m->T, N = B * T, C = c->d_model;
+    int N = m->B * m->T, C = c->d_model;
     int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
 
     /* attention block */
     model_qkv_forward(m, l, a, a->x, N);
-    /* RoPE and causal attention: over B rows of T, or each sequence of a ragged forward on its own
-     * (positions from 0; every other op is row-wise, so the packed rows carry no padding) */
-    for (int s = 0, off = 0; s < (m->nseg ? m->nseg : 1); s++) {
-        int Bs = m->nseg ? 1 : B, Ts = m->nseg ? m->seg[s] : T;
+    /* RoPE and causal attention per sequence (a ragged pass's packed rows carry no padding) */
+    for (int s = 0, off = 0; s < model_seq_count(m); s++) {
+        int Bs, Ts;
+        model_seq_shape(m, s, &Bs, &Ts);
         float *q = a->q + (size_t)off * qC, *k = a->k + (size_t)off * kvC, *v = a->v + (size_t)off * kvC;
         if (model_uses_rope(c)) {
             model_rope(m, q, Bs, Ts, H, 0);
@@ -145,15 +145,26 @@ int model_end(model *m, int region, int backward)
     return m->hooks.region_end ? m->hooks.region_end(m->hooks.ctx, region, backward) : 0;
 }
 
+void model_embed(model *m, float *x, const int32_t *tokens)
+{
+    backend *be = m->be;
+    int C = m->cfg.d_model;
+    for (int s = 0, off = 0; s < model_seq_count(m); s++) {
+        int Bs, Ts;
+        model_seq_shape(m, s, &Bs, &Ts);
+        be->ops->embedding_forward(be, x + (size_t)off * C, tokens + off, m->p.wte, m->p.wpe, Bs, Ts, C);
+        off += Bs * Ts;
+    }
+}
+
 /* Embeddings, every layer and the final norm, leaving the final normed states in m->lnf. */
 int model_trunk_forward(model *m)
 {
-    backend *be = m->be;
     const model_config *c = &m->cfg;
     int L = c->n_layer, N = m->B * m->T;
     if (!m->acts[0].x) return loom_fail("model: created without activations (MODEL_ACTS_NONE)");
     if (model_begin(m, 0, 0)) return -1;
-    be->ops->embedding_forward(be, m->acts[0].x, m->tokens, m->p.wte, m->p.wpe, m->B, m->T, c->d_model);
+    model_embed(m, m->acts[0].x, m->tokens);
     /* the embedding stays needed until backward when tied to the head */
     if (!c->tied_embeddings && model_end(m, 0, 0)) return -1;
     for (int l = 0; l < L; l++) {

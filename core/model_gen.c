@@ -230,10 +230,7 @@ static int gen_trunk(model_gen *g, int B, int T, const int *lens, int r0, int ca
     for (int r = 0; r < B; r++) N += lens ? lens[r] : T;
     gen_swap sw = lens ? gen_enter(g, 1, N, lens, B) : gen_enter(g, B, T, NULL, 0);
     int rc = model_begin(m, 0, 0);
-    /* learned positions count from 0 in every sequence */
-    for (int r = 0, off = 0; rc == 0 && r < (lens ? B : 1); off += lens ? lens[r] : 0, r++)
-        be->ops->embedding_forward(be, g->X[0] + (size_t)off * c->d_model, g->tokens + off, m->p.wte,
-                                   m->p.wpe, lens ? 1 : B, lens ? lens[r] : T, c->d_model);
+    if (rc == 0) model_embed(m, g->X[0], g->tokens);
     for (int l = 0; rc == 0 && l < L; l++) {
         if ((rc = model_begin(m, l + 1, 0)) != 0) break;
         model_layer_forward(m, l, g->X[(l + 1) % 2]);

@@ -41,6 +41,7 @@ typedef struct trainer {
     chat_template chat;        /* how sft renders its examples (fine-tuning) */
     int T;
     int32_t *tokens, *targets; /* host, micro-batch */
+    int *lens;                 /* host, micro-batch: packed examples' lengths (data.pack) */
     int accum;                 /* micro-batches per step on each rank */
     long steps_per_epoch;
     metrics *log;
@@ -98,6 +99,28 @@ static long trainer_fill_batch(trainer *t, int step, int k, int T)
     return real;
 }
 
+/* data.pack: the micro-batch's rows (right-padded to T) moved one after another without their
+ * padding, and the next passes run ragged over them. A row ends at its last real token or target;
+ * a row of nothing but padding is left out (a micro-batch of only those keeps one padding token,
+ * which carries no loss). */
+static int trainer_pack(trainer *t, int T)
+{
+    int mb = t->s->micro_batch, n = 0;
+    size_t off = 0;
+    for (int j = 0; j < mb; j++) {
+        const int32_t *tok = t->tokens + (size_t)j * T, *tg = t->targets + (size_t)j * T;
+        int len = T;
+        while (len > 0 && tok[len - 1] == t->chat.pad && tg[len - 1] < 0) len--;
+        if (len == 0) continue;
+        memmove(t->tokens + off, tok, (size_t)len * sizeof(int32_t));
+        memmove(t->targets + off, tg, (size_t)len * sizeof(int32_t));
+        t->lens[n++] = len;
+        off += (size_t)len;
+    }
+    if (n == 0) t->lens[n++] = 1;
+    return model_set_ragged(t->s->model, t->lens, n);
+}
+
 /* Loss-carrying tokens of the whole global batch of `step` (the same on every rank). */
 static double trainer_global_targets(const trainer *t, int step)
 {
@@ -122,6 +145,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     if (model_set_shape(s->model, s->micro_batch, T)) return -1;
     for (int k = 0; k < t->accum; k++) {
         stats[1] += (double)trainer_fill_batch(t, step, k, T);
+        if (t->finetune && t->cfg.data.pack && trainer_pack(t, T)) return -1;
         model_set_batch(s->model, t->tokens, t->targets);
         if (dp_begin_micro(s->dp, k == t->accum - 1)) return -1;
         if (model_forward(s->model, targets > 0 ? (float)(1.0 / targets) : 0.0f, NULL)) return -1;
@@ -192,7 +216,8 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     size_t n = (size_t)t->s->micro_batch * t->T;
     t->tokens = malloc(n * sizeof(int32_t));
     t->targets = malloc(n * sizeof(int32_t));
-    if (!t->tokens || !t->targets) return loom_fail("train: out of host memory");
+    t->lens = malloc((size_t)t->s->micro_batch * sizeof(int));
+    if (!t->tokens || !t->targets || !t->lens) return loom_fail("train: out of host memory");
     t->s->init_from_base = !finetune && opt && opt->init;
     if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
     t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
@@ -205,6 +230,7 @@ static void trainer_close(trainer *t)
     metrics_close(t->log);
     free(t->tokens);
     free(t->targets);
+    free(t->lens);
     token_data_free(&t->data);
     if (t->finetune) sft_data_free(&t->sft);
     session_close(t->s);
@@ -219,9 +245,10 @@ static int trainer_maybe_validate(trainer *t, int step, train_report *rep)
     const train_config *tc = &t->cfg.train;
     long epoch = (step - 1) / t->steps_per_epoch, n = t->steps_per_epoch * tc->batch_size;
     if (t->s->comm->rank == 0)
-        log_info("epoch %ld: padding is %.1f%% of the tokens computed in its batches (%s)", epoch + 1,
+        log_info("epoch %ld: padding is %.1f%% of its batches' rows (%s)%s", epoch + 1,
                  100.0 * sft_padding_share(&t->sft, tc->seed, (uint64_t)(epoch * n), n),
-                 t->sft.bucket ? "bucketed by length, data.bucket" : "every row at the longest");
+                 t->sft.bucket ? "bucketed by length, data.bucket" : "every row at the longest",
+                 t->cfg.data.pack ? "; packed away, none of it computed (data.pack)" : "");
     double val;
     if (evaluate_loss(t->s, &t->sft, &val)) return -1;
     metrics_val(t->log, step, val);
