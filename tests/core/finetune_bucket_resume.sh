@@ -2,7 +2,8 @@
 # finetune_bucket_resume.sh LOOM CKPT_COMPARE [MPIRUN...]: a bucketed fine-tune (data.bucket, the
 # default) on examples of varied lengths resumes exactly mid-epoch: A runs N steps straight; B saves at
 # K (mid-epoch), then every rank exits at K+1; C resumes B: A's and C's final checkpoints bitwise
-# equal, losses identical. With MPIRUN: B2 (2 ranks) resumed on 1 rank matches A within rtol 1e-4
+# equal, losses identical; D, rows padded instead of packed (data.pack=false), has A's losses
+# within rtol 1e-4 (the same sums in another order), and resuming B unpacked is allowed. With MPIRUN: B2 (2 ranks) resumed on 1 rank matches A within rtol 1e-4
 # (the same global batches at every rank count). Never writes outside its work folder.
 LOOM=$1 CMP=$2; shift 2
 MPIRUN=("$@")
@@ -36,6 +37,11 @@ same_losses A/metrics.jsonl B/metrics.jsonl 1 $K
 ft 1 C --set checkpoint.every=0 --resume B/ckpt || { tail C.log; fail "C"; }
 same_losses A/metrics.jsonl C/metrics.jsonl $((K + 1)) $N
 same_ckpt "$(latest A)" "$(latest C)"
+grep -q "packed away, none of it computed (data.pack)" A.log || { tail A.log; fail "A: not packed (want the default data.pack = true)"; }
+ft 1 D --set checkpoint.every=0 --set data.pack=false || { tail D.log; fail "D"; }
+close_losses A/metrics.jsonl D/metrics.jsonl 1 $N 1e-4
+ft 1 E --set checkpoint.every=0 --set data.pack=false --resume B/ckpt || { tail E.log; fail "E: resume unpacked"; }
+close_losses A/metrics.jsonl E/metrics.jsonl $((K + 1)) $N 1e-4
 if [ ${#MPIRUN[@]} -gt 0 ]; then
   LOOM_FAULT_ACTION=exit LOOM_FAULT_RANK=all LOOM_FAULT_STEP=$((K + 1)) ft 2 B2 --set checkpoint.every=$K
   [ "$(cat B2/ckpt/latest 2>/dev/null)" = "$(printf 'step_%08d.h5' $K)" ] || { tail B2.log; fail "B2: no save at step $K"; }
@@ -43,4 +49,4 @@ if [ ${#MPIRUN[@]} -gt 0 ]; then
   ft 1 C2 --set checkpoint.every=0 --resume B2/ckpt || { tail C2.log; fail "C2"; }
   close_losses A/metrics.jsonl C2/metrics.jsonl $((K + 1)) $N 1e-4
 fi
-echo "ok: bucketed fine-tune: $N straight == $K + crash + resume + $((N - K)), bitwise"
+echo "ok: bucketed fine-tune: $N straight == $K + crash + resume + $((N - K)), bitwise; unpacked within 1e-4"
