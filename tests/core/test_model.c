@@ -391,6 +391,28 @@ static void check_bind_regions(int llama, int lora)
  * dW's N instead of N/2 terms. Each is within 6 sqrt(K) u of its terms' magnitudes, K = N >= C;
  * the perturbation then passes through 2 (L + 1) products of the forward and backward, each adding
  * that relative error again, with the gradient tensor's largest magnitude standing in for S. */
+/* The same seeded weights in two models of one config: with LoRA a base from the plain layout,
+ * then adapters with B != 0 so they act. */
+static void same_weights(model *a, model *b, int lora)
+{
+    backend *be = b->be;
+    size_t n = b->nparams;
+    float *host = malloc((lora ? b->nbase_params : n) * sizeof(float));
+    if (lora) {
+        model *plain = model_create(&b->cfg, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
+        model_init_values(plain, 7, host);
+        model_destroy(plain);
+        model_load_base_range(a, host, 0, a->nbase_params);
+        model_load_base_range(b, host, 0, b->nbase_params);
+        for (size_t j = 0; j < n; j++) host[j] = 0.2f * rng_normal(5, j);
+    } else {
+        model_init_values(b, 7, host);
+    }
+    be->ops->copy_h2d(be, a->params, host, n * sizeof(float));
+    be->ops->copy_h2d(be, b->params, host, n * sizeof(float));
+    free(host);
+}
+
 static void check_compact_head(int llama, int lora)
 {
     backend *be = cpu();
@@ -401,19 +423,7 @@ static void check_compact_head(int llama, int lora)
     model *m = model_create(&mc, be, B, T, 1, 1, 0, lora ? &ls : NULL);
     CHECK(ref && m, "model_create: %s", loom_error());
     ref->full_head = 1;
-    float *host = malloc((lora ? m->nbase_params : m->nparams) * sizeof(float));
-    if (lora) { /* a base from the plain layout, then adapters with B != 0 */
-        model *plain = model_create(&mc, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
-        model_init_values(plain, 7, host);
-        model_destroy(plain);
-        model_load_base_range(ref, host, 0, ref->nbase_params);
-        model_load_base_range(m, host, 0, m->nbase_params);
-        for (size_t j = 0; j < m->nparams; j++) host[j] = 0.2f * rng_normal(5, j);
-    } else {
-        model_init_values(m, 7, host);
-    }
-    be->ops->copy_h2d(be, ref->params, host, m->nparams * sizeof(float));
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    same_weights(ref, m, lora);
     int32_t tok[16], tgt[16];
     make_batch(B, T, mc.vocab, tok, tgt, 21);
     for (int i = 0; i < N; i++)
@@ -448,7 +458,7 @@ static void check_compact_head(int llama, int lora)
     CHECK(tr == lr && tm == lm, "take_loss %.9g / %.9g vs %.9g / %.9g", tm, tr, lm, lr);
     printf("compact head (%s%s): %d of %d rows, loss and %zu gradients match the full head\n",
            llama ? "llama" : "gpt2", lora ? " + LoRA" : "", m->head_rows_n, N, m->nparams);
-    free(gr); free(gm); free(host);
+    free(gr); free(gm);
     model_destroy(ref);
     model_destroy(m);
     backend_destroy(be);
@@ -471,19 +481,7 @@ static void check_ragged(int family, int lora, int recompute)
     model *m = model_create(&mc, be, B, T, 1, 1, recompute, lp);
     CHECK(ref && m, "model_create: %s", loom_error());
     size_t n = m->nparams;
-    float *host = malloc((lora ? m->nbase_params : n) * sizeof(float));
-    if (lora) { /* a base from the plain layout, then adapters with B != 0 */
-        model *plain = model_create(&mc, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
-        model_init_values(plain, 7, host);
-        model_destroy(plain);
-        model_load_base_range(ref, host, 0, ref->nbase_params);
-        model_load_base_range(m, host, 0, m->nbase_params);
-        for (size_t j = 0; j < n; j++) host[j] = 0.2f * rng_normal(5, j);
-    } else {
-        model_init_values(m, 7, host);
-    }
-    be->ops->copy_h2d(be, ref->params, host, n * sizeof(float));
-    be->ops->copy_h2d(be, m->params, host, n * sizeof(float));
+    same_weights(ref, m, lora);
     int32_t tok[B * T], tgt[B * T], ptok[B * T], ptgt[B * T];
     make_batch(B, T, mc.vocab, tok, tgt, 31);
     for (int r = 0; r < B; r++)
@@ -530,7 +528,7 @@ static void check_ragged(int family, int lora, int recompute)
     CHECK(model_set_ragged(m, empty, 1) != 0 && model_set_ragged(m, lens, 0) != 0, "empty ragged passes accepted");
     printf("ragged pass (%s%s%s): %d packed tokens for %d padded, loss %.7f vs %.7f, max |grad diff| %.2e of %zu\n",
            name, lora ? " + LoRA" : "", recompute ? ", recompute" : "", N, B * T, lm, lr, worst, n);
-    free(gr); free(gm); free(want); free(host);
+    free(gr); free(gm); free(want);
     model_destroy(ref);
     model_destroy(m);
     backend_destroy(be);
