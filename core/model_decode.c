@@ -104,13 +104,15 @@ int model_decode(model *m, int32_t token, int t, float *logits_host)
 int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host)
 {
     if (n < 1 || n > m->T_max || m->recompute) return -1;
-    int B = m->B, T = m->T;
+    int B = m->B, T = m->T, nseg = m->nseg;
     m->B = 1;
     m->T = n; /* the activation buffers, sized for B x T rows, hold 1 x n rows */
+    m->nseg = 0; /* one sequence, whatever shape the next training pass runs at */
     m->be->ops->copy_h2d(m->be, m->tokens, tokens, (size_t)n * sizeof(int32_t));
     int rc = model_trunk_forward(m);
     m->B = B;
     m->T = T;
+    m->nseg = nseg;
     if (rc) return -1;
     /* the trunk normalised every row: only the head of the last one is needed */
     const model_config *c = &m->cfg;
