@@ -219,16 +219,15 @@ static void gen_leave(model_gen *g, gen_swap s)
 
 /* Embeddings and every layer for the tokens already in g->tokens, through the model's own layer
  * forward (the same ops as training): B rows of T, or with `lens` a ragged pass over B sequences
- * packed one after another (T ignored). With `cache`, rows [r0, r0 + B) of every layer's KV cache
- * receive the keys and values. The last residual is left in X[L % 2]. */
+ * packed one after another (T their sum). With `cache`, rows [r0, r0 + B) of every layer's KV
+ * cache receive the keys and values. The last residual is left in X[L % 2]. */
 static int gen_trunk(model_gen *g, int B, int T, const int *lens, int r0, int cache)
 {
     model *m = g->m;
     backend *be = m->be;
     const model_config *c = &m->cfg;
-    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head, N = 0;
-    for (int r = 0; r < B; r++) N += lens ? lens[r] : T;
-    gen_swap sw = lens ? gen_enter(g, 1, N, lens, B) : gen_enter(g, B, T, NULL, 0);
+    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head;
+    gen_swap sw = lens ? gen_enter(g, 1, T, lens, B) : gen_enter(g, B, T, NULL, 0);
     int rc = model_begin(m, 0, 0);
     if (rc == 0) model_embed(m, g->X[0], g->tokens);
     for (int l = 0; rc == 0 && l < L; l++) {
@@ -271,7 +270,7 @@ static int gen_prefill_group(model_gen *g, const int32_t *const *prompts, const 
         g->idx_h[r] = off + lens[r0 + r] - 1;
     }
     be->ops->copy_h2d(be, g->tokens, host_tok, (size_t)n * sizeof(int32_t));
-    if (gen_trunk(g, B, 0, lens + r0, r0, 1)) return -1;
+    if (gen_trunk(g, B, n, lens + r0, r0, 1)) return -1;
     /* the last prompt position of every row, gathered like an embedding lookup */
     be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)B * sizeof(int32_t));
     be->ops->embedding_forward(be, g->last, g->idx, g->X[m->cfg.n_layer % 2], NULL, 1, B, m->cfg.d_model);

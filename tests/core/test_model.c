@@ -413,6 +413,38 @@ static void same_weights(model *a, model *b, int lora)
     free(host);
 }
 
+/* One training pass (forward + backward, gradients from zero) of ref and of m, which must compute
+ * the same loss and gradients with the sums of up to `rows` positions in another order: each
+ * gradient within that bound through the layers' 2 (L + 1) hops, the loss within a d_model-term
+ * sum. Returns the largest gradient difference; the losses go to *lr, *lm. */
+static double same_pass(model *ref, model *m, int rows, const char *what, double *lr, double *lm)
+{
+    backend *be = m->be;
+    size_t n = m->nparams;
+    be->ops->fill(be, ref->grads, 0.0f, n);
+    be->ops->fill(be, m->grads, 0.0f, n);
+    CHECK(model_forward(ref, 1.0f, lr) == 0 && model_backward(ref) == 0, "%s: reference pass", what);
+    CHECK(model_forward(m, 1.0f, lm) == 0 && model_backward(m) == 0, "%s: pass", what);
+    float *gr = malloc(n * sizeof(float)), *gm = malloc(n * sizeof(float));
+    double gmax = 0, worst = 0, *want = malloc(n * sizeof(double));
+    be->ops->copy_d2h(be, gr, ref->grads, n * sizeof(float));
+    be->ops->copy_d2h(be, gm, m->grads, n * sizeof(float));
+    for (size_t j = 0; j < n; j++) {
+        want[j] = gr[j];
+        gmax = fabs(gr[j]) > gmax ? fabs(gr[j]) : gmax;
+    }
+    double hops = 2.0 * (m->cfg.n_layer + 1);
+    check_tol tg = check_tol_sum(rows, gmax, 4, CHECK_U_FP32), tl = check_tol_sum(m->cfg.d_model, fabs(*lr), 2, CHECK_U_FP32);
+    tg.atol *= hops, tg.rtol *= hops;
+    CHECK(fabs(*lm - *lr) <= tl.atol + tl.rtol * fabs(*lr), "%s loss %.9g vs reference %.9g", what, *lm, *lr);
+    char label[64];
+    snprintf(label, sizeof label, "%s gradients", what);
+    check_allclose(label, gm, want, n, tg);
+    for (size_t j = 0; j < n; j++) worst = fmax(worst, fabs(gm[j] - want[j]));
+    free(gr), free(gm), free(want);
+    return worst;
+}
+
 static void check_compact_head(int llama, int lora)
 {
     backend *be = cpu();
@@ -432,25 +464,7 @@ static void check_compact_head(int llama, int lora)
     model_set_batch(m, tok, tgt);
     CHECK(ref->head_rows_n == N && m->head_rows_n == N / 2, "head rows %d, %d", ref->head_rows_n, m->head_rows_n);
     double lr = 0, lm = 0;
-    be->ops->fill(be, ref->grads, 0.0f, ref->nparams);
-    be->ops->fill(be, m->grads, 0.0f, m->nparams);
-    CHECK(model_forward(ref, 1.0f, &lr) == 0 && model_backward(ref) == 0, "reference pass");
-    CHECK(model_forward(m, 1.0f, &lm) == 0 && model_backward(m) == 0, "compact pass");
-    float *gr = malloc(m->nparams * sizeof(float)), *gm = malloc(m->nparams * sizeof(float));
-    be->ops->copy_d2h(be, gr, ref->grads, m->nparams * sizeof(float));
-    be->ops->copy_d2h(be, gm, m->grads, m->nparams * sizeof(float));
-    double gmax = 0, *want = malloc(m->nparams * sizeof(double));
-    for (size_t j = 0; j < m->nparams; j++) {
-        want[j] = gr[j];
-        gmax = fabs(gr[j]) > gmax ? fabs(gr[j]) : gmax;
-    }
-    double hops = 2.0 * (mc.n_layer + 1);
-    check_tol tg = check_tol_sum(N, gmax, 4, CHECK_U_FP32), tl = check_tol_sum(mc.d_model, fabs(lr), 2, CHECK_U_FP32);
-    tg.atol *= hops, tg.rtol *= hops;
-    CHECK(fabs(lm - lr) <= tl.atol + tl.rtol * fabs(lr), "%s: compact head loss %.9g vs full head %.9g",
-          llama ? "llama" : "gpt2", lm, lr);
-    check_allclose("compact head gradients", gm, want, m->nparams, tg);
-    free(want);
+    same_pass(ref, m, N, "compact head", &lr, &lm);
     /* the device loss sum (model_take_loss) puts each loss back at its position: the same sum as
      * the host's for the same path, bit for bit */
     CHECK(model_forward(ref, 0.0f, NULL) == 0 && model_forward(m, 0.0f, NULL) == 0, "loss-only passes");
@@ -458,7 +472,6 @@ static void check_compact_head(int llama, int lora)
     CHECK(tr == lr && tm == lm, "take_loss %.9g / %.9g vs %.9g / %.9g", tm, tr, lm, lr);
     printf("compact head (%s%s): %d of %d rows, loss and %zu gradients match the full head\n",
            llama ? "llama" : "gpt2", lora ? " + LoRA" : "", m->head_rows_n, N, m->nparams);
-    free(gr); free(gm);
     model_destroy(ref);
     model_destroy(m);
     backend_destroy(be);
@@ -494,27 +507,9 @@ static void check_ragged(int family, int lora, int recompute)
     model_set_batch(ref, tok, tgt);
     model_set_batch(m, ptok, ptgt);
     double lr = 0, lm = 0;
-    be->ops->fill(be, ref->grads, 0.0f, n);
-    be->ops->fill(be, m->grads, 0.0f, n);
-    CHECK(model_forward(ref, 1.0f, &lr) == 0 && model_backward(ref) == 0, "padded pass");
-    CHECK(model_forward(m, 1.0f, &lm) == 0 && model_backward(m) == 0, "ragged pass");
-    float *gr = malloc(n * sizeof(float)), *gm = malloc(n * sizeof(float));
-    double gmax = 0, *want = malloc(n * sizeof(double));
-    be->ops->copy_d2h(be, gr, ref->grads, n * sizeof(float));
-    be->ops->copy_d2h(be, gm, m->grads, n * sizeof(float));
-    for (size_t j = 0; j < n; j++) {
-        want[j] = gr[j];
-        gmax = fabs(gr[j]) > gmax ? fabs(gr[j]) : gmax;
-    }
-    /* the same sums in another order (per-sequence calls, fewer rows): as check_compact_head */
-    double hops = 2.0 * (mc.n_layer + 1);
-    check_tol tg = check_tol_sum(B * T, gmax, 4, CHECK_U_FP32), tl = check_tol_sum(mc.d_model, fabs(lr), 2, CHECK_U_FP32);
-    tg.atol *= hops, tg.rtol *= hops;
+    /* the same sums in another order (per-sequence calls, fewer rows) */
+    double worst = same_pass(ref, m, B * T, "ragged", &lr, &lm);
     const char *name = family == 2 ? "qwen" : family ? "llama" : "gpt2";
-    CHECK(fabs(lm - lr) <= tl.atol + tl.rtol * fabs(lr), "%s: ragged loss %.9g vs padded %.9g", name, lm, lr);
-    check_allclose("ragged gradients", gm, want, n, tg);
-    double worst = 0;
-    for (size_t j = 0; j < n; j++) worst = fmax(worst, fabs(gm[j] - want[j]));
     /* model_set_shape ends the ragged passes: the padded batch again gives the padded loss */
     double again = 0;
     CHECK(model_set_shape(m, B, T) == 0 && m->nseg == 0, "model_set_shape after ragged");
@@ -528,7 +523,6 @@ static void check_ragged(int family, int lora, int recompute)
     CHECK(model_set_ragged(m, empty, 1) != 0 && model_set_ragged(m, lens, 0) != 0, "empty ragged passes accepted");
     printf("ragged pass (%s%s%s): %d packed tokens for %d padded, loss %.7f vs %.7f, max |grad diff| %.2e of %zu\n",
            name, lora ? " + LoRA" : "", recompute ? ", recompute" : "", N, B * T, lm, lr, worst, n);
-    free(gr); free(gm); free(want);
     model_destroy(ref);
     model_destroy(m);
     backend_destroy(be);
