@@ -6,6 +6,7 @@
  * PROFILE=1: the timed prefill's and steps' ops (bench_prof.h), each part on its own.
  * PROMPT_MIN=M: prompts of mixed lengths, row r's M + (P - M) r / (B - 1) tokens (an evaluation's
  * batch; transformers would pad every row to P).
+ * LOOM_BACKEND=NAME: another backend (bench/gpu-check.sh runs it on CUDA).
  * PRECISION=bf16: the backend's bf16 matmuls (docs/precision.md: the prefill's products; a decode
  * step's few-row products and attention stay fp32), against transformers in bf16. */
 #include <stdio.h>
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
     const char *prec = getenv("PRECISION");
     backend_config bc = {.threads = threads,
                          .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0};
-    backend *be = backend_select("cpu", &bc, NULL, 0);
+    backend *be = backend_select(getenv("LOOM_BACKEND") ? NULL : "cpu", &bc, NULL, 0);
     model *m = be ? model_create(&mc, be, 1, P + N, 1, 0, MODEL_ACTS_NONE, NULL) : NULL;
     model_gen *g = m ? model_gen_create(m, B, P + N, B * P) : NULL;
     if (!g) {

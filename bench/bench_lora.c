@@ -1,7 +1,8 @@
 /* bench_lora.c: one LoRA fine-tune step (forward, backward, AdamW on the adapters) on the CPU
  * backend, SmolLM2-135M shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152, tied, RoPE,
  * SwiGLU, RMSNorm), random base and random ids, every row full length (no padding); the loss on the
- * last FRAC of each row (where a chat example's answer sits). bench/lora.sh runs it next to PEFT. */
+ * last FRAC of each row (where a chat example's answer sits). bench/lora.sh runs it next to PEFT.
+ * LOOM_BACKEND=NAME: another backend (bench/gpu-check.sh runs it on CUDA). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,7 +88,7 @@ int main(int argc, char **argv)
     const char *prec = getenv("PRECISION");
     backend_config bc = {.threads = threads,
                          .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0};
-    backend *be = backend_select("cpu", &bc, NULL, 0);
+    backend *be = backend_select(getenv("LOOM_BACKEND") ? NULL : "cpu", &bc, NULL, 0);
     model *m = be ? model_create(&mc, be, B, T, 1, 1, MODEL_ACTS_KEEP, &ls) : NULL;
     float *mom = m ? dev_zeros(be, m->nparams) : NULL, *vel = m ? dev_zeros(be, m->nparams) : NULL;
     if (!mom || !vel) {

@@ -503,11 +503,14 @@ static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int 
                                        PF(kc, side), PF(vc, side), PI(pos, side), R, cap, H, Hkv, D);
     snprintf(name, sizeof name, "attention_decode_rows R%d cap%d H%d Hkv%d D%d out", R, cap, H, Hkv, D);
     /* one query row per head over its row's keys: the forward's bound for cap keys, on inputs
-     * that already carry the rope difference; the caches only store: exact */
+     * that already carry the rope difference; the caches only store: the v cache exactly, the k
+     * cache each side's own roped keys in the written slots (rope_rows' difference: a GPU
+     * compiler contracts x cos - y sin into an fma, the host reference may not) and exact
+     * elsewhere. A store to the wrong slot or of unroped keys differs by O(1). */
     check_tol att = attention_tol(s, cap, D, 1.0);
     att.atol += 2 * rope_tol.atol * 1.5 * sqrt((double)D) / sqrt((double)D);
     pair_check(s, name, &out, att);
-    pair_check(s, "attention_decode_rows k cache", &kc, CHECK_EXACT);
+    pair_check(s, "attention_decode_rows k cache", &kc, rope_tol);
     pair_check(s, "attention_decode_rows v cache", &vc, CHECK_EXACT);
     pair_free(s, &pos), pair_free(s, &q), pair_free(s, &kn), pair_free(s, &vn);
     pair_free(s, &kc), pair_free(s, &vc), pair_free(s, &out);
