@@ -78,24 +78,27 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss)
     } else {
         size_t n = (size_t)mb * T;
         int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
-        if (!tokens || !targets) {
-            free(tokens);
-            free(targets);
+        int *lens = malloc((size_t)mb * sizeof(int));
+        if (!tokens || !targets || !lens) {
+            free(tokens), free(targets), free(lens);
             return loom_fail("eval: out of host memory");
         }
-        int rc = 0;
+        int rc = 0, pack = s->cfg->data.pack;
+        double t0 = eval_now(), last = t0;
         for (int i = 0; rc == 0 && i < rounds; i++) {
             /* each rank's rows at their own length: forwards do not depend on each other's shape */
             int first = (i * W + r) * mb, Ti = sft_val_batch_len(d, first, mb);
             stats[1] += (double)sft_val_batch(d, first, mb, Ti, tokens, targets);
             double loss = 0.0;
             rc = model_set_shape(s->model, mb, Ti);
+            /* data.pack: as the training steps, no padding computed */
+            if (rc == 0 && pack) rc = model_set_ragged(s->model, lens, model_pack_rows(tokens, targets, mb, Ti, lens));
             if (rc == 0) model_set_batch(s->model, tokens, targets);
             if (rc == 0) rc = model_forward(s->model, 0.0f, &loss);
             stats[0] += loss;
+            eval_loss_progress(s, i + 1, rounds, t0, &last);
         }
-        free(tokens);
-        free(targets);
+        free(tokens), free(targets), free(lens);
         if (model_set_shape(s->model, mb, T) || rc) return -1;
     }
     if (comm_allreduce_host(s->comm, stats, 2)) return -1;

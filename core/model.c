@@ -648,6 +648,24 @@ int model_set_ragged(model *m, const int *lens, int n)
     return 0;
 }
 
+int model_pack_rows(int32_t *tokens, int32_t *targets, int B, int T, int *lens)
+{
+    int n = 0;
+    size_t off = 0;
+    for (int r = 0; r < B; r++) {
+        const int32_t *tg = targets + (size_t)r * T;
+        int len = T;
+        while (len > 0 && tg[len - 1] < 0) len--;
+        if (len == 0) continue;
+        memmove(tokens + off, tokens + (size_t)r * T, (size_t)len * sizeof(int32_t));
+        memmove(targets + off, tg, (size_t)len * sizeof(int32_t));
+        lens[n++] = len;
+        off += (size_t)len;
+    }
+    if (n == 0) targets[0] = -1, lens[n++] = 1;
+    return n;
+}
+
 void model_weights_bf16(model *m, int keep)
 {
     backend *be = m->be;

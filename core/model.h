@@ -166,6 +166,13 @@ int model_set_shape(model *m, int B, int T);
  * ends the ragged passes. 0, or -1 + loom_fail. */
 int model_set_ragged(model *m, const int *lens, int n);
 
+/* Pack B host rows of T (tokens, targets; target < 0 = no loss) in place for a ragged pass: each
+ * row cut after its last target (the positions after it carry no loss and, the model being
+ * causal, change nothing before them), rows without a target dropped, the rest moved together.
+ * lens[0..n) receives the lengths; returns n >= 1: an all-empty batch packs to one token with no
+ * target, so every rank still runs its passes (ZeRO-3 gathers parameters in them). */
+int model_pack_rows(int32_t *tokens, int32_t *targets, int B, int T, int *lens);
+
 /* Upload a micro-batch: tokens and targets (host, B*T int32 at the current shape; target < 0 =
  * no loss). */
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
@@ -221,8 +228,9 @@ int model_gen_drop(model_gen *g, int i);
 int model_gen_live(const model_gen *g);
 int model_gen_pos(const model_gen *g, int i); /* tokens live row i holds so far */
 /* Sum of token losses of R sequences of T tokens (host tokens/targets (R, T), target < 0 = no
- * loss) into *sum_out, forward only through the context's buffers (head in chunks). 0, or -1 +
- * loom_fail (then *sum_out is untouched). */
+ * loss) into *sum_out, forward only through the context's buffers: the rows packed
+ * (model_pack_rows) into ragged passes of at most the context's forward rows, the head only on
+ * positions with a target, in chunks. 0, or -1 + loom_fail (then *sum_out is untouched). */
 int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
                    double *sum_out);
 

@@ -431,31 +431,59 @@ int model_gen_drop(model_gen *g, int i)
     return 0;
 }
 
-int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
-                   double *sum_out)
+/* The loss of one packed group (n tokens already in g->tokens, host targets tg): the trunk, then
+ * the head and cross-entropy only on the positions with a target, lc at a time, gathered like an
+ * embedding lookup. */
+static int gen_loss_group(model_gen *g, const int *lens, int B, int n, const int32_t *tg, double *sum)
 {
     model *m = g->m;
     backend *be = m->be;
-    int V = m->cfg.vocab, C = m->cfg.d_model, per = g->nf / T;
-    if (T > g->nf || per < 1) {
+    int V = m->cfg.vocab, C = m->cfg.d_model;
+    if (gen_trunk(g, B, n, lens, 0, 0)) return -1;
+    const float *x = g->X[m->cfg.n_layer % 2];
+    for (int i = 0; i < n;) {
+        int k = 0;
+        for (; i < n && k < g->lc; i++)
+            if (tg[i] >= 0) g->idx_h[k] = i, g->pos_h[k++] = tg[i]; /* pos_h: lc ids of scratch */
+        if (k == 0) break;
+        be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)k * sizeof(int32_t));
+        be->ops->copy_h2d(be, g->targets, g->pos_h, (size_t)k * sizeof(int32_t));
+        be->ops->embedding_forward(be, g->last, g->idx, x, NULL, 1, k, C);
+        gen_head(g, g->last, k);
+        be->ops->softmax_xent(be, g->logits, g->losses, g->targets, k, V, V, 0.0f);
+        be->ops->copy_d2h(be, g->host_losses, g->losses, (size_t)k * sizeof(float));
+        for (int j = 0; j < k; j++) *sum += g->host_losses[j];
+    }
+    return 0;
+}
+
+int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
+                   double *sum_out)
+{
+    if (T > g->nf) {
         return loom_fail("generate: sequences of %d tokens exceed the %d rows of one forward", T,
                          g->nf);
     }
+    /* the rows packed (model_pack_rows) on a host copy, then cut into groups of at most nf tokens */
+    size_t N = (size_t)R * T;
+    int32_t *tok = malloc(N * sizeof(int32_t)), *tg = malloc(N * sizeof(int32_t));
+    int *lens = malloc((size_t)R * sizeof(int)), rc = tok && tg && lens ? 0 : -1;
+    if (rc) loom_fail("generate: out of host memory");
     double sum = 0.0;
-    for (int r0 = 0; r0 < R; r0 += per) {
-        int B = R - r0 < per ? R - r0 : per, N = B * T;
-        be->ops->copy_h2d(be, g->tokens, tokens + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
-        be->ops->copy_h2d(be, g->targets, targets + (size_t)r0 * T, (size_t)N * sizeof(int32_t));
-        if (gen_trunk(g, B, T, NULL, 0, 0)) return -1;
-        const float *x = g->X[m->cfg.n_layer % 2];
-        for (int n0 = 0; n0 < N; n0 += g->lc) { /* the head in chunks: logits of lc rows at a time */
-            int n = N - n0 < g->lc ? N - n0 : g->lc;
-            gen_head(g, x + (size_t)n0 * C, n);
-            be->ops->softmax_xent(be, g->logits, g->losses, g->targets + n0, n, V, V, 0.0f);
-            be->ops->copy_d2h(be, g->host_losses, g->losses, (size_t)n * sizeof(float));
-            for (int i = 0; i < n; i++) sum += g->host_losses[i];
+    if (rc == 0) {
+        memcpy(tok, tokens, N * sizeof(int32_t));
+        memcpy(tg, targets, N * sizeof(int32_t));
+        int ns = model_pack_rows(tok, tg, R, T, lens);
+        size_t off = 0;
+        for (int s0 = 0; rc == 0 && s0 < ns;) {
+            int B = 0, n = 0;
+            while (s0 + B < ns && n + lens[s0 + B] <= g->nf) n += lens[s0 + B++];
+            g->m->be->ops->copy_h2d(g->m->be, g->tokens, tok + off, (size_t)n * sizeof(int32_t));
+            rc = gen_loss_group(g, lens + s0, B, n, tg + off, &sum);
+            s0 += B, off += (size_t)n;
         }
     }
-    *sum_out = sum;
-    return 0;
+    free(tok), free(tg), free(lens);
+    if (rc == 0) *sum_out = sum;
+    return rc;
 }

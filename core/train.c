@@ -100,24 +100,10 @@ static long trainer_fill_batch(trainer *t, int step, int k, int T)
 }
 
 /* data.pack: the micro-batch's rows (right-padded to T) moved one after another without their
- * padding, and the next passes run ragged over them. A row ends at its last real token or target;
- * a row of nothing but padding is left out (a micro-batch of only those keeps one padding token,
- * which carries no loss). */
+ * padding (model_pack_rows), and the next passes run ragged over them. */
 static int trainer_pack(trainer *t, int T)
 {
-    int mb = t->s->micro_batch, n = 0;
-    size_t off = 0;
-    for (int j = 0; j < mb; j++) {
-        const int32_t *tok = t->tokens + (size_t)j * T, *tg = t->targets + (size_t)j * T;
-        int len = T;
-        while (len > 0 && tok[len - 1] == t->chat.pad && tg[len - 1] < 0) len--;
-        if (len == 0) continue;
-        memmove(t->tokens + off, tok, (size_t)len * sizeof(int32_t));
-        memmove(t->targets + off, tg, (size_t)len * sizeof(int32_t));
-        t->lens[n++] = len;
-        off += (size_t)len;
-    }
-    if (n == 0) t->lens[n++] = 1;
+    int n = model_pack_rows(t->tokens, t->targets, t->s->micro_batch, T, t->lens);
     return model_set_ragged(t->s->model, t->lens, n);
 }
 

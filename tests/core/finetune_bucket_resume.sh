@@ -3,7 +3,7 @@
 # default) on examples of varied lengths resumes exactly mid-epoch: A runs N steps straight; B saves at
 # K (mid-epoch), then every rank exits at K+1; C resumes B: A's and C's final checkpoints bitwise
 # equal, losses identical; D, rows padded instead of packed (data.pack=false), has A's losses
-# within rtol 1e-4 (the same sums in another order), and resuming B unpacked is allowed. With MPIRUN: B2 (2 ranks) resumed on 1 rank matches A within rtol 1e-4
+# and validation losses within rtol 1e-4 (the same sums in another order), and resuming B unpacked is allowed. With MPIRUN: B2 (2 ranks) resumed on 1 rank matches A within rtol 1e-4
 # (the same global batches at every rank count). Never writes outside its work folder.
 LOOM=$1 CMP=$2; shift 2
 MPIRUN=("$@")
@@ -40,6 +40,13 @@ same_ckpt "$(latest A)" "$(latest C)"
 grep -q "packed away, none of it computed (data.pack)" A.log || { tail A.log; fail "A: not packed (want the default data.pack = true)"; }
 ft 1 D --set checkpoint.every=0 --set data.pack=false || { tail D.log; fail "D"; }
 close_losses A/metrics.jsonl D/metrics.jsonl 1 $N 1e-4
+# the validation passes too: packed in A, padded in D
+vals() { sed -n 's/.*"val_loss": \([-0-9.eE+]*\).*/\1/p' "$1"; }
+va=$(vals A/metrics.jsonl) vd=$(vals D/metrics.jsonl)
+[ -n "$va" ] && [ "$(echo "$va" | wc -l)" = "$(echo "$vd" | wc -l)" ] || fail "val losses: A '$va', D '$vd'"
+paste <(echo "$va") <(echo "$vd") | awk '{d = $1 - $2; if (d < 0) d = -d; if (!(d <= 1e-4 * $1)) bad = 1} END {exit bad}' ||
+  fail "val loss packed ($(echo $va)) vs padded ($(echo $vd)) not within rtol 1e-4"
+echo "ok: val loss packed $(echo $va), padded $(echo $vd)"
 ft 1 E --set checkpoint.every=0 --set data.pack=false --resume B/ckpt || { tail E.log; fail "E: resume unpacked"; }
 close_losses A/metrics.jsonl E/metrics.jsonl $((K + 1)) $N 1e-4
 if [ ${#MPIRUN[@]} -gt 0 ]; then

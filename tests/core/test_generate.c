@@ -174,22 +174,28 @@ static void check_family(int llama, int lora)
     CHECK(full < 1e-4, "decoded logits differ from a full forward by %.3g", full);
     CHECK(model_prefill(inf, rf->tok[0], 3, rf->logits[0][0]) != 0, "an inference model ran the training forward");
 
-    /* loss through the generation buffers = model_forward's, on a (2, T) batch */
-    model *tr = model_create(&mc, be, 2, T, 1, 0, MODEL_ACTS_KEEP, lp);
+    /* loss through the generation buffers = model_forward's on the padded (3, T) batch: row 1's
+     * last third and row 2 without targets (model_gen_loss packs the rows and cuts them after
+     * their last target), one row per forward and all three in one */
+    model *tr = model_create(&mc, be, 3, T, 1, 0, MODEL_ACTS_KEEP, lp);
     load_weights(tr, plain);
-    int32_t tok[2 * T], tgt[2 * T];
-    for (int i = 0; i < 2 * T; i++) {
+    int32_t tok[3 * T], tgt[3 * T];
+    for (int i = 0; i < 3 * T; i++) {
         tok[i] = (int32_t)(rng_u64(3, (uint64_t)i) % (uint64_t)mc.vocab);
-        tgt[i] = i % 7 == 3 ? -1 : (int32_t)(rng_u64(4, (uint64_t)i) % (uint64_t)mc.vocab);
+        tgt[i] = i % 7 == 3 || (i >= T && i % T >= 2 * T / 3) ? -1 : (int32_t)(rng_u64(4, (uint64_t)i) % (uint64_t)mc.vocab);
     }
     model_set_batch(tr, tok, tgt);
-    double want = -1.0, got = -1.0;
+    double want = -1.0;
     CHECK(model_forward(tr, 0.0f, &want) == 0, "model_forward: %s", loom_error());
-    model_gen *g = model_gen_create(inf, 1, T, T); /* one sequence per forward: two passes */
-    CHECK(g && model_gen_loss(g, tok, tgt, 2, T, &got) == 0, "model_gen_loss: %s", loom_error());
-    CHECK(fabs(got - want) <= 1e-5 * fabs(want), "generation-buffer loss %.9g != model_forward %.9g", got, want);
-    printf("loss without activations %.7f, model_forward %.7f\n", got, want);
-    model_gen_destroy(g);
+    for (int fwd = T; fwd <= 3 * T; fwd += 2 * T) {
+        double got = -1.0;
+        model_gen *g = model_gen_create(inf, 1, T, fwd);
+        CHECK(g && model_gen_loss(g, tok, tgt, 3, T, &got) == 0, "model_gen_loss: %s", loom_error());
+        CHECK(fabs(got - want) <= 1e-5 * fabs(want), "generation-buffer loss (forwards of %d) %.9g != model_forward %.9g",
+              fwd, got, want);
+        printf("loss without activations, forwards of %d tokens: %.7f, model_forward %.7f\n", fwd, got, want);
+        model_gen_destroy(g);
+    }
     model_destroy(tr);
     free(rf);
     model_destroy(inf);

@@ -528,8 +528,33 @@ static void check_ragged(int family, int lora, int recompute)
     backend_destroy(be);
 }
 
+/* model_pack_rows: rows cut after their last target, target-less rows dropped, the rest moved
+ * together in order; a batch without targets keeps one target-less token. */
+static void check_pack_rows(void)
+{
+    enum { B = 4, T = 5 };
+    int32_t tok[B * T], tgt[B * T];
+    /* row 0: targets to the end; row 1: last target at 2; row 2: none; row 3: only at 0 */
+    const int last[B] = {4, 2, -1, 0};
+    for (int i = 0; i < B * T; i++) tok[i] = 100 + i, tgt[i] = i % T <= last[i / T] && i % T != 1 ? 200 + i : -1;
+    int lens[B], n = model_pack_rows(tok, tgt, B, T, lens);
+    const int want_lens[] = {5, 3, 1}, want_rows[] = {0, 1, 3};
+    CHECK(n == 3 && memcmp(lens, want_lens, sizeof want_lens) == 0, "pack: %d sequences, lens %d %d %d", n,
+          lens[0], lens[1], lens[2]);
+    for (int s = 0, off = 0; s < 3 && n == 3; off += want_lens[s++])
+        for (int t = 0; t < want_lens[s]; t++) {
+            int i = want_rows[s] * T + t;
+            CHECK(tok[off + t] == 100 + i && tgt[off + t] == (t <= last[want_rows[s]] && t != 1 ? 200 + i : -1),
+                  "pack: sequence %d position %d holds %d / %d", s, t, tok[off + t], tgt[off + t]);
+        }
+    for (int i = 0; i < B * T; i++) tgt[i] = -1;
+    n = model_pack_rows(tok, tgt, B, T, lens);
+    CHECK(n == 1 && lens[0] == 1 && tgt[0] == -1, "pack of a batch without targets: %d sequences", n);
+}
+
 int main(void)
 {
+    check_pack_rows();
     check_forward_errors();
     check_bind_regions(0, 0);
     check_bind_regions(1, 0);
