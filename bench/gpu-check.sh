@@ -10,7 +10,8 @@
 # rows. Never edits the tree; builds in <repo>/build-gpu. ARCHS (default "native") sets
 # CMAKE_CUDA_ARCHITECTURES; BUILD=DIR with PREBUILT=1 runs binaries built elsewhere (same layout:
 # DIR/launch/loom, DIR/tests/backends/cuda/test_cuda_ops, DIR/bench/bench_*), for a machine
-# without the build's -dev packages. Every run is bounded by `timeout`; logs stay in a temp folder
+# without the build's -dev packages; SKIP_BENCH=1 leaves out the timing runs (decode, LoRA,
+# gpt2-124m). Every run is bounded by `timeout`; logs stay in a temp folder
 # (LOGDIR sets it).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,47 +145,54 @@ if [ -d "$log/demo/ckpt" ]; then
   done
 fi
 
-# --- SmolLM2-135M shapes: batched decoding and a LoRA step, loom and transformers on this GPU ------
-py=${PYTHON:-python3}
-have_hf=0
-"$py" -c "import torch, transformers, peft; assert torch.cuda.is_available()" 2> /dev/null && have_hf=1
-rate() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$2" | tail -1; }
-for prec in fp32 bf16; do
-  for b in 32 128; do
-    l=$(PRECISION=$prec LOOM_BACKEND=$gbe timeout 90 "$build/bench/bench_generate" $b 200 56 2>&1 |
-        tee "$log/gen-$prec-$b" | sed -n 's/.* \([0-9.]*\) generated tokens\/s.*/\1/p')
-    h=missing
-    [ $have_hf = 0 ] || h=$(timeout 120 "$py" bench/hf_generate.py --device cuda --batch $b --rounds 2 \
-        --dtype "$([ $prec = bf16 ] && echo bf16 || echo fp32)" 2> "$log/hf-$prec-$b" | sed -n 's/^tokens_per_s //p')
-    row "decode b$b p200+56 $prec tok/s" "$([ -n "$l" ] && echo ok || echo FAIL)" \
-        "loom ${l:-failed}, transformers ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')"
+if [ "${SKIP_BENCH:-0}" != 1 ]; then # SKIP_BENCH=1: the checks alone, no timing runs
+  # --- SmolLM2-135M shapes: batched decoding and a LoRA step, loom and transformers on this GPU ------
+  py=${PYTHON:-python3}
+  have_hf=0
+  "$py" -c "import torch, transformers, peft; assert torch.cuda.is_available()" 2> /dev/null && have_hf=1
+  have_torch=0
+  "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && have_torch=1
+  rate() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$2" | tail -1; }
+  for prec in fp32 bf16; do
+    for b in 32 128; do
+      l=$(PRECISION=$prec LOOM_BACKEND=$gbe timeout 90 "$build/bench/bench_generate" $b 200 56 2>&1 |
+          tee "$log/gen-$prec-$b" | sed -n 's/.* \([0-9.]*\) generated tokens\/s.*/\1/p')
+      h=missing
+      [ $have_hf = 0 ] || h=$(timeout 120 "$py" bench/hf_generate.py --device cuda --batch $b --rounds 2 \
+          --dtype "$([ $prec = bf16 ] && echo bf16 || echo fp32)" 2> "$log/hf-$prec-$b" | sed -n 's/^tokens_per_s //p')
+      row "decode b$b p200+56 $prec tok/s" "$([ -n "$l" ] && echo ok || echo FAIL)" \
+          "loom ${l:-failed}, transformers ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')"
+    done
   done
-done
-for prec in fp32 bf16; do
-  l=$(PRECISION=$prec LOOM_BACKEND=$gbe timeout 90 "$build/bench/bench_lora" 8 256 16 6 0.25 2>&1 |
-      tee "$log/lora-$prec" | sed -n 's/.*median \([0-9.]*\) s\/step.*/\1/p')
-  h=missing
-  [ $have_hf = 0 ] || h=$(timeout 180 "$py" bench/peft_lora.py --device cuda --steps 6 \
-      $([ $prec = bf16 ] && echo --bf16) 2> "$log/peft-$prec" | sed -n 's/^s_per_step //p')
-  row "LoRA B8 T256 r16 $prec s/step" "$([ -n "$l" ] && echo ok || echo FAIL)" \
-      "loom ${l:-failed}, PEFT ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", b / a; else print "-"}')"
-done
+  for prec in fp32 bf16; do
+    l=$(PRECISION=$prec LOOM_BACKEND=$gbe timeout 90 "$build/bench/bench_lora" 8 256 16 6 0.25 2>&1 |
+        tee "$log/lora-$prec" | sed -n 's/.*median \([0-9.]*\) s\/step.*/\1/p')
+    h=missing
+    [ $have_hf = 0 ] || h=$(timeout 180 "$py" bench/peft_lora.py --device cuda --steps 6 \
+        $([ $prec = bf16 ] && echo --bf16) 2> "$log/peft-$prec" | sed -n 's/^s_per_step //p')
+    row "LoRA B8 T256 r16 $prec s/step" "$([ -n "$l" ] && echo ok || echo FAIL)" \
+        "loom ${l:-failed}, PEFT ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", b / a; else print "-"}')"
+  done
 
-# --- throughput: gpt2-124m, B=16, T=1024 ----------------------------------------------------------
-for mode in bf16 tf32; do
-  if timeout 120 "$loom" train configs/tiny-train.json --backend $gbe --set model=gpt2-124m \
-       --set train.seq_len=1024 --set train.batch_size=16 --set train.steps=20 --set train.warmup=2 \
-       --set checkpoint.every=0 --set precision=$mode --out "$log/t-$mode" > "$log/t-$mode.log" 2>&1; then
-    tps=$(awk '/^done:/ {print $7}' "$log/t-$mode.log")
-    mfu=$(awk '/^done:/ {print $11}' "$log/t-$mode.log")
-    fl=$(awk '/^model .*MFLOP\/token/ {for (i = 1; i < NF; i++) if ($(i+1) ~ /^MFLOP/) print $i}' "$log/t-$mode.log")
-    h100=$(awk -v t="$tps" -v f="$fl" -v p=$H100_BF16 'BEGIN {printf "%.1f%%", 100 * t * f * 1e6 / p}')
-    row "gpt2-124m B16 T1024 $mode" ok "$tps tok/s, MFU $mfu (own peak), $h100 of H100/H200 bf16 989 TFLOP/s"
-  else
-    tail -20 "$log/t-$mode.log"
-    row "gpt2-124m B16 T1024 $mode" FAIL "see $log/t-$mode.log"
-  fi
-done
+  # --- throughput: gpt2-124m, B=16, T=1024 ----------------------------------------------------------
+  for mode in bf16 tf32; do
+    if timeout 120 "$loom" train configs/tiny-train.json --backend $gbe --set model=gpt2-124m \
+         --set train.seq_len=1024 --set train.batch_size=16 --set train.steps=20 --set train.warmup=2 \
+         --set checkpoint.every=0 --set precision=$mode --out "$log/t-$mode" > "$log/t-$mode.log" 2>&1; then
+      tps=$(awk '/^done:/ {print $7}' "$log/t-$mode.log")
+      mfu=$(awk '/^done:/ {print $11}' "$log/t-$mode.log")
+      fl=$(awk '/^model .*MFLOP\/token/ {for (i = 1; i < NF; i++) if ($(i+1) ~ /^MFLOP/) print $i}' "$log/t-$mode.log")
+      h100=$(awk -v t="$tps" -v f="$fl" -v p=$H100_BF16 'BEGIN {printf "%.1f%%", 100 * t * f * 1e6 / p}')
+      ref=missing # PyTorch eager, the same model and step (bench/torch_ref.py), autocast bf16 or TF32
+      [ $have_torch = 0 ] || ref=$(timeout 180 "$py" bench/torch_ref.py --device cuda --batch 16 --seq 1024 \
+          --steps 10 "$([ $mode = bf16 ] && echo --bf16 || echo --tf32)" 2> "$log/torch-$mode" | sed -n 's/^tokens_per_s //p')
+      row "gpt2-124m B16 T1024 $mode" ok "$tps tok/s, MFU $mfu (own peak), $h100 of H100/H200 bf16 989 TFLOP/s; PyTorch eager ${ref:-failed} tok/s, ratio $(awk -v a="$tps" -v b="$ref" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')"
+    else
+      tail -20 "$log/t-$mode.log"
+      row "gpt2-124m B16 T1024 $mode" FAIL "see $log/t-$mode.log"
+    fi
+  done
+fi
 
 echo
 printf '%-34s %-5s %s\n' check result detail

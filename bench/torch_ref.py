@@ -5,7 +5,8 @@ step (AdamW, decay on matrices only, global-norm clipping at 1), shape and threa
 tokens. --mode eager or compile (torch.compile, inductor); attention by scaled_dot_product_attention where
 torch has it (2.x), else written out (1.13). Prints `tokens_per_s <median>` (steps after the first two;
 with compile, the first two hold the compilation) and, with --sgemm, torch's own matmul rate.
-A yardstick only: loom never needs it, and it installs nothing."""
+--device cuda runs the step on the GPU (timed to a synchronize; --tf32 lets its fp32 matmuls round
+to TF32, as loom's precision tf32). A yardstick only: loom never needs it, and it installs nothing."""
 import argparse, math, statistics, time
 import torch
 import torch.nn as nn
@@ -23,9 +24,14 @@ p.add_argument("--steps", type=int, default=6)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--mode", choices=("eager", "compile"), default="eager")
 p.add_argument("--bf16", action="store_true", help="forward and backward under torch.autocast bf16")
+p.add_argument("--device", default="cpu")
+p.add_argument("--tf32", action="store_true", help="GPU: fp32 matmuls and convolutions in TF32")
 p.add_argument("--sgemm", action="store_true",
                help="only print torch's matmul GFLOP/s: 1536^3 A B^T, and on the model's shapes as bench_cpu_step --sgemm")
 a = p.parse_args()
+cuda = a.device.startswith("cuda")
+if cuda:
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = a.tf32
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
 SDPA = hasattr(F, "scaled_dot_product_attention")
@@ -93,7 +99,7 @@ if a.sgemm:
     print("torch_sgemm_gflops %.1f shapes_gflops %.1f" % (mm_rate(1536, 1536, 1536, 0, 1, 0),
           shapes_rate(a.layers, a.width, a.batch * a.seq, a.vocab)))
     raise SystemExit(0)
-model = GPT()
+model = GPT().to(a.device)
 decay = [q for q in model.parameters() if q.dim() == 2]
 other = [q for q in model.parameters() if q.dim() < 2]
 groups = [{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}]
@@ -104,15 +110,19 @@ except (TypeError, RuntimeError):
 fwd = torch.compile(model) if a.mode == "compile" else model
 times = []
 for step in range(a.steps):
-    idx = torch.randint(0, a.vocab, (a.batch, a.seq))
-    tgt = torch.randint(0, a.vocab, (a.batch, a.seq))
+    idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    tgt = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    if cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+    with torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=a.bf16):
         loss = fwd(idx, tgt)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    if cuda:
+        torch.cuda.synchronize()
     times.append(time.perf_counter() - t0)
 skip = 2 if len(times) > 3 else 1
 print("step_s " + " ".join("%.3f" % t for t in times))
