@@ -1,7 +1,9 @@
-/* bench_prof.h: PROFILE=1 for the CPU benchmarks (bench_lora, bench_generate): every op timed
+/* bench_prof.h: PROFILE=1 for the benchmarks (bench_lora, bench_generate): every op timed
  * through a copy of the backend's op table whose entries wrap the real ones; matmuls by shape
- * (M N K tA tB, += when beta != 0) with the library its race picked. Benchmarks only, one
- * backend per process, host thread only; static functions, so each benchmark has its own table. */
+ * (M N K tA tB, += when beta != 0) with the library its race picked (CPU). On a device backend
+ * each timed op waits for the queue before and after (ops->sync), so the figures are the ops'
+ * own times without overlap. Benchmarks only, one backend per process, host thread only; static
+ * functions, so each benchmark has its own table. */
 #ifndef LOOM_BENCH_PROF_H
 #define LOOM_BENCH_PROF_H
 
@@ -22,6 +24,13 @@ typedef struct { char what[48]; double s, flops; long calls; } prof_entry;
 static prof_entry prof_row[PROF_MAX];
 static int prof_n;
 
+/* Now, once the backend's queued work is done (a no-op wait on the CPU). */
+static double prof_now(backend *be)
+{
+    if (real.sync) real.sync(be);
+    return bench_now();
+}
+
 static void prof_add(const char *what, double s, double flops)
 {
     int i = 0;
@@ -37,43 +46,43 @@ static void p_matmul(backend *be, float *C, const float *A, const float *B, int 
                      int tA, int tB, float alpha, float beta)
 {
     char w[48];
-    double t0 = bench_now();
+    double t0 = prof_now(be);
     real.matmul(be, C, A, B, M, N, K, tA, tB, alpha, beta);
-    double dt = bench_now() - t0;
+    double dt = prof_now(be) - t0;
     int lib = cpu_gemm_shape_lib(prof_threads, tA, tB, M, N, K, beta != 0.0f);
     snprintf(w, sizeof w, "matmul %dx%dx%d %c%c%s %s", M, N, K, tA ? 'T' : 'N', tB ? 'T' : 'N',
              beta != 0.0f ? " +=" : "", lib >= 0 ? cpu_gemm_lib_name(lib) : "");
     prof_add(w, dt, 2.0 * M * N * (double)K);
 }
 static void p_att_f(backend *be, float *o, float *l, const float *q, const float *k, const float *v, int B, int T, int H, int Hkv, int D)
-{ double t0 = bench_now(); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D); prof_add("attention_forward", bench_now() - t0, 2.0 * B * H * (double)T * T * D); }
+{ double t0 = prof_now(be); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D); prof_add("attention_forward", prof_now(be) - t0, 2.0 * B * H * (double)T * T * D); }
 static void p_att_b(backend *be, float *dq, float *dk, float *dv, const float *d, const float *q, const float *k, const float *v, const float *o, const float *l, int B, int T, int H, int Hkv, int D)
-{ double t0 = bench_now(); real.attention_backward(be, dq, dk, dv, d, q, k, v, o, l, B, T, H, Hkv, D); prof_add("attention_backward", bench_now() - t0, 5.0 * B * H * (double)T * T * D); }
+{ double t0 = prof_now(be); real.attention_backward(be, dq, dk, dv, d, q, k, v, o, l, B, T, H, Hkv, D); prof_add("attention_backward", prof_now(be) - t0, 5.0 * B * H * (double)T * T * D); }
 static void p_rms_f(backend *be, float *o, float *r, const float *x, const float *w, int N, int C, float eps)
-{ double t0 = bench_now(); real.rmsnorm_forward(be, o, r, x, w, N, C, eps); prof_add("rmsnorm_forward", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.rmsnorm_forward(be, o, r, x, w, N, C, eps); prof_add("rmsnorm_forward", prof_now(be) - t0, 0); }
 static void p_rms_b(backend *be, float *dx, float *dw, const float *dy, const float *x, const float *w, const float *r, int N, int C)
-{ double t0 = bench_now(); real.rmsnorm_backward(be, dx, dw, dy, x, w, r, N, C); prof_add("rmsnorm_backward", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.rmsnorm_backward(be, dx, dw, dy, x, w, r, N, C); prof_add("rmsnorm_backward", prof_now(be) - t0, 0); }
 static void p_sw_f(backend *be, float *o, const float *g, const float *u, size_t n)
-{ double t0 = bench_now(); real.swiglu_forward(be, o, g, u, n); prof_add("swiglu_forward", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.swiglu_forward(be, o, g, u, n); prof_add("swiglu_forward", prof_now(be) - t0, 0); }
 static void p_sw_b(backend *be, float *dg, float *du, const float *d, const float *g, const float *u, size_t n)
-{ double t0 = bench_now(); real.swiglu_backward(be, dg, du, d, g, u, n); prof_add("swiglu_backward", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.swiglu_backward(be, dg, du, d, g, u, n); prof_add("swiglu_backward", prof_now(be) - t0, 0); }
 static void p_rope(backend *be, float *x, int B, int T, int H, int D, float th, int inv)
-{ double t0 = bench_now(); real.rope(be, x, B, T, H, D, th, inv); prof_add("rope", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.rope(be, x, B, T, H, D, th, inv); prof_add("rope", prof_now(be) - t0, 0); }
 static void p_fill(backend *be, float *x, float v, size_t n)
-{ double t0 = bench_now(); real.fill(be, x, v, n); prof_add("fill", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.fill(be, x, v, n); prof_add("fill", prof_now(be) - t0, 0); }
 static void p_copy(backend *be, void *d, const void *s, size_t n)
-{ double t0 = bench_now(); real.copy_d2d(be, d, s, n); prof_add("copy_d2d", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.copy_d2d(be, d, s, n); prof_add("copy_d2d", prof_now(be) - t0, 0); }
 static void p_xent(backend *be, float *lg, float *ls, const int32_t *t, int N, int V, int Vr, float g)
-{ double t0 = bench_now(); real.softmax_xent(be, lg, ls, t, N, V, Vr, g); prof_add("softmax_xent", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.softmax_xent(be, lg, ls, t, N, V, Vr, g); prof_add("softmax_xent", prof_now(be) - t0, 0); }
 static void p_emb_f(backend *be, float *o, const int32_t *t, const float *w, const float *p, int B, int T, int C)
-{ double t0 = bench_now(); real.embedding_forward(be, o, t, w, p, B, T, C); prof_add("embedding_forward (gathers)", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.embedding_forward(be, o, t, w, p, B, T, C); prof_add("embedding_forward (gathers)", prof_now(be) - t0, 0); }
 static void p_emb_b(backend *be, float *dw, float *dp, const float *d, const int32_t *t, int B, int T, int C, int V)
-{ double t0 = bench_now(); real.embedding_backward(be, dw, dp, d, t, B, T, C, V); prof_add("embedding_backward (scatters)", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.embedding_backward(be, dw, dp, d, t, B, T, C, V); prof_add("embedding_backward (scatters)", prof_now(be) - t0, 0); }
 
 static void p_att_rows(backend *be, float *o, const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos, int R, int cap, int H, int Hkv, int D)
-{ double t0 = bench_now(); real.attention_decode_rows(be, o, q, k, v, kc, vc, pos, R, cap, H, Hkv, D); prof_add("attention_decode_rows", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.attention_decode_rows(be, o, q, k, v, kc, vc, pos, R, cap, H, Hkv, D); prof_add("attention_decode_rows", prof_now(be) - t0, 0); }
 static void p_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float th)
-{ double t0 = bench_now(); real.rope_rows(be, x, pos, R, H, D, th); prof_add("rope_rows", bench_now() - t0, 0); }
+{ double t0 = prof_now(be); real.rope_rows(be, x, pos, R, H, D, th); prof_add("rope_rows", prof_now(be) - t0, 0); }
 
 static void prof_install(backend *be)
 {
