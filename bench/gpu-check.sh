@@ -74,6 +74,7 @@ worst() { # run_a run_b -> "<worst relative loss difference> <steps compared>"
     awk 'function a(x) {return x < 0 ? -x : x} NF == 2 {d = a($1 - $2) / a($1); if (d > w) w = d; n++}
          END {printf "%.2e %d", w, n}'
 }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-"}'; } # a / b, "-" if either is missing
 timeout 120 "$loom" train configs/tiny-train.json --backend cpu "${small[@]}" --out "$log/p-cpu" > "$log/p-cpu.log" 2>&1
 for mode in fp32 tf32; do
   tol=$([ $mode = fp32 ] && echo 1e-3 || echo 2e-2) # relative; TF32 rounds inputs to 2^-11
@@ -152,7 +153,6 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then # SKIP_BENCH=1: the checks alone, no timing
   "$py" -c "import torch, transformers, peft; assert torch.cuda.is_available()" 2> /dev/null && have_hf=1
   have_torch=0
   "$py" -c "import torch; assert torch.cuda.is_available()" 2> /dev/null && have_torch=1
-  rate() { sed -n "s/.* \([0-9.]*\) $1.*/\1/p" "$2" | tail -1; }
   for prec in fp32 bf16; do
     for b in 32 128; do
       l=$(PRECISION=$prec LOOM_BACKEND=$gbe timeout 90 "$build/bench/bench_generate" $b 200 56 2>&1 |
@@ -161,7 +161,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then # SKIP_BENCH=1: the checks alone, no timing
       [ $have_hf = 0 ] || h=$(timeout 120 "$py" bench/hf_generate.py --device cuda --batch $b --rounds 2 \
           --dtype "$([ $prec = bf16 ] && echo bf16 || echo fp32)" 2> "$log/hf-$prec-$b" | sed -n 's/^tokens_per_s //p')
       row "decode b$b p200+56 $prec tok/s" "$([ -n "$l" ] && echo ok || echo FAIL)" \
-          "loom ${l:-failed}, transformers ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')"
+          "loom ${l:-failed}, transformers ${h:-failed}, ratio $(ratio "$l" "$h")"
     done
   done
   for prec in fp32 bf16; do
@@ -171,7 +171,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then # SKIP_BENCH=1: the checks alone, no timing
     [ $have_hf = 0 ] || h=$(timeout 180 "$py" bench/peft_lora.py --device cuda --steps 6 \
         $([ $prec = bf16 ] && echo --bf16) 2> "$log/peft-$prec" | sed -n 's/^s_per_step //p')
     row "LoRA B8 T256 r16 $prec s/step" "$([ -n "$l" ] && echo ok || echo FAIL)" \
-        "loom ${l:-failed}, PEFT ${h:-failed}, ratio $(awk -v a="$l" -v b="$h" 'BEGIN {if (a > 0 && b > 0) printf "%.2fx", b / a; else print "-"}')"
+        "loom ${l:-failed}, PEFT ${h:-failed}, ratio $(ratio "$h" "$l")"
   done
 
   # --- throughput: gpt2-124m, B=16, T=1024 ----------------------------------------------------------
@@ -186,7 +186,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then # SKIP_BENCH=1: the checks alone, no timing
       ref=missing # PyTorch eager, the same model and step (bench/torch_ref.py), autocast bf16 or TF32
       [ $have_torch = 0 ] || ref=$(timeout 180 "$py" bench/torch_ref.py --device cuda --batch 16 --seq 1024 \
           --steps 10 "$([ $mode = bf16 ] && echo --bf16 || echo --tf32)" 2> "$log/torch-$mode" | sed -n 's/^tokens_per_s //p')
-      row "gpt2-124m B16 T1024 $mode" ok "$tps tok/s, MFU $mfu (own peak), $h100 of H100/H200 bf16 989 TFLOP/s; PyTorch eager ${ref:-failed} tok/s, ratio $(awk -v a="$tps" -v b="$ref" 'BEGIN {if (b > 0) printf "%.2fx", a / b; else print "-"}')"
+      row "gpt2-124m B16 T1024 $mode" ok "$tps tok/s, MFU $mfu (own peak), $h100 of H100/H200 bf16 989 TFLOP/s; PyTorch eager ${ref:-failed} tok/s, ratio $(ratio "$tps" "$ref")"
     else
       tail -20 "$log/t-$mode.log"
       row "gpt2-124m B16 T1024 $mode" FAIL "see $log/t-$mode.log"

@@ -431,14 +431,16 @@ int model_gen_drop(model_gen *g, int i)
     return 0;
 }
 
-/* The loss of one packed group (n tokens already in g->tokens, host targets tg): the trunk, then
- * the head and cross-entropy only on the positions with a target, lc at a time, gathered like an
+/* The loss of one packed group (B sequences, n host tokens and targets): the trunk, then the
+ * head and cross-entropy only on the positions with a target, lc at a time, gathered like an
  * embedding lookup. */
-static int gen_loss_group(model_gen *g, const int *lens, int B, int n, const int32_t *tg, double *sum)
+static int gen_loss_group(model_gen *g, const int *lens, int B, int n, const int32_t *tok,
+                          const int32_t *tg, double *sum)
 {
     model *m = g->m;
     backend *be = m->be;
     int V = m->cfg.vocab, C = m->cfg.d_model;
+    be->ops->copy_h2d(be, g->tokens, tok, (size_t)n * sizeof(int32_t));
     if (gen_trunk(g, B, n, lens, 0, 0)) return -1;
     const float *x = g->X[m->cfg.n_layer % 2];
     for (int i = 0; i < n;) {
@@ -478,8 +480,7 @@ int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, 
         for (int s0 = 0; rc == 0 && s0 < ns;) {
             int B = 0, n = 0;
             while (s0 + B < ns && n + lens[s0 + B] <= g->nf) n += lens[s0 + B++];
-            g->m->be->ops->copy_h2d(g->m->be, g->tokens, tok + off, (size_t)n * sizeof(int32_t));
-            rc = gen_loss_group(g, lens + s0, B, n, tg + off, &sum);
+            rc = gen_loss_group(g, lens + s0, B, n, tok + off, tg + off, &sum);
             s0 += B, off += (size_t)n;
         }
     }
