@@ -2,6 +2,8 @@
  * backend, SmolLM2-135M shapes (d 576, 30 layers, 9/3 heads, d_ff 1536, vocab 49152, tied, RoPE,
  * SwiGLU, RMSNorm), random base and random ids, every row full length (no padding); the loss on the
  * last FRAC of each row (where a chat example's answer sits). bench/lora.sh runs it next to PEFT.
+ * RANK 0: a full training step (AdamW on every weight); MODEL: `tiny` (a 2-layer stand-in), `smol`
+ * (the default) or a preset's name (gpt2-124m: where a GPU training step's time goes, PROFILE=1).
  * LOOM_BACKEND=NAME: another backend (bench/gpu-check.sh runs it on CUDA). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,13 @@ static float *dev_zeros(backend *be, size_t n)
 static void bench_lora_weights(model *m, const model_config *mc)
 {
     backend *be = m->be;
+    if (m->lora.rank == 0) { /* a full model: its own seeded init */
+        float *w = malloc(m->nparams * sizeof(float));
+        model_init_values(m, 1, w);
+        be->ops->copy_h2d(be, m->params, w, m->nparams * sizeof(float));
+        free(w);
+        return;
+    }
     float *host = malloc(m->nbase_params * sizeof(float));
     /* the base: the same seeded init a full model of these shapes gets (values do not change the cost) */
     model *full = model_create(mc, be, 1, 1, 0, 0, MODEL_ACTS_NONE, NULL);
@@ -75,21 +84,31 @@ static void bench_lora_weights(model *m, const model_config *mc)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: bench_lora B T RANK STEPS LOSS_FRAC [THREADS] [tiny]\n");
+        fprintf(stderr, "usage: bench_lora B T RANK STEPS LOSS_FRAC [THREADS] [tiny|smol|PRESET]\n");
         return 2;
     }
     backend_prepare_process(argv);
     int B = atoi(argv[1]), T = atoi(argv[2]), r = atoi(argv[3]), steps = atoi(argv[4]);
     double frac = atof(argv[5]);
-    int threads = argc > 6 ? atoi(argv[6]) : 0, tiny = argc > 7 && strcmp(argv[7], "tiny") == 0;
-    model_config mc = bench_smol_config(tiny, T);
+    int threads = argc > 6 ? atoi(argv[6]) : 0;
+    const char *shape = argc > 7 ? argv[7] : "smol";
+    model_config mc = bench_smol_config(strcmp(shape, "tiny") == 0, T);
+    if (strcmp(shape, "tiny") && strcmp(shape, "smol")) {
+        if (config_apply_preset(&mc, shape) != 0) {
+            fprintf(stderr, "bench_lora: %s\n", loom_error());
+            return 2;
+        }
+        mc.max_seq = T;
+    }
     lora_spec ls = {.rank = r, .alpha = 2.0f * r, .targets = 0xF}; /* q, k, v, o */
-    /* PRECISION=bf16: bf16 matmuls (docs/precision.md), against PEFT under torch.autocast */
+    /* PRECISION=bf16: bf16 matmuls (docs/precision.md), against PEFT under torch.autocast;
+     * PRECISION=tf32: TF32 tensor-core matmuls (CUDA) */
     const char *prec = getenv("PRECISION");
     backend_config bc = {.threads = threads,
-                         .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0};
+                         .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0,
+                         .allow_tf32 = prec && strcmp(prec, "tf32") == 0}; /* as core/session.c */
     backend *be = backend_select(getenv("LOOM_BACKEND") ? NULL : "cpu", &bc, NULL, 0);
-    model *m = be ? model_create(&mc, be, B, T, 1, 1, MODEL_ACTS_KEEP, &ls) : NULL;
+    model *m = be ? model_create(&mc, be, B, T, 1, 1, MODEL_ACTS_KEEP, r > 0 ? &ls : NULL) : NULL;
     float *mom = m ? dev_zeros(be, m->nparams) : NULL, *vel = m ? dev_zeros(be, m->nparams) : NULL;
     if (!mom || !vel) {
         fprintf(stderr, "bench_lora: %s\n", loom_error());

@@ -83,6 +83,26 @@ static void p_att_rows(backend *be, float *o, const float *q, const float *k, co
 { double t0 = prof_now(be); real.attention_decode_rows(be, o, q, k, v, kc, vc, pos, R, cap, H, Hkv, D); prof_add("attention_decode_rows", prof_now(be) - t0, 0); }
 static void p_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float th)
 { double t0 = prof_now(be); real.rope_rows(be, x, pos, R, H, D, th); prof_add("rope_rows", prof_now(be) - t0, 0); }
+static void p_add(backend *be, float *o, const float *a, const float *b, size_t n)
+{ double t0 = prof_now(be); real.add(be, o, a, b, n); prof_add("add", prof_now(be) - t0, 0); }
+static void p_axpy(backend *be, float *y, float al, const float *x, size_t n)
+{ double t0 = prof_now(be); real.axpy(be, y, al, x, n); prof_add("axpy", prof_now(be) - t0, 0); }
+static void p_bias_f(backend *be, float *o, const float *b, int N, int C)
+{ double t0 = prof_now(be); real.bias_add(be, o, b, N, C); prof_add("bias_add", prof_now(be) - t0, 0); }
+static void p_bias_b(backend *be, float *db, const float *d, int N, int C)
+{ double t0 = prof_now(be); real.bias_backward(be, db, d, N, C); prof_add("bias_backward", prof_now(be) - t0, 0); }
+static void p_ln_f(backend *be, float *o, float *mu, float *rs, const float *x, const float *w, const float *b, int N, int C, float eps)
+{ double t0 = prof_now(be); real.layernorm_forward(be, o, mu, rs, x, w, b, N, C, eps); prof_add("layernorm_forward", prof_now(be) - t0, 0); }
+static void p_ln_b(backend *be, float *dx, float *dw, float *db, const float *d, const float *x, const float *w, const float *mu, const float *rs, int N, int C)
+{ double t0 = prof_now(be); real.layernorm_backward(be, dx, dw, db, d, x, w, mu, rs, N, C); prof_add("layernorm_backward", prof_now(be) - t0, 0); }
+static void p_gelu_f(backend *be, float *o, const float *x, size_t n)
+{ double t0 = prof_now(be); real.gelu_forward(be, o, x, n); prof_add("gelu_forward", prof_now(be) - t0, 0); }
+static void p_gelu_b(backend *be, float *dx, const float *x, const float *d, size_t n)
+{ double t0 = prof_now(be); real.gelu_backward(be, dx, x, d, n); prof_add("gelu_backward", prof_now(be) - t0, 0); }
+static void p_adamw(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps, float wd, int t, float gs)
+{ double t0 = prof_now(be); real.adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs); prof_add("adamw", prof_now(be) - t0, 0); }
+static void p_wbf16(backend *be, const float *w, size_t n)
+{ double t0 = prof_now(be); real.weights_bf16(be, w, n); prof_add("weights_bf16", prof_now(be) - t0, 0); }
 
 static void prof_install(backend *be)
 {
@@ -93,6 +113,10 @@ static void prof_install(backend *be)
     prof.softmax_xent = p_xent; prof.embedding_forward = p_emb_f; prof.embedding_backward = p_emb_b;
     if (real.attention_decode_rows) prof.attention_decode_rows = p_att_rows;
     if (real.rope_rows) prof.rope_rows = p_rope_rows;
+    prof.add = p_add; prof.axpy = p_axpy; prof.bias_add = p_bias_f; prof.bias_backward = p_bias_b;
+    prof.layernorm_forward = p_ln_f; prof.layernorm_backward = p_ln_b; prof.gelu_forward = p_gelu_f;
+    prof.gelu_backward = p_gelu_b; prof.adamw = p_adamw;
+    if (real.weights_bf16) prof.weights_bf16 = p_wbf16;
     be->ops = &prof;
 }
 

@@ -6,7 +6,7 @@ tokens. --mode eager or compile (torch.compile, inductor); attention by scaled_d
 torch has it (2.x), else written out (1.13). Prints `tokens_per_s <median>` (steps after the first two;
 with compile, the first two hold the compilation) and, with --sgemm, torch's own matmul rate.
 --device cuda runs the step on the GPU (timed to a synchronize; --tf32 lets its fp32 matmuls round
-to TF32, as loom's precision tf32). A yardstick only: loom never needs it, and it installs nothing."""
+to TF32, as loom's precision tf32); --profile: the last step's kernels by time, on stderr. A yardstick only: loom never needs it, and it installs nothing."""
 import argparse, math, statistics, time
 import torch
 import torch.nn as nn
@@ -26,6 +26,8 @@ p.add_argument("--mode", choices=("eager", "compile"), default="eager")
 p.add_argument("--bf16", action="store_true", help="forward and backward under torch.autocast bf16")
 p.add_argument("--device", default="cpu")
 p.add_argument("--tf32", action="store_true", help="GPU: fp32 matmuls and convolutions in TF32")
+p.add_argument("--profile", action="store_true",
+               help="time the last step's kernels with torch.profiler, a table on stderr (where its time goes)")
 p.add_argument("--sgemm", action="store_true",
                help="only print torch's matmul GFLOP/s: 1536^3 A B^T, and on the model's shapes as bench_cpu_step --sgemm")
 a = p.parse_args()
@@ -109,7 +111,12 @@ except (TypeError, RuntimeError):
     opt = torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.95))
 fwd = torch.compile(model) if a.mode == "compile" else model
 times = []
+prof = None
 for step in range(a.steps):
+    if a.profile and step == a.steps - 1:
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        prof = torch.profiler.profile(activities=acts)
+        prof.__enter__()
     idx = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
     tgt = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
     if cuda:
@@ -124,6 +131,11 @@ for step in range(a.steps):
     if cuda:
         torch.cuda.synchronize()
     times.append(time.perf_counter() - t0)
+if prof:
+    import sys
+    prof.__exit__(None, None, None)
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=key, row_limit=30), file=sys.stderr)
 skip = 2 if len(times) > 3 else 1
 print("step_s " + " ".join("%.3f" % t for t in times))
 print("tokens_per_s %.1f" % (a.batch * a.seq / statistics.median(times[skip:])))
