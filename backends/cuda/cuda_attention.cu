@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include <cuda_bf16.h>
+
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_reduce.cuh"
 
@@ -144,17 +146,25 @@ static __device__ __forceinline__ float att_tf32(float x)
     return __uint_as_float(u);
 }
 
+/* How the delta kernel rounds dO: as the tensor cores of the path that computes dp_ij do. */
+enum { ATT_ROUND_NONE = 0, ATT_ROUND_TF32 = 1, ATT_ROUND_BF16 = 2 };
+
 /* delta[b,h,t] = dO[b,t,h,:] . O[b,t,h,:]  (= sum_j p_ij dp_ij, used by both backward kernels).
- * One warp per (b, t, h) row. tf32: dO is rounded as the tensor cores round it for dp_ij, so
- * that sum_j ds_ij = 0 holds to fp32 rounding (at T = 1, dq = dk = 0 up to fp32 noise). */
+ * One warp per (b, t, h) row. dO is rounded as the tensor cores round it for dp_ij (TF32 or
+ * bf16), so that sum_j ds_ij = 0 holds to fp32 rounding (at T = 1, dq = dk = 0 up to fp32 noise). */
 __global__ void att_delta_kernel(float *delta, const float *dout, const float *out, int rows,
-                                 int T, int H, int D, int tf32)
+                                 int T, int H, int D, int round)
 {
     const int r = blockIdx.x * (ATT_THREADS / 32) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (r >= rows) return;
     const float *a = dout + (size_t)r * D, *o = out + (size_t)r * D;
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32) s += (tf32 ? att_tf32(a[d]) : a[d]) * o[d];
+    for (int d = lane; d < D; d += 32) {
+        const float x = round == ATT_ROUND_TF32   ? att_tf32(a[d])
+                        : round == ATT_ROUND_BF16 ? __bfloat162float(__float2bfloat16_rn(a[d]))
+                                                  : a[d];
+        s += x * o[d];
+    }
     s = cuda_warp_sum(s);
     const int h = r % H, bt = r / H, b = bt / T, t = bt % T;
     if (lane == 0) delta[((size_t)b * H + h) * T + t] = s;
@@ -423,10 +433,17 @@ static void att_backward_t(backend *be, float *dq, float *dk, float *dv, const f
 }
 
 /* The tensor-core path (cuda_attention_tc.cu) runs when matmuls may round to TF32 (TF32 or bf16
- * mode) and the head dim suits WMMA tiles; exact fp32 SIMT kernels otherwise. */
+ * mode) and the head dim suits WMMA tiles; exact fp32 SIMT kernels otherwise. In bf16 mode the
+ * bf16 path (cuda_attention_bf16.cu) runs instead: its products round their inputs to bf16 as
+ * the mode's matmuls do. */
 static int att_use_tc(backend *be, int D)
 {
     return (be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16) && cuda_attention_tc_supported(D);
+}
+
+static int att_use_bf16(backend *be, int D)
+{
+    return be->cfg.precision == BACKEND_BF16 && cuda_attention_bf16_supported(D);
 }
 
 /* Tile 64 keeps 16 scores per thread for head dims up to 128; at 256 the four D-wide tiles of
@@ -435,7 +452,10 @@ void cuda_attention_forward(backend *be, float *out, float *lse, const float *q,
                             const float *v, int B, int T, int H, int Hkv, int D)
 {
     if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
-    if (att_use_tc(be, D)) {
+    if (att_use_bf16(be, D)) {
+        if (att_check(be, T, H, Hkv, D, cuda_attention_bf16_smem(D), "attention_forward") == 0)
+            cuda_attention_bf16_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    } else if (att_use_tc(be, D)) {
         if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_forward") == 0)
             cuda_attention_tc_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
     } else if (D <= 32) att_forward_t<64, 32>(be, out, lse, q, k, v, B, T, H, Hkv, D);
@@ -453,10 +473,15 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
     const int rows = B * T * H;
     float *delta = (float *)cuda_scratch(be, (size_t)rows * sizeof(float));
     if (!delta) return;
+    const int bf16 = att_use_bf16(be, D);
+    const int round = bf16 ? ATT_ROUND_BF16 : att_use_tc(be, D) ? ATT_ROUND_TF32 : ATT_ROUND_NONE;
     att_delta_kernel<<<(rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32), ATT_THREADS, 0,
-                       cuda_im(be)->compute>>>(delta, dout, out, rows, T, H, D, att_use_tc(be, D));
+                       cuda_im(be)->compute>>>(delta, dout, out, rows, T, H, D, round);
     if (cuda_check_launch(be, "attention_backward (delta)") != 0) return;
-    if (att_use_tc(be, D)) {
+    if (bf16) {
+        if (att_check(be, T, H, Hkv, D, cuda_attention_bf16_smem(D), "attention_backward") == 0)
+            cuda_attention_bf16_backward(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    } else if (att_use_tc(be, D)) {
         if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_backward") == 0)
             cuda_attention_tc_backward(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
     } else if (D <= 32) att_backward_t<64, 32>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
@@ -573,17 +598,19 @@ void cuda_attention_decode(backend *be, float *out, const float *q, const float 
     cuda_check_launch(be, "attention_decode");
 }
 
-/* Why cuDNN's fused SDPA is not used (and cuDNN not linked): its flash attention computes in
- * fp16/bf16 only, while backend.h's attention is fp32 in and out (so the fp32 and TF32 modes
- * would lose precision the CPU reference keeps), and its graph API (tensor, operation and
- * engine-config descriptors, a run-time timing against these kernels) cannot be validated without
- * a device; it is the first thing to add on one (bench/gpu-check.sh measures the baseline). */
+/* Why cuDNN's fused SDPA is not used (and cuDNN not linked): its graph API (tensor, operation and
+ * engine-config descriptors for the whole fused pattern, forward and backward) cannot be checked
+ * without a device, while the bf16 kernels here run on the host emulator in every test run; and
+ * its flash attention is fp16/bf16 only, so the fp32 and TF32 modes would still need these. On an
+ * H200 (gpt2-124m shapes, B 16, T 1024) cuDNN's bf16 SDPA took 85 us forward / 274 us backward a
+ * layer, against which bench/gpu-check.sh measures the bf16 kernels. */
 const char *cuda_attention_choice(backend *be)
 {
     static char line[320];
-    const int tc = be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16;
-    snprintf(line, sizeof line, "attention: own flash kernels, %s (cuDNN SDPA not built in)",
-             tc ? "TF32 tensor cores for head dims 16..128 in steps of 16, fp32 otherwise"
-                : "fp32 (TF32 off)");
+    const char *how = be->cfg.precision == BACKEND_BF16
+                          ? "bf16 tensor cores (mma.sync) for head dims 16..128 in steps of 16, fp32 otherwise"
+                      : be->cfg.allow_tf32 ? "TF32 tensor cores for head dims 16..128 in steps of 16, fp32 otherwise"
+                                           : "fp32 (TF32 off)";
+    snprintf(line, sizeof line, "attention: own flash kernels, %s (cuDNN SDPA not built in)", how);
     return line;
 }

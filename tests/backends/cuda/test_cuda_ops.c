@@ -1,6 +1,7 @@
 /* test_cuda_ops.c: every op of the CUDA backend against the CPU reference (tests/backends/op_suite),
  * in three modes: fp32 with TF32 off, fp32 with TF32 on, bf16. Exits 77 ("SKIP: no CUDA device")
  * where no device is present. It must never pass with a mode silently skipped. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +166,158 @@ static int check_bf16_weights(backend *be)
     return bad;
 }
 
+/* bf16 mode's attention (cuda_attention_bf16.cu) rounds q, k, v and dO to bf16 where it stages
+ * them, and p and ds where they enter the second products; everything else is fp32. Given inputs
+ * that are bf16 already, only the second rounding is left, so against attention in double on the
+ * same inputs each output's error is bounded by u = 2^-8 times the sum of its terms' magnitudes
+ * (computed here with the reference), far under op_suite's any-input bound:
+ *   out_id = sum_j p_ij v_jd:       u sum_j p_ij |v_jd|
+ *   dv_jd  = sum_i p_ij dO_id:      u sum_i p_ij |dO_id|
+ *   dq_id  = c sum_j ds_ij k_jd:    u c sum_j (|ds_ij| + p_ij e_i) |k_jd|
+ *   dk_jd  = c sum_i ds_ij q_id:    u c sum_i (|ds_ij| + p_ij e_i) |q_id|
+ * with c = 1/sqrt(D), ds_ij = p_ij (dO_i . v_j - delta_i), and u e_i = u sum_d |dO_id| (out_id's
+ * bound) the bound on delta_i = dO_i . out_i's error. Each bound gets 25% and 1e-4 relative for
+ * the fp32 parts (scores, exp2, the sums' order). lse sees fp32 only. Shapes: GQA with a ragged
+ * last tile (D 64), D 32 (under the first kernel width) and D 128 (the second). */
+typedef struct {
+    int B, T, H, Hkv, D;
+} att_shape;
+
+static float bf16_round(float x) /* to nearest even, as the device's __float2bfloat16_rn */
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static float *bf16_rand(size_t n, unsigned seed, float scale)
+{
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        h[i] = bf16_round(scale * (2.0f * (float)(seed >> 8) / 16777216.0f - 1.0f));
+    }
+    return h;
+}
+
+static float *upload(backend *be, const float *h, size_t n)
+{
+    float *d = be->ops->alloc(be, n * sizeof(float));
+    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
+    return d;
+}
+
+/* Magnitude sums -> tolerances, in place: (1.25 u + 1e-4) mag + 1e-6. */
+static void u_bound(double *mag, size_t n)
+{
+    for (size_t i = 0; i < n; i++) mag[i] = (1.25 / 256.0 + 1e-4) * mag[i] + 1e-6;
+}
+
+/* Count the elements of got outside want +- tol. */
+static int bound_check(const char *what, const att_shape *a, const float *got, const double *want,
+                       const double *tol_e, size_t n)
+{
+    size_t bad = 0, worst = 0;
+    double wr = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double tol = tol_e[i], err = fabs(got[i] - want[i]);
+        if (!(err <= tol)) bad++;
+        if (err / tol > wr || !(err <= tol)) wr = err / tol, worst = i;
+    }
+    printf("%s bf16 attention B%d T%d H%d Hkv%d D%d %s: %zu of %zu outside u-bound; worst [%zu] got %.7g want %.7g (%.2f of its bound)\n",
+           bad ? "FAIL" : "ok  ", a->B, a->T, a->H, a->Hkv, a->D, what, bad, n, worst, got[worst],
+           want[worst], wr);
+    return bad != 0;
+}
+
+static int check_bf16_attention_one(backend *be, const att_shape *a)
+{
+    const int B = a->B, T = a->T, H = a->H, Hkv = a->Hkv, D = a->D, G = H / Hkv;
+    const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+    const double c = 1.0 / sqrt((double)D);
+    float *q = bf16_rand(nq, 1, 1.5f), *k = bf16_rand(nk, 2, 1.5f), *v = bf16_rand(nk, 3, 1.0f);
+    float *dO = bf16_rand(nq, 4, 1.0f);
+    double *out = calloc(nq, 8), *mout = calloc(nq, 8), *lse = calloc(nl, 8), *mlse = calloc(nl, 8);
+    double *dq = calloc(nq, 8), *mdq = calloc(nq, 8), *dk = calloc(nk, 8), *mdk = calloc(nk, 8);
+    double *dv = calloc(nk, 8), *mdv = calloc(nk, 8), *p = malloc((size_t)T * 8), *ds = malloc((size_t)T * 8);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const int hk = h / G;
+            for (int i = 0; i < T; i++) {
+                const float *qi = q + (((size_t)b * T + i) * H + h) * D, *oi = dO + (((size_t)b * T + i) * H + h) * D;
+                double mx = -INFINITY, sum = 0.0, big = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const float *kj = k + (((size_t)b * T + j) * Hkv + hk) * D;
+                    double s = 0.0, sa = 0.0;
+                    for (int d = 0; d < D; d++) s += (double)qi[d] * kj[d], sa += fabs((double)qi[d] * kj[d]);
+                    p[j] = s * c, big = fmax(big, sa * c), mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j <= i; j++) p[j] = exp(p[j] - mx), sum += p[j];
+                const size_t li = ((size_t)b * H + h) * T + i, qo = (((size_t)b * T + i) * H + h) * D;
+                lse[li] = mx + log(sum);
+                /* fp32 only: the scores' D-term sums of exact products, then exp2 / log2 */
+                mlse[li] = (CHECK_LAMBDA * sqrt((double)D) * big + 8 * (1 + fabs(lse[li]))) * CHECK_U_FP32 + 1e-6;
+                double delta = 0.0, e = 0.0;
+                for (int j = 0; j <= i; j++) p[j] /= sum;
+                for (int d = 0; d < D; d++) {
+                    double o = 0.0, m = 0.0;
+                    for (int j = 0; j <= i; j++) {
+                        const double vj = v[(((size_t)b * T + j) * Hkv + hk) * D + d];
+                        o += p[j] * vj, m += p[j] * fabs(vj);
+                    }
+                    out[qo + d] = o, mout[qo + d] = m;
+                    delta += oi[d] * o, e += fabs((double)oi[d]) * m;
+                }
+                for (int j = 0; j <= i; j++) {
+                    const size_t ko = (((size_t)b * T + j) * Hkv + hk) * D;
+                    double dp = 0.0;
+                    for (int d = 0; d < D; d++) dp += (double)oi[d] * v[ko + d];
+                    ds[j] = p[j] * (dp - delta);
+                    const double w = fabs(ds[j]) + p[j] * e;
+                    for (int d = 0; d < D; d++) {
+                        dq[qo + d] += c * ds[j] * k[ko + d], mdq[qo + d] += c * w * fabs((double)k[ko + d]);
+                        dk[ko + d] += c * ds[j] * qi[d], mdk[ko + d] += c * w * fabs((double)qi[d]);
+                        dv[ko + d] += p[j] * oi[d], mdv[ko + d] += p[j] * fabs((double)oi[d]);
+                    }
+                }
+            }
+        }
+    float *gq = upload(be, q, nq), *gk = upload(be, k, nk), *gv = upload(be, v, nk), *gdo = upload(be, dO, nq);
+    float *go = be->ops->alloc(be, nq * 4), *gl = be->ops->alloc(be, nl * 4);
+    float *gdq = be->ops->alloc(be, nq * 4), *gdk = be->ops->alloc(be, nk * 4), *gdv = be->ops->alloc(be, nk * 4);
+    be->ops->attention_forward(be, go, gl, gq, gk, gv, B, T, H, Hkv, D);
+    be->ops->attention_backward(be, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, D);
+    float *h = malloc(nq * 4);
+    int bad = 0;
+    u_bound(mout, nq), u_bound(mdq, nq), u_bound(mdk, nk), u_bound(mdv, nk);
+    be->ops->copy_d2h(be, h, go, nq * 4);
+    bad += bound_check("out", a, h, out, mout, nq);
+    be->ops->copy_d2h(be, h, gl, nl * 4);
+    bad += bound_check("lse", a, h, lse, mlse, nl);
+    be->ops->copy_d2h(be, h, gdq, nq * 4);
+    bad += bound_check("dq", a, h, dq, mdq, nq);
+    be->ops->copy_d2h(be, h, gdk, nk * 4);
+    bad += bound_check("dk", a, h, dk, mdk, nk);
+    be->ops->copy_d2h(be, h, gdv, nk * 4);
+    bad += bound_check("dv", a, h, dv, mdv, nk);
+    float *dev[] = {gq, gk, gv, gdo, go, gl, gdq, gdk, gdv};
+    for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) be->ops->free(be, dev[j]);
+    free(h), free(q), free(k), free(v), free(dO), free(out), free(mout), free(lse), free(mlse);
+    free(dq), free(mdq), free(dk), free(mdk), free(dv), free(mdv), free(p), free(ds);
+    return bad;
+}
+
+static int check_bf16_attention(backend *be)
+{
+    static const att_shape shapes[] = {{2, 130, 4, 2, 64}, {1, 70, 2, 1, 32}, {1, 77, 6, 2, 128}};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) bad += check_bf16_attention_one(be, &shapes[i]);
+    return bad;
+}
+
 /* Uploads through the pinned staging ring: more copies than slots from one host buffer that is
  * overwritten right after each call, small and large (direct) ones; each lands intact. */
 static int check_uploads(backend *be)
@@ -228,7 +381,7 @@ int main(int argc, char **argv)
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
         bad += check_uploads(gpu);
-        if (modes[i].precision == BACKEND_BF16) bad += check_bf16_weights(gpu);
+        if (modes[i].precision == BACKEND_BF16) bad += check_bf16_weights(gpu) + check_bf16_attention(gpu);
         if (bad) {
             fprintf(stderr, "FAIL: %s: %d check(s) failed\n", modes[i].name, bad);
             failed_modes++;

@@ -5,6 +5,7 @@
                                                    stream, [&] { name(args); });
    extern __shared__ T x[];                    ->  T *x = (T *)emu_dyn_smem();
    __shared__                                  ->  static   (blocks run one at a time)
+   #pragma unroll                              ->  an empty line (nvcc's; g++ warns)
 Test-only: used by tests/backends/cuda/emu to run the kernels without a GPU."""
 import re
 import sys
@@ -73,6 +74,7 @@ def main():
                  r'([A-Za-z_][A-Za-z0-9_]*)\s*\[\s*\]\s*;',
                  r'\1 *\2 = (\1 *)emu_dyn_smem();', src)
     src = re.sub(r'\b__shared__\b', 'static', src)
+    src = re.sub(r'^[ \t]*#pragma unroll[^\n]*$', '', src, flags=re.M)  # lines kept: #line stays right
     src = rewrite_launches(src)
     with open(sys.argv[2], 'w') as f:
         f.write('#line 1 "%s"\n' % sys.argv[1])

@@ -70,6 +70,7 @@ struct EmuBarrier {
 struct EmuWarp {
     EmuBarrier bar;
     uint64_t slots[32];
+    uint32_t mma_a[32][4], mma_b[32][2]; /* every lane's fragments of one mma.sync */
 };
 
 struct EmuLaunch {
@@ -120,6 +121,36 @@ void __syncwarp(unsigned mask)
 {
     if (mask != 0xffffffffu) emu_die("__syncwarp with mask %#x not emulated", mask);
     emu_warp_sync("__syncwarp");
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (PTX ISA's fragment layouts): every lane
+ * posts its A and B registers, then computes its own four outputs from all of them. Lane 4g + t
+ * holds A rows g, g + 8 at columns 2t, 2t + 1 (a0, a1) and 2t + 8, 2t + 9 (a2, a3), B column g
+ * at rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1), C rows g, g + 8 at columns 2t, 2t + 1. The
+ * products of two bf16 are exact in fp32; the sum runs k = 0..15 in fp32 after C. */
+static float emu_bf16_half(uint32_t w, int hi) { return __uint_as_float(hi ? w & 0xffff0000u : w << 16); }
+
+void emu_mma_bf16_m16n8k16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+    EmuLaunch *L = t_launch;
+    if (L->nthreads % 32 != 0) emu_die("mma.sync in a block of %d threads (partial warp)", L->nthreads);
+    EmuWarp *w = L->warps[t_tid / 32].get();
+    const int lane = t_tid % 32, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) w->mma_a[lane][i] = a[i];
+    w->mma_b[lane][0] = b0, w->mma_b[lane][1] = b1;
+    w->bar.arrive(KIND_WARPSYNC, "mma.sync");
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        float acc = d[e];
+        for (int k = 0; k < 16; k++) {
+            const int owner_a = 4 * (row % 8) + (k % 8) / 2, reg_a = (row >= 8) + 2 * (k >= 8);
+            const int owner_b = 4 * col + (k % 8) / 2, reg_b = k >= 8;
+            acc += emu_bf16_half(w->mma_a[owner_a][reg_a], k % 2) *
+                   emu_bf16_half(w->mma_b[owner_b][reg_b], k % 2);
+        }
+        d[e] = acc;
+    }
+    w->bar.arrive(KIND_WARPSYNC, "mma.sync"); /* no lane posts the next product's fragments early */
 }
 
 void emu_wmma_check(const void *p, unsigned ldm, const char *what)

@@ -23,6 +23,8 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f)
     return b;
 }
 
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.x; }
+
 static inline float __bfloat162float(__nv_bfloat16 b)
 {
     uint32_t u = (uint32_t)b.x << 16;

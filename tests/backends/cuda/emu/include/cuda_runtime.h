@@ -3,6 +3,9 @@
  * Test-only: it must never be on the include path of a real build. */
 #ifndef LOOM_EMU_CUDA_RUNTIME_H
 #define LOOM_EMU_CUDA_RUNTIME_H
+/* Kernels that inline PTX (backends/cuda/cuda_attention_bf16.cu) call the emulator's stand-in
+ * for it under this. */
+#define LOOM_CUDA_EMU 1
 
 #include <math.h>
 #include <stddef.h>
@@ -122,6 +125,7 @@ int emu_device_count(void);
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __maxnreg__(n)
 #define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 {
@@ -137,6 +141,15 @@ struct float2 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+static inline uint2 make_uint2(unsigned x, unsigned y)
+{
+    uint2 v;
+    v.x = x, v.y = y;
+    return v;
+}
 static inline float4 make_float4(float x, float y, float z, float w)
 {
     float4 v;
@@ -173,6 +186,8 @@ void __syncthreads(void);
 /* Exchange 8 bytes between the lanes of the calling warp; all 32 lanes must call it. */
 uint64_t emu_shfl(unsigned mask, uint64_t bits, int src_lane_or_xor, int is_xor, int width);
 void *emu_dyn_smem(void);
+/* d += a b: one warp's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32; all 32 lanes call it. */
+void emu_mma_bf16_m16n8k16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1);
 
 template <class T>
 static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
