@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh: the one check to run on a lent machine with NVIDIA GPUs (sized for one H200,
-# about 5 minutes): build, the CUDA op suite (fp32, TF32, bf16), the NCCL tests (2 ranks and the
+# about 6 minutes): build, the CUDA op suite (fp32, TF32, bf16), compute-sanitizer's memcheck and
+# racecheck on a bf16 training step, the NCCL tests (2 ranks and the
 # stalled-rank abort when two GPUs exist), CUDA vs CPU loss parity on a small model (TF32 off, then
 # on), the demo end to end on CUDA (pretrain, packed fine-tune, batched-generation evaluation: the
 # same accuracy from the CPU backend on the same checkpoint), packed vs padded fine-tune steps on
@@ -51,10 +52,34 @@ loom=$build/launch/loom
 
 # --- op suite and NCCL tests -------------------------------------------------------------------
 if timeout 120 "$build/tests/backends/cuda/test_cuda_ops" > "$log/ops" 2>&1; then
-  row "op suite fp32/tf32/bf16" ok "$(grep -c '^ok  *op_suite' "$log/ops") checks"
+  row "op suite fp32/tf32/bf16" ok "$(grep -c '^ok  *op_suite' "$log/ops") checks, $(grep -c '^ok  *bf16 attention' "$log/ops") bf16 attention bounds"
 else
   grep -E "FAIL" "$log/ops" | head -20
   row "op suite fp32/tf32/bf16" FAIL "$(grep -c 'FAIL' "$log/ops") failures (see $log/ops)"
+fi
+# compute-sanitizer on one bf16 training step at B 1, T 130 (a ragged last tile; every kernel a
+# bf16 step runs, the bf16 attention's three among them): memcheck (out-of-bounds and misaligned
+# accesses) on SmolLM2-135M's shapes (GQA, D 64), racecheck (shared-memory races) on the 2-layer
+# `tiny` stand-in (D 16: the same code and barriers; on 30 layers it reported 0 hazards but exited
+# non-zero, most likely at the 150 s limit, on an H200).
+# The emulator's ASan and TSan builds check the same kernels on the CPU (tests/backends/cuda/emu).
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ "$gbe" = cuda ] && [ -n "$san" ]; then
+  for tool in memcheck racecheck; do
+    shape=smol; [ $tool = racecheck ] && shape=tiny
+    LOOM_BACKEND=cuda PRECISION=bf16 timeout 150 "$san" --tool $tool --error-exitcode 3 \
+      "$build/bench/bench_lora" 1 130 0 2 1.0 0 $shape > "$log/san-$tool" 2>&1
+    rc=$? # 3: the tool found errors; 124: timed out; else the step's own status
+    summary=$(grep -m1 -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log/san-$tool" || echo 'no summary')
+    if [ $rc = 0 ]; then
+      row "compute-sanitizer $tool, bf16 step ($shape)" ok "$summary"
+    else
+      grep -m5 -E "ERROR|Invalid|hazard" "$log/san-$tool"; tail -5 "$log/san-$tool"
+      row "compute-sanitizer $tool, bf16 step ($shape)" FAIL "exit $rc, $summary (see $log/san-$tool)"
+    fi
+  done
+else
+  row "compute-sanitizer" skip "not found"
 fi
 if [ -f "$build/CTestTestfile.cmake" ]; then
   (cd "$build" && ctest -R test_nccl --output-on-failure --timeout 120) > "$log/nccl" 2>&1
