@@ -351,6 +351,7 @@ static int check_uploads(backend *be)
 /* usage: test_cuda_ops [fp32|tf32|bf16]... (default: all three modes) */
 int main(int argc, char **argv)
 {
+    backend_prepare_process(argv); /* the CPU reference on this CPU's BLAS kernel, not a generic one */
     const char *why = "";
     if (!cuda_backend_entry.available(&why)) {
         printf("SKIP: no CUDA device (%s)\n", why);
