@@ -177,8 +177,9 @@ static int check_bf16_weights(backend *be)
  *   dk_jd  = c sum_i ds_ij q_id:    u c sum_i (|ds_ij| + p_ij e_i) |q_id|
  * with c = 1/sqrt(D), ds_ij = p_ij (dO_i . v_j - delta_i), and u e_i = u sum_d |dO_id| (out_id's
  * bound) the bound on delta_i = dO_i . out_i's error. Each bound gets 25% and 1e-4 relative for
- * the fp32 parts (scores, exp2, the sums' order). lse sees fp32 only. Shapes: GQA with a ragged
- * last tile (D 64), D 32 (under the first kernel width) and D 128 (the second). */
+ * the fp32 parts (scores, exp2, the sums' order). lse sees fp32 only. Shapes: GQA (two query heads
+ * a kv head) with a ragged last tile at D 64, two batch rows at D 32 (under the first kernel
+ * width) and D 128 (the second). */
 typedef struct {
     int B, T, H, Hkv, D;
 } att_shape;
@@ -312,7 +313,8 @@ static int check_bf16_attention_one(backend *be, const att_shape *a)
 
 static int check_bf16_attention(backend *be)
 {
-    static const att_shape shapes[] = {{2, 130, 4, 2, 64}, {1, 70, 2, 1, 32}, {1, 77, 6, 2, 128}};
+    /* small: the emulator runs every mma.sync as two warp barriers (this check takes ~20 s there) */
+    static const att_shape shapes[] = {{1, 130, 2, 1, 64}, {2, 70, 2, 1, 32}, {1, 77, 2, 1, 128}};
     int bad = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) bad += check_bf16_attention_one(be, &shapes[i]);
     return bad;
