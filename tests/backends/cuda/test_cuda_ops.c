@@ -41,6 +41,13 @@ static const cuda_mode modes[] = {
 
 /* --- determinism: the gradient ops must give the same bits on every run (no float atomics) --- */
 
+static float *upload(backend *be, const float *h, size_t n)
+{
+    float *d = be->ops->alloc(be, n * sizeof(float));
+    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
+    return d;
+}
+
 static float *upload_rand(backend *be, size_t n, unsigned seed)
 {
     float *h = malloc(n * sizeof(float));
@@ -48,8 +55,7 @@ static float *upload_rand(backend *be, size_t n, unsigned seed)
         seed = seed * 1664525u + 1013904223u;
         h[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
     }
-    float *d = be->ops->alloc(be, n * sizeof(float));
-    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
+    float *d = upload(be, h, n);
     free(h);
     return d;
 }
@@ -202,13 +208,6 @@ static float *bf16_rand(size_t n, unsigned seed, float scale)
         h[i] = bf16_round(scale * (2.0f * (float)(seed >> 8) / 16777216.0f - 1.0f));
     }
     return h;
-}
-
-static float *upload(backend *be, const float *h, size_t n)
-{
-    float *d = be->ops->alloc(be, n * sizeof(float));
-    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
-    return d;
 }
 
 /* Magnitude sums -> tolerances, in place: (1.25 u + 1e-4) mag + 1e-6. */

@@ -132,13 +132,11 @@ static float emu_bf16_half(uint32_t w, int hi) { return __uint_as_float(hi ? w &
 
 void emu_mma_bf16_m16n8k16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
-    EmuLaunch *L = t_launch;
-    if (L->nthreads % 32 != 0) emu_die("mma.sync in a block of %d threads (partial warp)", L->nthreads);
-    EmuWarp *w = L->warps[t_tid / 32].get();
+    EmuWarp *w = t_launch->warps[t_tid / 32].get();
     const int lane = t_tid % 32, g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++) w->mma_a[lane][i] = a[i];
     w->mma_b[lane][0] = b0, w->mma_b[lane][1] = b1;
-    w->bar.arrive(KIND_WARPSYNC, "mma.sync");
+    emu_warp_sync("mma.sync"); /* also stops on a partial warp */
     for (int e = 0; e < 4; e++) {
         const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
         float acc = d[e];
@@ -150,7 +148,7 @@ void emu_mma_bf16_m16n8k16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1
         }
         d[e] = acc;
     }
-    w->bar.arrive(KIND_WARPSYNC, "mma.sync"); /* no lane posts the next product's fragments early */
+    emu_warp_sync("mma.sync"); /* no lane posts the next product's fragments early */
 }
 
 void emu_wmma_check(const void *p, unsigned ldm, const char *what)
