@@ -4,11 +4,19 @@
 #   fuzz_config  job-config JSON (+ one --set override)   seeds: configs/*.json, configs/models/*
 #   fuzz_jsonl   fine-tuning JSONL files and lines         seeds: lines of configs/data/tools.jsonl
 #   fuzz_ckpt    checkpoint files (open, state, groups, `ckpt info`)  seed: a small valid checkpoint
+#   fuzz_safetensors  .safetensors files (header, every tensor to fp32)  seeds: the HF fixtures'
+#   fuzz_tokenizer    tokenizer.json files (open, encode, decode, a chat prompt)  seeds: every
+#                     committed tokenizer.json
+#   fuzz_text    text through the reference tokenizers and as a model's tool-call output
+#                (encode, decode round trip, call extraction and grading)  seeds: the tokenizer
+#                fixtures' text and chat rows, rendered tool calls
+#   fuzz_hf      an HF model folder's config.json or tokenizer_config.json, the rest a fixture's
+#                (hf_open, every tensor, the tokenizer and its chat format)  seeds: the fixtures'
 # RUNS (default 200000) executions for config and jsonl; FUZZ_CKPT_RUNS (default RUNS/10) for
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
 # written to $FUZZ_OUT/crashes (FUZZ_OUT defaults to build-fuzz/out); exit 1 if any target found
 # one in loom's code (crashes inside libhdf5 are counted and reported, see in_hdf5). Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
-# FUZZ_TARGETS="config jsonl ckpt safetensors" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
+# FUZZ_TARGETS="config jsonl ckpt safetensors tokenizer text hf" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -23,12 +31,13 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 $san" \
       -DLOOM_CUDA=OFF -DCMAKE_PROJECT_loom_INCLUDE="$root/bench/fuzz/fuzz.cmake" >"$build.configure.log" 2>&1 ||
     { tail -20 "$build.configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_replay -j2 >"$build.build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_tokenizer fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
     { grep -E "error" "$build.build.log" | head -20; exit 1; }
 
 # Seeds (fresh each run; the fuzzer's own finds go to corpus/, kept between runs)
 seeds=$out/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors} "$out"/corpus/{config,jsonl,ckpt,safetensors} "$out/crashes"
+rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,tokenizer,text,hf} \
+    "$out"/corpus/{config,jsonl,ckpt,safetensors,tokenizer,text,hf} "$out/crashes"
 cp configs/*.json configs/models/*.json "$seeds/config/"
 i=0
 while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines, bit1 prompt-only
@@ -39,6 +48,30 @@ done <configs/data/tools.jsonl
 "$build/tests/reliability/fuzz_replay" --ckpt-seed "$seeds/ckpt/full.h5"
 "$build/tests/reliability/fuzz_replay" --safetensors-seed "$seeds/safetensors"
 for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seeds/safetensors/$(basename "$(dirname "$f")").safetensors"; done
+for f in tests/fixtures/tokenizers/*.json tests/fixtures/hf/*/tokenizer.json configs/demo-tokenizer.json; do
+    cp "$f" "$seeds/tokenizer/$(echo "$f" | tr / _)"
+done
+# text seeds: the first byte picks a reference tokenizer (fuzz_toks in fuzz_targets.c, 6 of them)
+i=0
+while IFS= read -r line && [ $i -lt 48 ]; do
+    { printf "\\$(printf %03o $((i % 6)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
+    i=$((i + 1))
+done < <(grep -v '^$' tests/fixtures/tokenizers/text.txt | head -n 24; head -n 24 tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
+call='{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
+printf '\003<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_qwen"
+printf '\002<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_chatml"
+printf '\001[%s]<|eot_id|>' "$call" >"$seeds/text/call_llama3"
+# hf seeds: byte 2*fixture + file (fuzz_hf_dirs, fuzz_hf_files in fuzz_targets.c)
+i=0
+for d in llama qwen2-chat gpt2 mistral qwen3; do
+    f=0
+    for name in config.json tokenizer_config.json; do
+        [ -f "tests/fixtures/hf/$d/$name" ] &&
+            { printf "\\$(printf %03o $((2 * i + f)))"; cat "tests/fixtures/hf/$d/$name"; } >"$seeds/hf/$d-$name"
+        f=1
+    done
+    i=$((i + 1))
+done
 # the same checkpoint without HDF5's 1 MiB metadata block reservation: small enough to mutate.
 # h5repack drops the whole-file seal (it writes a new file): seal it again, as `loom ckpt seal`
 # would, so both seeds pass the seal. Their mutations almost never do (the CRC32C covers every
@@ -101,7 +134,7 @@ run_target()
 }
 
 status=0
-for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors}; do
+for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors tokenizer text hf}; do
     if [ "$t" = ckpt ]; then run_target ckpt "$ckpt_runs"; else run_target "$t" "$runs"; fi
 done
 ls "$out/crashes" | sed 's/^/crash input: /'

@@ -3,6 +3,7 @@
  * Anything it cannot reproduce exactly is refused with one line naming the field, never guessed. */
 #include "core/tokenizer_bpe.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +35,21 @@ static int bpe_unicode_to_byte(unsigned cp)
     return cp < 324 ? map[cp] : -1;
 }
 
-/* Decode one UTF-8 char at s (valid input assumed: it comes from cJSON); returns its length. */
+/* Decode one UTF-8 char at s (NUL-terminated); returns its length. cJSON passes a string's raw
+ * bytes through unchecked, so a malformed or cut sequence (the NUL is no continuation byte) is
+ * one byte with *cp = UINT_MAX, which maps to no byte: the key then stays as written. */
 static int bpe_utf8_cp(const unsigned char *s, unsigned *cp)
 {
-    if (s[0] < 0x80) { *cp = s[0]; return 1; }
-    if (s[0] < 0xE0) { *cp = (s[0] & 31u) << 6 | (s[1] & 63u); return 2; }
-    if (s[0] < 0xF0) { *cp = (s[0] & 15u) << 12 | (s[1] & 63u) << 6 | (s[2] & 63u); return 3; }
-    *cp = (s[0] & 7u) << 18 | (s[1] & 63u) << 12 | (s[2] & 63u) << 6 | (s[3] & 63u);
-    return 4;
+    int len = s[0] < 0x80 ? 1 : s[0] < 0xC0 ? 0 : s[0] < 0xE0 ? 2 : s[0] < 0xF0 ? 3 : s[0] < 0xF8 ? 4 : 0;
+    unsigned c = len == 1 ? s[0] : len == 2 ? s[0] & 31u : len == 3 ? s[0] & 15u : s[0] & 7u;
+    *cp = UINT_MAX;
+    if (!len) return 1;
+    for (int k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 1;
+        c = c << 6 | (s[k] & 63u);
+    }
+    *cp = c;
+    return len;
 }
 
 /* A vocabulary key as the bytes it stands for: byte-level keys map back char by char; a key with
@@ -65,7 +73,7 @@ static size_t bpe_key_bytes(const bpe *b, const char *key, char *out)
 
 static int bpe_arena_add(bpe *b, const char *s, size_t n, uint32_t *off)
 {
-    if (b->arena_n + n > b->arena_cap) {
+    if (!b->arena || b->arena_n + n > b->arena_cap) { /* allocated even for an empty first key */
         size_t cap = b->arena_cap ? b->arena_cap * 2 : 1 << 20;
         while (cap < b->arena_n + n) cap *= 2;
         char *a = realloc(b->arena, cap);
@@ -181,7 +189,8 @@ static int bpe_load_added(bpe *b, const cJSON *added, int vocab, const char *pat
 }
 
 /* One merge "a b" or ["a", "b"]: its ids, the merged id, an error naming an unknown token. */
-static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path, char *buf)
+static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path, char *buf,
+                         size_t cap)
 {
     const char *l, *r;
     char *pair = NULL;
@@ -198,6 +207,11 @@ static int bpe_add_merge(bpe *b, const cJSON *m, uint32_t rank, const char *path
         r = m->child->next->valuestring;
     } else {
         return loom_fail("%s: merge %u is neither \"a b\" nor [\"a\", \"b\"]", path, rank);
+    }
+    if (strlen(l) + strlen(r) > cap) { /* longer than the whole vocabulary: not two of its tokens */
+        int rc = loom_fail("%s: merge %u names a token longer than any in the vocab", path, rank);
+        if (pair) pair[strlen(pair)] = ' ';
+        return rc;
     }
     size_t ln = bpe_key_bytes(b, l, buf), rn = bpe_key_bytes(b, r, buf + ln);
     int32_t a = bpe_lookup(b, buf, ln), c = bpe_lookup(b, buf + ln, rn), nw = bpe_lookup(b, buf, ln + rn);
@@ -229,14 +243,15 @@ static int bpe_load_merges(bpe *b, const cJSON *merges, const char *path, size_t
     b->mrank = malloc((b->mmask + 1) * sizeof *b->mrank);
     b->mnew = malloc((b->mmask + 1) * sizeof *b->mnew);
     b->in_merge = calloc(vocab, 1);
-    char *buf = malloc(b->arena_n * 2 + 64);
+    size_t cap = b->arena_n * 2 + 64; /* a merge's two keys, as bytes (each byte-level char >= 1 byte) */
+    char *buf = malloc(cap);
     if (!b->mkey || !b->mrank || !b->mnew || !b->in_merge || !buf) { free(buf); return loom_fail("tokenizer: out of memory"); }
     memset(b->mkey, 0xff, (b->mmask + 1) * sizeof *b->mkey);
     uint32_t rank = 0;
     const cJSON *m;
     int rc = 0;
     cJSON_ArrayForEach(m, merges) {
-        if ((rc = bpe_add_merge(b, m, rank++, path, buf)) != 0) break;
+        if ((rc = bpe_add_merge(b, m, rank++, path, buf, cap)) != 0) break;
     }
     free(buf);
     return rc;

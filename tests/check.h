@@ -7,7 +7,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 /* The failure counter: one per test program. A program built from several files defines
  * CHECK_COUNTER as the name of one shared `int` before including this header. */
@@ -84,6 +86,17 @@ static inline check_tol check_tol_sum(double K, double S, double r, double u)
 
 /* Exact results (copies, fills, gathers, deterministic reruns): bit equality is checked with
  * check_equal_f32; this is the same as a tolerance of 0 for code that takes a check_tol. */
+/* x rounded to bf16, to nearest even (finite inputs), back in float: how the bf16 paths (CPU,
+ * AMX, the device's __float2bfloat16_rn) round an operand, for references that model them. */
+static inline float check_bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 static const check_tol CHECK_EXACT = {0.0, 0.0};
 
 /* Compare got[0..n) (float) with want[0..n) (double) under t. Prints one line (always when

@@ -6,13 +6,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
 #include "checkpoints/safetensors.h"
 #include "core/chat.h"
 #include "core/config.h"
 #include "core/sft_data.h"
+#include "core/tokenizer.h"
+#include "core/toolcall.h"
+
+#include <utf8proc.h>
 
 /* data as a NUL-terminated string (malloc'd; NULL on OOM). */
 static char *fuzz_str(const uint8_t *data, size_t n)
@@ -193,8 +199,210 @@ int fuzz_safetensors_seed(const char *dir)
     return st_write_dir(dir, "model", ST_BF16, t, 3, fuzz_st_fetch, (void *)v, (uint64_t)1 << 30);
 }
 
+/* ---- tokenizers ---- */
+
+/* Text every opened tokenizer.json encodes: ASCII words and digits, whitespace runs, accents,
+ * CJK, an emoji, a lone surrogate's bytes (repaired) and the markers of the chat formats. */
+static const char fuzz_text[] = "Hello world, 12345 tokens!\n\n  \tcafé naïve 東京 😀 \xED\xA0\x80 "
+                                "<|im_start|>user<|im_end|> <tool_call>{\"a\": 1}</tool_call> "
+                                "[INST] [TOOL_CALLS] <|eot_id|> <|endoftext|>";
+
+/* ids must lie in the vocabulary and decode without overrunning out (cap bytes). */
+static void fuzz_decode_check(const tokenizer *tok, const int32_t *ids, size_t n, char *out, size_t cap)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tokenizer_vocab(tok)) abort();
+    size_t w = tokenizer_decode(tok, ids, n, out, cap, 0);
+    if (w >= cap || out[w] != '\0') abort();
+    tokenizer_decode(tok, ids, n, out, cap, 1);
+}
+
+int fuzz_tokenizer(const uint8_t *data, size_t n)
+{
+    char path[512];
+    fuzz_scratch(path, sizeof path, "tokenizer.json");
+    if (fuzz_write(path, data, n) != 0) return 0;
+    tokenizer *tok = tokenizer_open(path);
+    if (tok) {
+        size_t count = 0;
+        int32_t *ids = tokenizer_encode_alloc(tok, fuzz_text, sizeof fuzz_text - 1, &count);
+        if (ids) {
+            size_t cap = 64 * count + 64;
+            char *out = malloc(cap);
+            if (out) fuzz_decode_check(tok, ids, count, out, cap);
+            free(out);
+            free(ids);
+        }
+        tokenizer_special(tok, "<|im_end|>");
+        tokenizer_eos(tok), tokenizer_eot(tok), tokenizer_pad(tok);
+        chat_template ct;
+        if (chat_template_init(&ct, tok, "") == 0) { /* its format's rendering of a prompt */
+            static const char line[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                                       "\"tools\": [{\"name\": \"f\", \"parameters\": {}}]}";
+            sft_example ex;
+            int32_t tokens[512];
+            if (chat_example_parse(line, sizeof line - 1, &ex, CHAT_PARSE_PROMPT_ONLY) == 0) {
+                chat_render_prompt(&ct, &ex, tokens, 512);
+                chat_example_free(&ex);
+            }
+        }
+        tokenizer_free(tok);
+    }
+    unlink(path);
+    return 0;
+}
+
+/* The committed reference tokenizers (tests/fixtures/tokenizers), each with the chat format its
+ * model family uses ("" where the format needs markers its vocabulary lacks) and whether its
+ * decoding gives back any valid UTF-8 text exactly (byte-level BPE without a normalizer). */
+static const struct fuzz_tok {
+    const char *file, *format;
+    int round_trip;
+} fuzz_toks[] = {
+    {"gpt2.json", "", 1},          {"llama3.json", "llama3", 1}, {"smollm2.json", "chatml", 1},
+    {"qwen2.json", "qwen2.5", 0},  {"llama2.json", "", 0},       {"mistral.json", "", 0},
+};
+#define FUZZ_NTOK ((int)(sizeof fuzz_toks / sizeof *fuzz_toks))
+
+/* Opened once each (stateless: encoding never changes a tokenizer); NULL template when none. */
+static tokenizer *fuzz_tok_open(int i, const chat_template **ct)
+{
+    static tokenizer *tok[FUZZ_NTOK];
+    static chat_template cts[FUZZ_NTOK];
+    static int has_ct[FUZZ_NTOK];
+    if (!tok[i]) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", LOOM_SOURCE_DIR, fuzz_toks[i].file);
+        if (!(tok[i] = tokenizer_open(path))) abort();
+        has_ct[i] = fuzz_toks[i].format[0] && chat_template_init(&cts[i], tok[i], fuzz_toks[i].format) == 0;
+        if (fuzz_toks[i].format[0] && !has_ct[i]) abort();
+    }
+    *ct = has_ct[i] ? &cts[i] : NULL;
+    return tok[i];
+}
+
+static int fuzz_utf8_valid(const uint8_t *s, size_t n)
+{
+    utf8proc_int32_t c;
+    for (size_t i = 0; i < n;) {
+        utf8proc_ssize_t k = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (k <= 0) return 0;
+        i += (size_t)k;
+    }
+    return 1;
+}
+
+/* The answer generated calls are graded against (one call, as the shipped data has). */
+static const cJSON *fuzz_answers(void)
+{
+    static cJSON *a;
+    if (!a && !(a = cJSON_Parse("[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}]")))
+        abort();
+    return a;
+}
+
+int fuzz_text_encode(const uint8_t *data, size_t n)
+{
+    if (n < 1) return 0;
+    const chat_template *ct;
+    int which = data[0] % FUZZ_NTOK;
+    tokenizer *tok = fuzz_tok_open(which, &ct);
+    const char *text = (const char *)data + 1;
+    size_t len = n - 1, count = 0;
+    int32_t *ids = tokenizer_encode_alloc(tok, text, len, &count);
+    if (!ids) abort(); /* any bytes encode (bad UTF-8 is repaired): only out of memory fails */
+    size_t cap = 3 * len + 64 * count + 64;
+    char *out = malloc(cap);
+    if (out) {
+        fuzz_decode_check(tok, ids, count, out, cap);
+        size_t w = tokenizer_decode(tok, ids, count, out, cap, 0);
+        if (fuzz_toks[which].round_trip && fuzz_utf8_valid(data + 1, len) && (w != len || memcmp(out, text, len) != 0))
+            abort(); /* byte-level BPE loses nothing */
+        free(out);
+    }
+    /* the text as a model's generation: its calls extracted and graded, as the evaluator does */
+    char calls[4096];
+    if (ct && chat_extract_calls(ct, ids, (int)(count < 4096 ? count : 4096), calls, sizeof calls) >= 0) {
+        toolcall_grade g = toolcall_grade_text(calls, fuzz_answers());
+        if (g.exact && (!g.names || !g.valid)) abort();
+    }
+    char *s = fuzz_str(data + 1, len);
+    if (s) {
+        cJSON *c = toolcall_parse(s);
+        toolcall_grade g = toolcall_grade_text(s, fuzz_answers());
+        if (g.valid != (c != NULL)) abort(); /* one parse decides validity */
+        cJSON_Delete(c);
+        free(s);
+    }
+    free(ids);
+    return 0;
+}
+
+/* ---- Hugging Face model folders ---- */
+
+/* The committed HF fixtures (tests/fixtures/hf) whose folders the target rebuilds around one
+ * fuzzed file. */
+static const char *const fuzz_hf_dirs[] = {"llama", "qwen2-chat", "gpt2", "mistral", "qwen3"};
+#define FUZZ_NHF ((int)(sizeof fuzz_hf_dirs / sizeof *fuzz_hf_dirs))
+static const char *const fuzz_hf_files[] = {"config.json", "tokenizer_config.json"};
+
+int fuzz_hf_folder(const uint8_t *data, size_t n)
+{
+    if (n < 1) return 0;
+    const char *src = fuzz_hf_dirs[(data[0] >> 1) % FUZZ_NHF], *fuzzed = fuzz_hf_files[data[0] & 1];
+    static const char *const files[] = {"config.json", "tokenizer_config.json", "tokenizer.json",
+                                        "model.safetensors", "generation_config.json"};
+    char dir[512], path[1024], from[4096];
+    fuzz_scratch(dir, sizeof dir, "hf");
+    if (mkdir(dir, 0700) != 0) return 0;
+    int ok = 1;
+    for (size_t i = 0; i < sizeof files / sizeof *files && ok; i++) { /* the fixture's, linked */
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        snprintf(from, sizeof from, "%s/tests/fixtures/hf/%s/%s", LOOM_SOURCE_DIR, src, files[i]);
+        if (strcmp(files[i], fuzzed) == 0) ok = fuzz_write(path, data + 1, n - 1) == 0;
+        else if (access(from, R_OK) == 0) ok = symlink(from, path) == 0;
+    }
+    if (ok) {
+        hf_model *h = hf_open(dir);
+        if (h) { /* every tensor the checks let through must read */
+            int nt;
+            const hf_loom_tensor *t = hf_tensors(h, &nt);
+            for (int i = 0; i < nt; i++) {
+                float *buf = malloc(t[i].numel * sizeof *buf);
+                if (buf) hf_read(h, t[i].name, buf, t[i].numel);
+                free(buf);
+            }
+            hf_close(h);
+        }
+        tokenizer *tok = tokenizer_open(dir);
+        chat_template ct;
+        if (tok && chat_template_init(&ct, tok, "") == 0) {
+            static const char line[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                       "{\"role\": \"assistant\", \"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}], "
+                                       "\"tools\": [{\"name\": \"f\", \"parameters\": {}}]}";
+            sft_example ex;
+            int32_t tokens[512];
+            uint8_t mask[512];
+            if (chat_example_parse(line, sizeof line - 1, &ex, 0) == 0) {
+                chat_render(&ct, &ex, tokens, mask, 512);
+                chat_example_free(&ex);
+            }
+        }
+        tokenizer_free(tok);
+    }
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    return 0;
+}
+
 fuzz_target_fn fuzz_target_by_name(const char *name)
 {
+    if (strcmp(name, "hf") == 0) return fuzz_hf_folder;
+    if (strcmp(name, "tokenizer") == 0) return fuzz_tokenizer;
+    if (strcmp(name, "text") == 0) return fuzz_text_encode;
     if (strcmp(name, "safetensors") == 0) return fuzz_safetensors;
     if (strcmp(name, "config") == 0) return fuzz_config;
     if (strcmp(name, "jsonl") == 0) return fuzz_jsonl;

@@ -29,7 +29,24 @@ int fuzz_safetensors(const uint8_t *data, size_t n);
 /* Write a small valid model.safetensors (bf16, 3 tensors) into folder `dir`. 0 on success. */
 int fuzz_safetensors_seed(const char *dir);
 
-/* Look a target up by name ("config", "jsonl", "ckpt", "safetensors"); NULL if unknown. */
+/* A tokenizer.json file: tokenizer_open, then a fixed text (words, whitespace runs, accents, CJK,
+ * an emoji, a bad UTF-8 sequence, chat markers) encoded and decoded (ids in the vocabulary, the
+ * output within its buffer), and a prompt rendered when the file's markers pick a chat format. */
+int fuzz_tokenizer(const uint8_t *data, size_t n);
+/* Text through the committed reference tokenizers (tests/fixtures/tokenizers): the first byte
+ * picks one, the rest is encoded (any bytes must encode), decoded (byte-level BPE without a
+ * normalizer must give valid UTF-8 back exactly), and read as a model's generation: its tool
+ * calls extracted in that model's chat format and graded, and the text itself parsed as calls. */
+int fuzz_text_encode(const uint8_t *data, size_t n);
+
+/* An HF model folder around one fuzzed file: the first byte picks a committed fixture
+ * (tests/fixtures/hf) and whether the rest is its config.json or its tokenizer_config.json; the
+ * fixture's other files are linked. hf_open and every tensor read; the folder's tokenizer, its
+ * chat format picked from the chat template, and an example rendered. */
+int fuzz_hf_folder(const uint8_t *data, size_t n);
+
+/* Look a target up by name ("config", "jsonl", "ckpt", "safetensors", "tokenizer", "text",
+ * "hf"); NULL if unknown. */
 typedef int (*fuzz_target_fn)(const uint8_t *data, size_t n);
 fuzz_target_fn fuzz_target_by_name(const char *name);
 

@@ -1,6 +1,6 @@
-/* fuzz_replay.c: `fuzz_replay DIR`: every file DIR/<target>/<name> (target = config, jsonl or
- * ckpt) run once through the same fuzz entry point bench/fuzz.sh fuzzes. Inputs that once crashed
- * a fuzzer live there, so a fixed bug stays fixed; under LOOM_SANITIZE a leak or a bad read in
+/* fuzz_replay.c: `fuzz_replay DIR`: every file DIR/<target>/<name> (target = config, jsonl,
+ * ckpt, safetensors, tokenizer, text or hf) run once through the same fuzz entry point bench/fuzz.sh
+ * fuzzes. Inputs that once crashed a fuzzer live there, so a fixed bug stays fixed; under LOOM_SANITIZE a leak or a bad read in
  * them fails the test too. `fuzz_replay --ckpt-seed FILE` writes the fuzzer's checkpoint seed;
  * `--ckpt-seal FILE` seals a seed that another tool (h5repack) rewrote. Must never modify DIR. */
 #include <dirent.h>
@@ -54,9 +54,9 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_quiet(1);
-    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors"};
+    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors", "tokenizer", "text", "hf"};
     int total = 0;
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < (int)(sizeof targets / sizeof *targets); t++) {
         char dir[4096], path[8192];
         snprintf(dir, sizeof dir, "%s/%s", argv[1], targets[t]);
         DIR *d = opendir(dir);

@@ -137,16 +137,6 @@ TEST_FN double dot_fd(const double *w, const double *y, size_t n)
 
 TEST_FN int test_finish(const char *name) { return check_exit_code(name); }
 
-/* x rounded to bf16, nearest even (finite inputs), back in float */
-TEST_FN float bf16_round(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* C = alpha op(A) op(B) + beta C in double (row-major, dense; beta = 0 ignores C); bf16: the
  * operands rounded to bf16 first, the reference of precision bf16. */
 TEST_FN void ref_matmul(double *C, const float *A, const float *B, int M, int N, int K, int tA,
@@ -158,7 +148,7 @@ TEST_FN void ref_matmul(double *C, const float *A, const float *B, int M, int N,
             for (int k = 0; k < K; k++) {
                 float a = tA ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
                 float b = tB ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
-                s += bf16 ? (double)bf16_round(a) * bf16_round(b) : (double)a * b;
+                s += bf16 ? (double)check_bf16_round(a) * check_bf16_round(b) : (double)a * b;
             }
             C[(size_t)i * N + j] = alpha * s + (beta != 0.0 ? beta * C[(size_t)i * N + j] : 0.0);
         }

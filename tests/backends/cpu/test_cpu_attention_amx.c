@@ -17,7 +17,7 @@ typedef struct {
     size_t nq, nk, nl;
 } shape;
 
-static double bf(float x) { return (double)bf16_round(x); }
+static double bf(float x) { return (double)check_bf16_round(x); }
 
 /* Forward reference: out, lse and out's per-element bound. */
 static void ref_forward(const shape *s, const float *q, const float *k, const float *v,

@@ -190,22 +190,12 @@ typedef struct {
     int B, T, H, Hkv, D;
 } att_shape;
 
-static float bf16_round(float x) /* to nearest even, as the device's __float2bfloat16_rn */
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 static float *bf16_rand(size_t n, unsigned seed, float scale)
 {
     float *h = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;
-        h[i] = bf16_round(scale * (2.0f * (float)(seed >> 8) / 16777216.0f - 1.0f));
+        h[i] = check_bf16_round(scale * (2.0f * (float)(seed >> 8) / 16777216.0f - 1.0f));
     }
     return h;
 }
