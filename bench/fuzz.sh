@@ -10,7 +10,7 @@
 #   fuzz_text    text through the reference tokenizers and as a model's tool-call output
 #                (encode, decode round trip, call extraction and grading)  seeds: the tokenizer
 #                fixtures' text and chat rows, rendered tool calls
-#   fuzz_hf      an HF model folder's config.json or tokenizer_config.json, the rest a fixture's
+#   fuzz_hf      an HF model folder's config.json, tokenizer_config.json or shard index, the rest a fixture's
 #                (hf_open, every tensor, the tokenizer and its chat format)  seeds: the fixtures'
 # RUNS (default 200000) executions for config and jsonl; FUZZ_CKPT_RUNS (default RUNS/10) for
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
@@ -61,14 +61,14 @@ call='{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
 printf '\003<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_qwen"
 printf '\002<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_chatml"
 printf '\001[%s]<|eot_id|>' "$call" >"$seeds/text/call_llama3"
-# hf seeds: byte 2*fixture + file (fuzz_hf_dirs, fuzz_hf_files in fuzz_targets.c)
+# hf seeds: byte 3 * fixture + file (fuzz_hf_dirs, fuzz_hf_files in fuzz_targets.c)
 i=0
-for d in llama qwen2-chat gpt2 mistral qwen3; do
+for d in llama qwen2-chat gpt2 mistral qwen3 gpt2-sharded llama-sharded; do
     f=0
-    for name in config.json tokenizer_config.json; do
+    for name in config.json tokenizer_config.json model.safetensors.index.json; do
         [ -f "tests/fixtures/hf/$d/$name" ] &&
-            { printf "\\$(printf %03o $((2 * i + f)))"; cat "tests/fixtures/hf/$d/$name"; } >"$seeds/hf/$d-$name"
-        f=1
+            { printf "\\$(printf %03o $((3 * i + f)))"; cat "tests/fixtures/hf/$d/$name"; } >"$seeds/hf/$d-$name"
+        f=$((f + 1))
     done
     i=$((i + 1))
 done

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,13 @@ static int fuzz_write(const char *path, const uint8_t *data, size_t n)
     if (!f) return -1;
     size_t w = n ? fwrite(data, 1, n, f) : 0;
     return (fclose(f) != 0 || w != n) ? -1 : 0;
+}
+
+/* data written to this process's scratch file with extension ext (its path in path). */
+static int fuzz_to_scratch(char *path, size_t len, const char *ext, const uint8_t *data, size_t n)
+{
+    fuzz_scratch(path, len, ext);
+    return fuzz_write(path, data, n);
 }
 
 int fuzz_config(const uint8_t *data, size_t n)
@@ -130,8 +138,7 @@ static const ckpt_tensor fuzz_table[] = {
 int fuzz_ckpt(const uint8_t *data, size_t n)
 {
     char path[512];
-    fuzz_scratch(path, sizeof path, "h5");
-    if (fuzz_write(path, data, n) != 0) return 0;
+    if (fuzz_to_scratch(path, sizeof path, "h5", data, n) != 0) return 0;
     ckpt_reader *r = ckpt_open(path);
     if (r) {
         ckpt_state st;
@@ -173,8 +180,7 @@ int fuzz_ckpt_seed(const char *path)
 int fuzz_safetensors(const uint8_t *data, size_t n)
 {
     char path[512];
-    fuzz_scratch(path, sizeof path, "safetensors");
-    if (fuzz_write(path, data, n) != 0) return 0;
+    if (fuzz_to_scratch(path, sizeof path, "safetensors", data, n) != 0) return 0;
     st_file *f = st_open(path);
     if (f) { /* every tensor the header let through must convert without reading out of bounds */
         float buf[4096];
@@ -220,8 +226,7 @@ static void fuzz_decode_check(const tokenizer *tok, const int32_t *ids, size_t n
 int fuzz_tokenizer(const uint8_t *data, size_t n)
 {
     char path[512];
-    fuzz_scratch(path, sizeof path, "tokenizer.json");
-    if (fuzz_write(path, data, n) != 0) return 0;
+    if (fuzz_to_scratch(path, sizeof path, "tokenizer.json", data, n) != 0) return 0;
     tokenizer *tok = tokenizer_open(path);
     if (tok) {
         size_t count = 0;
@@ -341,27 +346,47 @@ int fuzz_text_encode(const uint8_t *data, size_t n)
 /* ---- Hugging Face model folders ---- */
 
 /* The committed HF fixtures (tests/fixtures/hf) whose folders the target rebuilds around one
- * fuzzed file. */
-static const char *const fuzz_hf_dirs[] = {"llama", "qwen2-chat", "gpt2", "mistral", "qwen3"};
+ * fuzzed file, and the files it fuzzes. */
+static const char *const fuzz_hf_dirs[] = {"llama", "qwen2-chat", "gpt2", "mistral", "qwen3",
+                                           "gpt2-sharded", "llama-sharded"};
 #define FUZZ_NHF ((int)(sizeof fuzz_hf_dirs / sizeof *fuzz_hf_dirs))
-static const char *const fuzz_hf_files[] = {"config.json", "tokenizer_config.json"};
+static const char *const fuzz_hf_files[] = {"config.json", "tokenizer_config.json",
+                                            "model.safetensors.index.json"};
+
+/* dir/<name> removed for every name of the fixture folder src, and the fuzzed one; then dir. */
+static void fuzz_hf_clean(const char *dir, const char *src, const char *fuzzed)
+{
+    char path[4096];
+    DIR *d = opendir(src);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/%s", dir, fuzzed);
+    unlink(path);
+    rmdir(dir);
+}
 
 int fuzz_hf_folder(const uint8_t *data, size_t n)
 {
     if (n < 1) return 0;
-    const char *src = fuzz_hf_dirs[(data[0] >> 1) % FUZZ_NHF], *fuzzed = fuzz_hf_files[data[0] & 1];
-    static const char *const files[] = {"config.json", "tokenizer_config.json", "tokenizer.json",
-                                        "model.safetensors", "generation_config.json"};
-    char dir[512], path[1024], from[4096];
+    const char *fuzzed = fuzz_hf_files[data[0] % 3];
+    char dir[512], path[4096], src[4096], from[8192];
+    snprintf(src, sizeof src, "%s/tests/fixtures/hf/%s", LOOM_SOURCE_DIR, fuzz_hf_dirs[(data[0] / 3) % FUZZ_NHF]);
     fuzz_scratch(dir, sizeof dir, "hf");
     if (mkdir(dir, 0700) != 0) return 0;
-    int ok = 1;
-    for (size_t i = 0; i < sizeof files / sizeof *files && ok; i++) { /* the fixture's, linked */
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        snprintf(from, sizeof from, "%s/tests/fixtures/hf/%s/%s", LOOM_SOURCE_DIR, src, files[i]);
-        if (strcmp(files[i], fuzzed) == 0) ok = fuzz_write(path, data + 1, n - 1) == 0;
-        else if (access(from, R_OK) == 0) ok = symlink(from, path) == 0;
-    }
+    DIR *d = opendir(src);
+    struct dirent *e;
+    int ok = d != NULL;
+    while (ok && (e = readdir(d))) /* the fixture's files, linked */
+        if (e->d_name[0] != '.' && strcmp(e->d_name, fuzzed) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            snprintf(from, sizeof from, "%s/%s", src, e->d_name);
+            ok = symlink(from, path) == 0;
+        }
+    if (d) closedir(d);
+    snprintf(path, sizeof path, "%s/%s", dir, fuzzed);
+    ok = ok && fuzz_write(path, data + 1, n - 1) == 0;
     if (ok) {
         hf_model *h = hf_open(dir);
         if (h) { /* every tensor the checks let through must read */
@@ -390,11 +415,7 @@ int fuzz_hf_folder(const uint8_t *data, size_t n)
         }
         tokenizer_free(tok);
     }
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
-    }
-    rmdir(dir);
+    fuzz_hf_clean(dir, src, fuzzed);
     return 0;
 }
 

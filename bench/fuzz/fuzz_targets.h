@@ -40,8 +40,8 @@ int fuzz_tokenizer(const uint8_t *data, size_t n);
 int fuzz_text_encode(const uint8_t *data, size_t n);
 
 /* An HF model folder around one fuzzed file: the first byte picks a committed fixture
- * (tests/fixtures/hf) and whether the rest is its config.json or its tokenizer_config.json; the
- * fixture's other files are linked. hf_open and every tensor read; the folder's tokenizer, its
+ * (tests/fixtures/hf, sharded ones too) and whether the rest is its config.json, its
+ * tokenizer_config.json or its model.safetensors.index.json; the fixture's other files are linked. hf_open and every tensor read; the folder's tokenizer, its
  * chat format picked from the chat template, and an example rendered. */
 int fuzz_hf_folder(const uint8_t *data, size_t n);
 
