@@ -51,16 +51,18 @@ for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seed
 for f in tests/fixtures/tokenizers/*.json tests/fixtures/hf/*/tokenizer.json configs/demo-tokenizer.json; do
     cp "$f" "$seeds/tokenizer/$(echo "$f" | tr / _)"
 done
-# text seeds: the first byte picks a reference tokenizer (fuzz_toks in fuzz_targets.c, 6 of them)
+# text seeds: the first byte picks a tokenizer (fuzz_toks in fuzz_targets.c, 7 of them)
 i=0
 while IFS= read -r line && [ $i -lt 48 ]; do
-    { printf "\\$(printf %03o $((i % 6)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
+    { printf "\\$(printf %03o $((i % 7)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
     i=$((i + 1))
 done < <(grep -v '^$' tests/fixtures/tokenizers/text.txt | head -n 24; head -n 24 tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
 call='{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
 printf '\003<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_qwen"
 printf '\002<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_chatml"
 printf '\001[%s]<|eot_id|>' "$call" >"$seeds/text/call_llama3"
+printf '\005[TOOL_CALLS] [%s]</s>' "$call" >"$seeds/text/call_mistral"
+printf '\006<|call|>[%s]<|end|>' "$call" >"$seeds/text/call_loom"
 # hf seeds: byte 3 * fixture + file (fuzz_hf_dirs, fuzz_hf_files in fuzz_targets.c)
 i=0
 for d in llama qwen2-chat gpt2 mistral qwen3 gpt2-sharded llama-sharded; do

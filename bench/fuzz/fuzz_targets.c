@@ -257,15 +257,20 @@ int fuzz_tokenizer(const uint8_t *data, size_t n)
     return 0;
 }
 
-/* The committed reference tokenizers (tests/fixtures/tokenizers), each with the chat format its
- * model family uses ("" where the format needs markers its vocabulary lacks) and whether its
+/* The committed tokenizers (tests/fixtures/tokenizers, and the demo's), each with the chat format
+ * its model family uses ("" where its vocabulary lacks the format's markers) and whether its
  * decoding gives back any valid UTF-8 text exactly (byte-level BPE without a normalizer). */
 static const struct fuzz_tok {
-    const char *file, *format;
+    const char *file, *format; /* file: from the source tree's root */
     int round_trip;
 } fuzz_toks[] = {
-    {"gpt2.json", "", 1},          {"llama3.json", "llama3", 1}, {"smollm2.json", "chatml", 1},
-    {"qwen2.json", "qwen2.5", 0},  {"llama2.json", "", 0},       {"mistral.json", "", 0},
+    {"tests/fixtures/tokenizers/gpt2.json", "", 1},
+    {"tests/fixtures/tokenizers/llama3.json", "llama3", 1},
+    {"tests/fixtures/tokenizers/smollm2.json", "chatml", 1},
+    {"tests/fixtures/tokenizers/qwen2.json", "qwen2.5", 0},
+    {"tests/fixtures/tokenizers/llama2.json", "", 0},
+    {"tests/fixtures/tokenizers/mistral.json", "mistral", 0},
+    {"configs/demo-tokenizer.json", "loom", 1},
 };
 #define FUZZ_NTOK ((int)(sizeof fuzz_toks / sizeof *fuzz_toks))
 
@@ -277,7 +282,7 @@ static tokenizer *fuzz_tok_open(int i, const chat_template **ct)
     static int has_ct[FUZZ_NTOK];
     if (!tok[i]) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", LOOM_SOURCE_DIR, fuzz_toks[i].file);
+        snprintf(path, sizeof path, "%s/%s", LOOM_SOURCE_DIR, fuzz_toks[i].file);
         if (!(tok[i] = tokenizer_open(path))) abort();
         has_ct[i] = fuzz_toks[i].format[0] && chat_template_init(&cts[i], tok[i], fuzz_toks[i].format) == 0;
         if (fuzz_toks[i].format[0] && !has_ct[i]) abort();

@@ -33,8 +33,8 @@ int fuzz_safetensors_seed(const char *dir);
  * an emoji, a bad UTF-8 sequence, chat markers) encoded and decoded (ids in the vocabulary, the
  * output within its buffer), and a prompt rendered when the file's markers pick a chat format. */
 int fuzz_tokenizer(const uint8_t *data, size_t n);
-/* Text through the committed reference tokenizers (tests/fixtures/tokenizers): the first byte
- * picks one, the rest is encoded (any bytes must encode), decoded (byte-level BPE without a
+/* Text through the committed reference tokenizers (tests/fixtures/tokenizers) and the demo's:
+ * the first byte picks one, the rest is encoded (any bytes must encode), decoded (byte-level BPE without a
  * normalizer must give valid UTF-8 back exactly), and read as a model's generation: its tool
  * calls extracted in that model's chat format and graded, and the text itself parsed as calls. */
 int fuzz_text_encode(const uint8_t *data, size_t n);
