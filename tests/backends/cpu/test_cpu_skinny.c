@@ -118,7 +118,7 @@ int main(void)
     int top = cpu_skinny_isa();
     if (top == CPU_SKINNY_NONE) {
         printf("skip: this CPU has neither AVX-512 nor AVX2+FMA; its sgemm runs these products\n");
-        return check_exit_code("test_cpu_skinny");
+        return 77; /* nothing checked: ctest reports it skipped */
     }
     for (int isa = CPU_SKINNY_AVX2; isa <= top; isa++) {
         test_shapes(isa);
