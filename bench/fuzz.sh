@@ -56,7 +56,7 @@ i=0
 while IFS= read -r line && [ $i -lt 48 ]; do
     { printf "\\$(printf %03o $((i % 7)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
     i=$((i + 1))
-done < <(grep -v '^$' tests/fixtures/tokenizers/text.txt | head -n 24; head -n 24 tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
+done < <(grep -a -m 24 -v '^$' tests/fixtures/tokenizers/text.txt; head -n 24 tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
 call='{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
 printf '\003<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_qwen"
 printf '\002<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_chatml"

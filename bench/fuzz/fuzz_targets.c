@@ -85,8 +85,8 @@ static const chat_template *fuzz_chat(void)
     return &ct;
 }
 
-/* Each line on its own through chat.h, as `loom sample` and the evaluator use it. */
-static void fuzz_chat_lines(const char *s, int flags)
+/* Each line on its own through chat.h on template ct, as `loom sample` and the evaluator use it. */
+static void fuzz_chat_lines(const chat_template *ct, const char *s, int flags)
 {
     int32_t tokens[512];
     uint8_t mask[512];
@@ -95,8 +95,8 @@ static void fuzz_chat_lines(const char *s, int flags)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         sft_example ex;
         if (chat_example_parse(p, len, &ex, flags) == 0) {
-            if (ex.answers_json) chat_render(fuzz_chat(), &ex, tokens, mask, 512);
-            chat_render_prompt(fuzz_chat(), &ex, tokens, 512);
+            if (ex.answers_json) chat_render(ct, &ex, tokens, mask, 512);
+            chat_render_prompt(ct, &ex, tokens, 512);
             chat_example_free(&ex);
         }
         p += len + (e ? 1 : 0);
@@ -108,7 +108,7 @@ int fuzz_jsonl(const uint8_t *data, size_t n)
     if (n < 1) return 0;
     char *s = fuzz_str(data + 1, n - 1);
     if (!s) return 0;
-    fuzz_chat_lines(s, (data[0] & 2) ? CHAT_PARSE_PROMPT_ONLY : 0);
+    fuzz_chat_lines(fuzz_chat(), s, (data[0] & 2) ? CHAT_PARSE_PROMPT_ONLY : 0);
     data_config dc;
     memset(&dc, 0, sizeof dc);
     fuzz_scratch(dc.train, sizeof dc.train, "jsonl");
@@ -213,14 +213,22 @@ static const char fuzz_text[] = "Hello world, 12345 tokens!\n\n  \tcafé naïve 
                                 "<|im_start|>user<|im_end|> <tool_call>{\"a\": 1}</tool_call> "
                                 "[INST] [TOOL_CALLS] <|eot_id|> <|endoftext|>";
 
-/* ids must lie in the vocabulary and decode without overrunning out (cap bytes). */
-static void fuzz_decode_check(const tokenizer *tok, const int32_t *ids, size_t n, char *out, size_t cap)
+/* A tool-calling example (a user turn, a call, the tool list) for the chat templates a fuzzed
+ * file makes: rendered whole and as a prompt. */
+static const char fuzz_example[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                   "{\"role\": \"assistant\", \"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}], "
+                                   "\"tools\": [{\"name\": \"f\", \"parameters\": {}}]}";
+
+/* ids must lie in the vocabulary and decode without overrunning out (cap bytes); out ends as
+ * the decode with special tokens written, whose length it returns. */
+static size_t fuzz_decode_check(const tokenizer *tok, const int32_t *ids, size_t n, char *out, size_t cap)
 {
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= tokenizer_vocab(tok)) abort();
+    tokenizer_decode(tok, ids, n, out, cap, 1);
     size_t w = tokenizer_decode(tok, ids, n, out, cap, 0);
     if (w >= cap || out[w] != '\0') abort();
-    tokenizer_decode(tok, ids, n, out, cap, 1);
+    return w;
 }
 
 int fuzz_tokenizer(const uint8_t *data, size_t n)
@@ -241,16 +249,7 @@ int fuzz_tokenizer(const uint8_t *data, size_t n)
         tokenizer_special(tok, "<|im_end|>");
         tokenizer_eos(tok), tokenizer_eot(tok), tokenizer_pad(tok);
         chat_template ct;
-        if (chat_template_init(&ct, tok, "") == 0) { /* its format's rendering of a prompt */
-            static const char line[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
-                                       "\"tools\": [{\"name\": \"f\", \"parameters\": {}}]}";
-            sft_example ex;
-            int32_t tokens[512];
-            if (chat_example_parse(line, sizeof line - 1, &ex, CHAT_PARSE_PROMPT_ONLY) == 0) {
-                chat_render_prompt(&ct, &ex, tokens, 512);
-                chat_example_free(&ex);
-            }
-        }
+        if (chat_template_init(&ct, tok, "") == 0) fuzz_chat_lines(&ct, fuzz_example, 0);
         tokenizer_free(tok);
     }
     unlink(path);
@@ -324,8 +323,7 @@ int fuzz_text_encode(const uint8_t *data, size_t n)
     size_t cap = 3 * len + 64 * count + 64;
     char *out = malloc(cap);
     if (out) {
-        fuzz_decode_check(tok, ids, count, out, cap);
-        size_t w = tokenizer_decode(tok, ids, count, out, cap, 0);
+        size_t w = fuzz_decode_check(tok, ids, count, out, cap);
         if (fuzz_toks[which].round_trip && fuzz_utf8_valid(data + 1, len) && (w != len || memcmp(out, text, len) != 0))
             abort(); /* byte-level BPE loses nothing */
         free(out);
@@ -358,17 +356,16 @@ static const char *const fuzz_hf_dirs[] = {"llama", "qwen2-chat", "gpt2", "mistr
 static const char *const fuzz_hf_files[] = {"config.json", "tokenizer_config.json",
                                             "model.safetensors.index.json"};
 
-/* dir/<name> removed for every name of the fixture folder src, and the fuzzed one; then dir. */
-static void fuzz_hf_clean(const char *dir, const char *src, const char *fuzzed)
+/* The scratch folder dir and the files (links) in it, removed. */
+static void fuzz_rmdir_flat(const char *dir)
 {
     char path[4096];
-    DIR *d = opendir(src);
+    DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d)))
-        if (e->d_name[0] != '.') snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
     if (d) closedir(d);
-    snprintf(path, sizeof path, "%s/%s", dir, fuzzed);
-    unlink(path);
     rmdir(dir);
 }
 
@@ -406,21 +403,10 @@ int fuzz_hf_folder(const uint8_t *data, size_t n)
         }
         tokenizer *tok = tokenizer_open(dir);
         chat_template ct;
-        if (tok && chat_template_init(&ct, tok, "") == 0) {
-            static const char line[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
-                                       "{\"role\": \"assistant\", \"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}], "
-                                       "\"tools\": [{\"name\": \"f\", \"parameters\": {}}]}";
-            sft_example ex;
-            int32_t tokens[512];
-            uint8_t mask[512];
-            if (chat_example_parse(line, sizeof line - 1, &ex, 0) == 0) {
-                chat_render(&ct, &ex, tokens, mask, 512);
-                chat_example_free(&ex);
-            }
-        }
+        if (tok && chat_template_init(&ct, tok, "") == 0) fuzz_chat_lines(&ct, fuzz_example, 0);
         tokenizer_free(tok);
     }
-    fuzz_hf_clean(dir, src, fuzzed);
+    fuzz_rmdir_flat(dir);
     return 0;
 }
 
