@@ -17,8 +17,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
-#include "core/config.h"
-#include "core/model.h"
+#include "core/config/config.h"
+#include "core/model/model.h"
 #include "bench/bench_prof.h"
 #include "bench/smol_shapes.h"
 

@@ -15,8 +15,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/rng.h"
-#include "core/config.h"
-#include "core/model.h"
+#include "core/config/config.h"
+#include "core/model/model.h"
 #include "bench/bench_prof.h"
 #include "bench/smol_shapes.h"
 
@@ -106,7 +106,7 @@ int main(int argc, char **argv)
     const char *prec = getenv("PRECISION");
     backend_config bc = {.threads = threads,
                          .precision = prec && strcmp(prec, "bf16") == 0 ? BACKEND_BF16 : 0,
-                         .allow_tf32 = prec && strcmp(prec, "tf32") == 0}; /* as core/session.c */
+                         .allow_tf32 = prec && strcmp(prec, "tf32") == 0}; /* as core/train/session.c */
     backend *be = backend_select(getenv("LOOM_BACKEND") ? NULL : "cpu", &bc, NULL, 0);
     model *m = be ? model_create(&mc, be, B, T, 1, 1, MODEL_ACTS_KEEP, r > 0 ? &ls : NULL) : NULL;
     float *mom = m ? dev_zeros(be, m->nparams) : NULL, *vel = m ? dev_zeros(be, m->nparams) : NULL;

@@ -5,7 +5,7 @@
 #ifndef LOOM_BENCH_SMOL_SHAPES_H
 #define LOOM_BENCH_SMOL_SHAPES_H
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 static inline model_config bench_smol_config(int tiny, int max_seq)
 {

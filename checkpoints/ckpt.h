@@ -98,7 +98,7 @@ int ckpt_read_state(ckpt_reader *r, ckpt_state *state);
 /* The ranges every state must be in, whatever wrote it: step, adam_step in [0, CKPT_MAX_STEP],
  * adam_step <= step, tokens_seen, sample_cursor, epoch >= 0, lr finite and >= 0, world_size >= 1,
  * zero_stage 0..3. (How step, sample_cursor, tokens_seen and rng_counter relate is the trainer's
- * rule: core/session_ckpt.c checks it against the job config in the file.) -1 + loom_fail
+ * rule: core/train/session_ckpt.c checks it against the job config in the file.) -1 + loom_fail
  * "WHAT: attribute NAME = V ..." on the first one out of range. */
 int ckpt_state_check(const ckpt_state *state, const char *what);
 /* Every shape of g's tensors as stored, against g's table, without reading data: -1 + loom_fail

@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
-#include "core/session.h"
+#include "core/train/train.h"
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {

@@ -3,7 +3,7 @@
 #ifndef LOOM_CLI_H
 #define LOOM_CLI_H
 
-#include "core/config.h"
+#include "core/config/config.h"
 
 #define CLI_MAX_SETS 64
 

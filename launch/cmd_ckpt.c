@@ -1,10 +1,10 @@
 /* cmd_ckpt.c: `loom ckpt info FILE_OR_DIR`, `loom ckpt seal FILE_OR_DIR` and `loom ckpt merge BASE
- * ADAPTER OUT_DIR [--allow-other-base]`. Parsing and printing only: the work is in checkpoints/ and core/export.c. */
+ * ADAPTER OUT_DIR [--allow-other-base]`. Parsing and printing only: the work is in checkpoints/ and core/train/export.c. */
 #include <stdio.h>
 #include <string.h>
 
 #include "checkpoints/ckpt.h"
-#include "core/export.h"
+#include "core/train/train.h"
 #include "launch/cli.h"
 
 int cmd_ckpt(int argc, char **argv)

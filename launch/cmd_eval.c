@@ -2,10 +2,9 @@
  * fine-tuned checkpoint (or, without --ckpt, of the base model the job starts from). */
 #include <stdio.h>
 
-#include "core/evaluate.h"
+#include "core/train/train.h"
 #include "base/log.h"
-#include "core/session.h"
-#include "core/sft_data.h"
+#include "core/text/text.h"
 #include "launch/cli.h"
 
 int cmd_eval(int argc, char **argv)

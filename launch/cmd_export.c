@@ -12,8 +12,8 @@
 #include "base/error.h"
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
-#include "core/model.h"
-#include "core/session.h"
+#include "core/model/model.h"
+#include "core/train/train.h"
 #include "launch/cli.h"
 
 typedef struct export_src {

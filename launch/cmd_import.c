@@ -12,9 +12,9 @@
 #include "base/log.h"
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
-#include "core/model.h"
-#include "core/session.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/train/train.h"
+#include "core/text/text.h"
 #include "launch/cli.h"
 
 typedef struct import_ctx {

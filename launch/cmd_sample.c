@@ -9,12 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/chat.h"
+#include "core/text/text.h"
 #include "base/error.h"
-#include "core/evaluate.h"
+#include "core/train/train.h"
 #include "base/log.h"
-#include "core/session.h"
-#include "core/tokenizer.h"
 #include "launch/cli.h"
 
 typedef struct sample_args {

@@ -9,9 +9,8 @@
 
 #include "base/error.h"
 #include "base/log.h"
-#include "core/config.h"
-#include "core/data.h"
-#include "core/tokenizer.h"
+#include "core/config/config.h"
+#include "core/text/text.h"
 #include "launch/cli.h"
 
 static int tokenize_usage(void)

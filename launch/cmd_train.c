@@ -7,7 +7,7 @@
 #include "backends/backend.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "core/train.h"
+#include "core/train/train.h"
 #include "launch/cli.h"
 #include "parallel/comm.h"
 

@@ -13,11 +13,11 @@
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
 #include "checkpoints/safetensors.h"
-#include "core/chat.h"
-#include "core/config.h"
-#include "core/sft_data.h"
-#include "core/tokenizer.h"
-#include "core/toolcall.h"
+#include "core/text/chat.h"
+#include "core/config/config.h"
+#include "core/text/sft_data.h"
+#include "core/text/tokenizer.h"
+#include "core/text/toolcall.h"
 
 #include <utf8proc.h>
 

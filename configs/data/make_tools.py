@@ -185,7 +185,7 @@ def compact(v):
 
 
 def rendered_len(rec):
-    """Tokens of loom's rendering (core/chat.h): bytes + one token per marker."""
+    """Tokens of loom's rendering (core/text/chat.h): bytes + one token per marker."""
     n = 2 + len(compact(rec["tools"]).encode()) + 1 + len(rec["query"].encode()) + 2
     if "reasoning" in rec:
         n += 1 + len(rec["reasoning"].encode())

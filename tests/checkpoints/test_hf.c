@@ -13,8 +13,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "checkpoints/hf.h"
-#include "core/config.h"
-#include "core/model.h"
+#include "core/config/config.h"
+#include "core/model/model.h"
 #include "tests/check.h"
 
 #define T_IDS 12

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nan_steps.sh LOOM CKPT_SCAN MPIRUN... with NAN_CASE=loss|grad|stop, 2 ranks, a checkpoint
-# every 2 steps (core/fault.h injects the bad values on one rank only):
+# every 2 steps (core/train/fault.h injects the bad values on one rank only):
 #   loss  rank 1's loss of step 3 is NaN -> every rank skips step 3 and the job finishes
 #   grad  rank 0's gradients of step 4 are NaN (the reduction carries them to rank 1) -> every
 #         rank skips step 4, and the step-4 checkpoint right after it is finite

@@ -1,0 +1,246 @@
+/* model.h: the decoder-only transformer: parameter layout (one flat buffer + a named tensor table),
+ * activation buffers, and the explicit forward/backward passes built from backend ops.
+ * The model owns its device buffers; it never talks to other ranks (parallel/dp does that through
+ * the region hooks below) and never touches files (checkpoints/ does). */
+#ifndef LOOM_MODEL_H
+#define LOOM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/config/config.h"
+#include "core/model/lora.h"
+
+#define MODEL_MAX_NAME 64
+
+/* One named parameter tensor inside the flat parameter buffer. */
+typedef struct model_tensor {
+    char name[MODEL_MAX_NAME]; /* "h.3.attn.q.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t offset;             /* elements into the flat buffer */
+    size_t numel;
+    int region;                /* 0 = embeddings, 1..L = layer l-1, L+1 = final norm + head */
+    int decay;                 /* AdamW weight decay applies (matrices, not norms/biases) */
+    int trainable;             /* 0 for frozen base weights (LoRA fine-tunes) */
+} model_tensor;
+
+/* Device pointers of one layer's tensors (NULL where the architecture has none). */
+typedef struct layer_params {
+    float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+    float *ln2_w, *ln2_b, *fc_w, *fc_b, *gate_w, *up_w, *proj_w, *proj_b;
+    float *lnq_w, *lnk_w;     /* qk_norm: per-head RMSNorm weights (head_dim) */
+} layer_params;
+
+typedef struct model_params {
+    float *wte, *wpe, *lnf_w, *lnf_b, *lm_head; /* lm_head == wte when tied */
+    layer_params *layer;                        /* n_layer entries */
+} model_params;
+
+/* Activations of one layer, kept for backward (or recomputed when cfg recompute is on). */
+typedef struct layer_acts {
+    float *x;                 /* (N, C) residual stream entering the layer (always kept) */
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *q, *k, *v;         /* (N, H*D), (N, Hkv*D) x2, after rope */
+    float *qr, *kr;           /* qk_norm: q, k before their norm (N, H*D), (N, Hkv*D) */
+    float *q_rstd, *k_rstd;   /* qk_norm: (N*H), (N*Hkv) */
+    float *att, *lse;         /* (N, C), (B, H, T) */
+    float *xm;                /* (N, C) residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *h, *g;             /* gelu: pre/post activation (N, F); swiglu: gate, up in h, u */
+    float *u, *act;           /* swiglu: up (N,F), silu(gate)*up (N,F); gelu: act == g */
+    float *xa[LORA_NTARGETS]; /* LoRA: x A^T (N, r) of each adapted projection */
+} layer_acts;
+
+/* Region hooks: let data parallelism gather sharded parameters just before a region is used
+ * (ZeRO-3), give backward a place for a region's gradients (ZeRO-2/3) and reduce them as soon as
+ * backward has finished the region (overlap). Region ids as in model_tensor.region.
+ * Forward: begin(r,0) before region r is read, end(r,0) when forward no longer reads it (the head
+ *   region L+1, and region 0 when tied, stay begun into backward).
+ * Backward: begin(r,1) before region r's backward (not for L+1: still begun), end(r,1) once its
+ *   gradients are final for this micro-batch.
+ * Either hook may be NULL. Return -1 to abort the pass. */
+typedef struct model_hooks {
+    void *ctx;
+    int (*region_begin)(void *ctx, int region, int backward);
+    int (*region_end)(void *ctx, int region, int backward);
+} model_hooks;
+
+typedef struct model {
+    model_config cfg;
+    backend *be;
+    int B, T;                  /* the shape the next passes run at (model_set_shape) ... */
+    int B_max, T_max;          /* ... at most the micro-batch shape the activations were sized for */
+    const int *seg;            /* host, nseg: a ragged pass's sequence lengths (model_set_ragged; */
+    int nseg;                  /* B = 1, T = their sum, packed); 0: B rows of T */
+    int recompute;
+
+    int ntensors;
+    model_tensor *tensors;     /* host */
+    size_t nparams;            /* elements in the flat buffer */
+    size_t *region_offset;     /* nregions + 1: region r spans [region_offset[r], region_offset[r+1]) */
+    int nregions;              /* n_layer + 2 */
+    int *region_first;         /* nregions + 1: region r holds tensors [region_first[r], region_first[r+1]) */
+    float ***view_map;         /* per side and tensor, the (up to 2) named view fields it feeds */
+
+    float *params;             /* device, nparams; NULL when dp binds regions (ZeRO-3) */
+    float *grads;              /* device, nparams; NULL when frozen or dp binds regions */
+    float **ptr_params, **ptr_grads; /* per tensor: where it lives now (host table) */
+    model_params p, g;         /* named views into params and grads */
+
+    layer_acts *acts;          /* n_layer entries; with recompute they share one scratch set */
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *loss_acc;           /* device, B*T: per-position loss sums since model_take_loss */
+    float *dres, *dln, *dq, *dk, *dv, *datt, *dh, *du, *dact; /* backward scratch */
+    float *dqr, *dkr;          /* qk_norm backward scratch */
+    float *rope_freq;          /* device, head_dim/2 inverse frequencies (rope_scaling), else NULL */
+    int32_t *tokens, *targets; /* device, B*T */
+    /* The head runs on the positions with a target only (fine-tunes: the answer tokens): */
+    int head_rows_n;           /* M, those positions in this batch; M == B*T: every position */
+    int32_t *head_rows;        /* device, B*T: the M positions, ascending */
+    int32_t *head_targets;     /* device, B*T: their targets */
+    int32_t *host_rows;        /* host, 2*B*T: both, built by model_set_batch */
+    int full_head;             /* tests only: 1 = the head on every position (the reference) */
+    float *host_losses;        /* host, B*T: the per-position losses read back once per step */
+    size_t activation_bytes;   /* what the activations and scratch took */
+    model_hooks hooks;
+
+    /* LoRA: the flat array above holds only the adapters (lp/lg views); the base weights live
+     * frozen in `base` (p views), with no gradients (g views NULL) and no optimizer state. */
+    lora_spec lora;               /* rank 0 = no LoRA */
+    float lora_scale;             /* alpha / rank */
+    model_tensor *base_tensors;   /* host table of the base weights */
+    int nbase;
+    size_t nbase_params;
+    float *base, **ptr_base;
+    int base_bf16;                /* the backend holds base's bf16 copy (model_weights_bf16) */
+    layer_lora *lp, *lg;
+    float *dxa;                   /* backward scratch (N, r) */
+} model;
+
+/* Lay out the tensors of cfg (no allocation). Fills m->tensors, nparams, regions. */
+int model_layout(model *m, const model_config *cfg);
+
+/* The `recompute` argument of model_create: keep every layer's activations for backward,
+ * recompute them in backward, or allocate none (inference through model_gen only). */
+enum { MODEL_ACTS_KEEP = 0, MODEL_ACTS_RECOMPUTE = 1, MODEL_ACTS_NONE = 2 };
+
+/* Create a model on `be` for micro-batch (B, T): allocates the full parameter buffer (if
+ * with_params), the full gradient buffer (if with_grads) and every activation buffer, once.
+ * Without them, the owner binds region buffers with model_bind_region (ZeRO-2/3).
+ * Parameters are zero until model_init or a load. NULL + loom_fail on error. */
+model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
+                    int with_grads, int recompute, const lora_spec *lora);
+
+/* LoRA models: base elements [lo, hi) (the base table's layout) from host[0 .. hi - lo). */
+int model_load_base_range(model *m, const float *host, size_t lo, size_t hi);
+/* LoRA models: base_host (the base table's layout) += s B A for every adapter in lora_host. */
+int model_lora_merge(const model *m, float *base_host, const float *lora_host);
+
+/* LoRA models: the base table (what a base checkpoint's /model group holds). */
+int model_base_table(const model *m, const model_tensor **tensors, int *n, size_t *nparams);
+void model_destroy(model *m);
+
+/* Seeded GPT-2 style init into a host array of nparams floats: N(0, std) matrices (residual
+ * output projections std/sqrt(2L)), zero biases, unit norm weights. Deterministic in seed,
+ * independent of backend and world size. */
+int model_init_values(const model *m, uint64_t seed, float *host);
+/* The same values for logical elements [lo, hi) only, into host[0 .. hi - lo). */
+int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size_t hi);
+
+/* Point region r's parameter (and/or gradient) views at a buffer holding that region's elements
+ * from its first one on (NULL leaves that side as it is). */
+void model_bind_region(model *m, int region, float *params, float *grads);
+
+/* Run the next passes at B x T (B <= B_max, T <= T_max): every activation is the contiguous
+ * B*T-row prefix of its buffer and every op takes the new shape, so a batch of short rows costs
+ * what its rows need, not the allocated length. model_create starts at (B_max, T_max). 0, or -1 +
+ * loom_fail for a shape over the allocation. */
+int model_set_shape(model *m, int B, int T);
+
+/* Run the next passes ragged: n sequences of lens[i] tokens (1..T_max each, at most B_max x T_max
+ * in all) packed one after another, so no padding is computed. Every op but RoPE, learned
+ * positions and attention is row-wise and runs on all the tokens at once (B = 1, T = their sum);
+ * those three run per sequence, positions from 0. lens must stay valid until model_set_shape
+ * ends the ragged passes. 0, or -1 + loom_fail. */
+int model_set_ragged(model *m, const int *lens, int n);
+
+/* Pack B host rows of T (tokens, targets; target < 0 = no loss) in place for a ragged pass: each
+ * row cut after its last target (the positions after it carry no loss and, the model being
+ * causal, change nothing before them), rows without a target dropped, the rest moved together.
+ * lens[0..n) receives the lengths; returns n >= 1: an all-empty batch packs to one token with no
+ * target, so every rank still runs its passes (ZeRO-3 gathers parameters in them). */
+int model_pack_rows(int32_t *tokens, int32_t *targets, int B, int T, int *lens);
+
+/* Upload a micro-batch: tokens and targets (host, B*T int32 at the current shape; target < 0 =
+ * no loss). */
+void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
+
+/* Forward + loss. When grad_scale is non-zero, m->logits then holds dlogits * grad_scale ready
+ * for model_backward. loss_out non-NULL receives the SUM of this micro-batch's token losses (a
+ * read of the device: the host waits for the pass). loss_out NULL: the per-token losses are added
+ * up on the device and model_take_loss reads them once per step (the host queues the next
+ * micro-batch without waiting). 0, or -1 + loom_fail when a region hook failed (the pass stopped,
+ * no loss was added). */
+int model_forward(model *m, float grad_scale, double *loss_out);
+
+/* The loss sum of every model_forward(m, ..., NULL) since the last call (host; one read of the
+ * device, in double over the positions) and starts the next sum at 0. */
+double model_take_loss(model *m);
+
+/* bf16 backends: keep (1) a bf16 copy of the full weights, cast now, for the matmuls of the
+ * passes that follow, or drop it (0). The trainer keeps it from the start of a step's first
+ * micro-batch to its last backward: one cast per optimizer step. A LoRA base is frozen, so its
+ * copy is cast once and kept across steps (dropped only when the base is loaded again or the
+ * model destroyed). No-op elsewhere. */
+void model_weights_bf16(model *m, int keep);
+
+/* Backward of the last forward: ACCUMULATES into m->grads (zero them per optimizer step). */
+int model_backward(model *m);
+
+/* Single-sequence generation with a KV cache in the model's own activations (the reference
+ * the batched model_gen below is tested against; evaluation and sampling use model_gen), on batch row 0: prefill runs the prompt tokens[0..n) and returns
+ * the next-token logits (host, vocab floats); decode appends `token` at position t (= the
+ * current length) and returns the logits after it. Needs recompute off; n, t < T. */
+int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host);
+int model_decode(model *m, int32_t token, int t, float *logits_host);
+
+/* Batched generation (model_gen.c): up to `rows` sequences of up to `cap` positions (prompt + new
+ * tokens, cap <= max_seq) decoded together, each with its own KV cache row and position. The
+ * context holds the KV cache, one layer's activations for at most fwd_tokens token rows and the
+ * logits of the live rows: in its own device memory (so it serves a model created with
+ * MODEL_ACTS_NONE), or inside a training model's activation arena when that is large enough
+ * (idle between steps: no model_forward/backward may run while such a context is in use).
+ * Rows are "live" from prefill until dropped. model_gen_bytes: device bytes it allocated. */
+typedef struct model_gen model_gen;
+model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens); /* NULL + loom_fail */
+void model_gen_destroy(model_gen *g);
+size_t model_gen_bytes(const model_gen *g);
+/* Start R sequences (prompt r = prompts[r][0..lens[r]), 1 <= lens[r] < cap): one forward for the
+ * whole batch when R * longest prompt <= fwd_tokens (else consecutive groups); logits_host (R, vocab)
+ * receives each row's next-token logits. Row r is live row r. */
+int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *lens, int R, float *logits_host);
+/* Append tokens[i] to every live row i and return the next-token logits (live, vocab). */
+int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host);
+/* Drop live row i (its sequence is finished): the last live row moves to index i. */
+int model_gen_drop(model_gen *g, int i);
+int model_gen_live(const model_gen *g);
+int model_gen_pos(const model_gen *g, int i); /* tokens live row i holds so far */
+/* Sum of token losses of R sequences of T tokens (host tokens/targets (R, T), target < 0 = no
+ * loss) into *sum_out, forward only through the context's buffers: the rows packed
+ * (model_pack_rows) into ragged passes of at most the context's forward rows, the head only on
+ * positions with a target, in chunks. 0, or -1 + loom_fail (then *sum_out is untouched). */
+int model_gen_loss(model_gen *g, const int32_t *tokens, const int32_t *targets, int R, int T,
+                   double *sum_out);
+
+/* Matmul FLOPs of one training token (forward + backward) in rows of T, head included, for MFU. */
+double model_flops_per_token(const model *m, int T);
+/* Matmul FLOPs of one optimizer step that computed `tokens` real positions in rows of T and the
+ * head on `head_rows` of them (the compact head: only positions with a target), for MFU. */
+double model_step_flops(const model *m, int T, double tokens, double head_rows);
+
+/* Index of a tensor by name, -1 if absent. */
+int model_find(const model *m, const char *name);
+
+#endif

@@ -1,0 +1,155 @@
+/* metrics.c: progress lines, metrics.jsonl and the loss-curve SVG (see metrics.h).
+ * The SVG is rewritten every few steps so a person can watch the run in a browser; it is drawn
+ * from the in-memory history, never by re-reading the JSONL. */
+#include "core/train/metrics.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "core/train/plot.h"
+
+struct metrics {
+    int active;          /* rank 0 */
+    int quiet;
+    int tty;             /* stderr (where progress goes) is a terminal: draw a bar */
+    int total;
+    FILE *jsonl;
+    char svg_path[600];
+    double elapsed;
+    int n;               /* steps recorded */
+    plot_series loss, val, tps;
+    double *tps_hist, *mfu_hist;
+};
+
+metrics *metrics_open(const job_config *cfg, int rank, int quiet)
+{
+    metrics *mt = calloc(1, sizeof *mt);
+    if (!mt) { loom_fail("out of host memory"); return NULL; }
+    mt->total = cfg->train.steps;
+    mt->tps_hist = calloc((size_t)mt->total + 1, sizeof(double));
+    mt->mfu_hist = calloc((size_t)mt->total + 1, sizeof(double));
+    if (!mt->tps_hist || !mt->mfu_hist || plot_series_init(&mt->loss, mt->total, "train loss") ||
+        plot_series_init(&mt->val, mt->total, "val loss") ||
+        plot_series_init(&mt->tps, mt->total, "tokens/s")) {
+        metrics_close(mt);
+        loom_fail("out of host memory");
+        return NULL;
+    }
+    if (rank != 0) return mt;
+    mt->active = 1;
+    mt->quiet = quiet;
+    mt->tty = isatty(STDERR_FILENO);
+    char dir[512], path[600];
+    if (cfg->out[0]) snprintf(dir, sizeof dir, "%s", cfg->out);
+    else snprintf(dir, sizeof dir, "runs/%s", cfg->name);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    mt->jsonl = fopen(path, "w");
+    if (!mt->jsonl) {
+        metrics_close(mt);
+        loom_fail("%s: cannot create the metrics file", path);
+        return NULL;
+    }
+    snprintf(mt->svg_path, sizeof mt->svg_path, "%s/loss.svg", dir);
+    return mt;
+}
+
+static void metrics_format_time(char *buf, size_t len, double s)
+{
+    if (s < 60) snprintf(buf, len, "%.1fs", s);
+    else if (s < 3600) snprintf(buf, len, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)s / 3600, ((int)s / 60) % 60);
+}
+
+void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
+                  double tokens, double flops, double seconds)
+{
+    double tps = tokens / seconds;
+    double peak = backend_peak_flops(s->be) * s->comm->size;
+    double mfu = peak > 0 ? flops / seconds / peak : 0.0;
+    mt->elapsed += seconds;
+    if (mt->n <= mt->total) {
+        mt->tps_hist[mt->n] = tps;
+        mt->mfu_hist[mt->n] = mfu;
+    }
+    mt->n++;
+    if (!mt->active) return;
+    plot_series_add(&mt->loss, step, loss);
+    plot_series_add(&mt->tps, step, tps);
+    /* JSON has no NaN: a skipped (non-finite) step logs null */
+    char lbuf[32], nbuf[32];
+    if (isfinite(loss)) snprintf(lbuf, sizeof lbuf, "%.6f", loss); else snprintf(lbuf, sizeof lbuf, "null");
+    if (isfinite(grad_norm)) snprintf(nbuf, sizeof nbuf, "%.6g", grad_norm); else snprintf(nbuf, sizeof nbuf, "null");
+    fprintf(mt->jsonl, "{\"step\": %d, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, "
+            "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"step_s\": %.4f, \"elapsed_s\": %.3f}\n",
+            step, lbuf, lr, nbuf, tps, mfu, seconds, mt->elapsed);
+    fflush(mt->jsonl);
+    if (step % 10 == 0 || step == mt->total) plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    if (mt->quiet) return;
+    char el[32], eta[32];
+    metrics_format_time(el, sizeof el, mt->elapsed);
+    metrics_format_time(eta, sizeof eta, mt->elapsed / step * (mt->total - step));
+    if (mt->tty) {
+        int width = 20, fill = (int)((double)width * step / mt->total);
+        fprintf(stderr, "\r[%.*s%*s] ", fill, "####################", width - fill, "");
+    }
+    fprintf(stderr, "step %*d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | MFU %.1f%% | %s | ETA %s%s",
+           (int)(log10((double)mt->total) + 1), step, mt->total, loss, lr, grad_norm, tps,
+           100.0 * mfu, el, eta, mt->tty ? "   " : "\n");
+    if (mt->tty && step == mt->total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+void metrics_val(metrics *mt, int step, double val_loss)
+{
+    if (!mt->active) return;
+    plot_series_add(&mt->val, step, val_loss);
+    fprintf(mt->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
+    fflush(mt->jsonl);
+    plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    if (mt->tty) fputc('\n', stderr);
+    log_info("step %d | val loss %.4f", step, val_loss);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_after_first(const double *v, int n)
+{
+    if (n <= 0) return 0.0;
+    int first = n > 1 ? 1 : 0, k = n - first;
+    double *tmp = malloc((size_t)k * sizeof *tmp);
+    if (!tmp) return v[n - 1];
+    memcpy(tmp, v + first, (size_t)k * sizeof *tmp);
+    qsort(tmp, (size_t)k, sizeof *tmp, cmp_double);
+    double m = k % 2 ? tmp[k / 2] : 0.5 * (tmp[k / 2 - 1] + tmp[k / 2]);
+    free(tmp);
+    return m;
+}
+
+void metrics_summary(const metrics *mt, double *tokens_per_s, double *mfu)
+{
+    int n = mt->n < mt->total + 1 ? mt->n : mt->total + 1;
+    *tokens_per_s = median_after_first(mt->tps_hist, n);
+    *mfu = median_after_first(mt->mfu_hist, n);
+}
+
+void metrics_close(metrics *mt)
+{
+    if (!mt) return;
+    if (mt->active && mt->loss.n) plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    if (mt->jsonl) fclose(mt->jsonl);
+    plot_series_free(&mt->loss);
+    plot_series_free(&mt->val);
+    plot_series_free(&mt->tps);
+    free(mt->tps_hist);
+    free(mt->mfu_hist);
+    free(mt);
+}

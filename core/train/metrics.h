@@ -1,0 +1,20 @@
+/* metrics.h: what a run reports: one progress line per step on rank 0 (step/total, loss, lr,
+ * grad norm, tokens/s, MFU, elapsed, ETA), metrics.jsonl in the output folder, and the
+ * loss-curve picture next to it. Other ranks get a handle that records nothing. */
+#ifndef LOOM_METRICS_H
+#define LOOM_METRICS_H
+
+#include "core/config/config.h"
+#include "core/train/session.h"
+
+typedef struct metrics metrics;
+
+metrics *metrics_open(const job_config *cfg, int rank, int quiet);
+void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
+                  double tokens, double flops, double seconds);
+void metrics_val(metrics *mt, int step, double val_loss);
+/* Median tokens/s and MFU over the steps after the first (which pays warm-up costs). */
+void metrics_summary(const metrics *mt, double *tokens_per_s, double *mfu);
+void metrics_close(metrics *mt);
+
+#endif

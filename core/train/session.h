@@ -1,0 +1,93 @@
+/* session.h: what every job (train, finetune, eval) sets up the same way: the backend chosen for
+ * this rank, the model on it, data parallelism, the optimizer, and checkpoint save/resume.
+ * One place for that wiring so the jobs differ only in their data and loop. */
+#ifndef LOOM_SESSION_H
+#define LOOM_SESSION_H
+
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/config/config.h"
+#include "core/model/model.h"
+#include "core/train/optim.h"
+#include "parallel/comm.h"
+#include "core/train/dp.h"
+
+typedef enum {
+    SESSION_TRAIN,    /* pretraining: every weight trainable, seeded init */
+    SESSION_FINETUNE, /* starts from finetune.base; LoRA adapters or full */
+    SESSION_INFER     /* no gradients, no optimizer (eval, sample) */
+} session_mode;
+
+typedef struct session {
+    const job_config *cfg;
+    comm *comm;           /* borrowed */
+    backend *be;
+    model *model;
+    dp *dp;
+    optim *opt;           /* NULL for inference-only sessions */
+    session_mode mode;
+    int finetune;         /* mode is SESSION_FINETUNE, or an inference on a fine-tuned job */
+    int init_from_base;   /* train --init: start a pretraining job from finetune.base's weights */
+    int micro_batch;      /* sequences per forward on this rank */
+    int seq_len;          /* tokens per sequence the model was sized for */
+    int64_t step;         /* optimizer steps completed */
+    int64_t sample_cursor;/* global sample index of the next batch */
+    uint64_t base_digest; /* LoRA: identity of the base loaded (ckpt_group_digest), saved with the
+                           * adapters and checked on resume; 0 = none loaded */
+    uint64_t tok_hash;    /* tokenizer_hash_of(model.tokenizer), saved in checkpoints; 0 = unreadable */
+    int ckpt_lock_fd;     /* rank 0 of a training job: the checkpoint folder's lock (ckpt_lock), -1 */
+    char out_dir[512];
+} session;
+
+/* Pick the backend, create the model for sequences of T tokens (gradients and optimizer unless
+ * SESSION_INFER), attach dp. `finetune`: the job is a fine-tune (LoRA adapters when
+ * finetune.method says so). Prints the backend line. NULL + loom_fail. */
+session *session_open(const job_config *cfg, comm *c, session_mode mode, int finetune, int T);
+
+/* Start state: load `resume` (a checkpoint file or directory) when non-NULL; else for a
+ * fine-tune the base checkpoint (plus fresh adapters), else a seeded init. */
+int session_init_or_resume(session *s, const char *resume);
+
+/* Load a checkpoint (file or directory): parameters, optimizer state, step and data cursor.
+ * Any world size and ZeRO stage; the model config must match. */
+int session_resume(session *s, const char *path);
+
+/* The checkpoint's view of a tensor table (malloc'd; names borrowed from mt). NULL if out of
+ * memory. */
+struct ckpt_tensor;
+struct ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n);
+
+/* Fine-tunes: the base weights from finetune.base (into the frozen buffer for LoRA). */
+int session_load_base(session *s);
+
+/* A base's model config (an HF folder's or a checkpoint's) src becomes the job's *m. The fields
+ * the job set itself (explicit[i] for config field i; NULL = none) must agree with src, else -1
+ * + one line naming the field, both values and src_name; run-time fields stay the job's
+ * (model.tokenizer, model.init_std) and model.max_seq may be lowered for RoPE models. */
+int session_model_adopt(model_config *m, const model_config *src, const char *src_name,
+                        const unsigned char *explicit);
+
+/* Hugging Face folders (core/session_hf.c): the folder's model config into *m as
+ * session_model_adopt does, model.tokenizer = the folder when it holds a tokenizer.json and the
+ * job names none; and the folder's weights as the base (into the frozen buffer for LoRA, else
+ * the parameters). */
+int session_model_from_hf(model_config *m, const char *dir, const unsigned char *explicit);
+int session_load_hf(session *s, const char *dir, const model_tensor *bt, int nb);
+
+/* A training job's one-writer lock on its checkpoint folder (rank 0 takes it, every rank learns
+ * the outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail naming the other
+ * job's pid and host. */
+int session_lock_ckpt_dir(session *s);
+void session_unlock_ckpt_dir(session *s);
+
+/* Save a checkpoint when checkpoint.every divides the step, or when `final`. A failed final save
+ * is an error even with checkpoint.on_error = continue: the run's end state is not on disk. */
+int session_maybe_checkpoint(session *s, int final);
+
+void session_close(session *s);
+
+/* mkdir -p */
+int session_mkdirs(const char *path);
+
+#endif

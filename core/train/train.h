@@ -1,0 +1,49 @@
+/* train.h: the door to core/train/, what a job runs, and the training loop itself: batches ->
+ * forward -> backward -> gradient reduction -> AdamW -> progress line + metrics.jsonl (->
+ * checkpoint). Runs identically on 1 or N ranks; the global batch at step s is the same set of
+ * samples for every world size. The room owns sessions (backend + model + dp + optimizer +
+ * checkpoint save/resume), data parallelism, the optimizer, evaluation, metrics and the plot,
+ * resume checks and export. It is the top of core/: launch/ includes this header, never the ones
+ * behind it, and nothing in core/ includes it. */
+#ifndef LOOM_TRAIN_H
+#define LOOM_TRAIN_H
+
+#include "core/config/config.h"
+#include "core/train/session.h"  /* backend, model, dp, optimizer and checkpoints of one job */
+#include "core/train/evaluate.h" /* validation loss and tool-call accuracy */
+#include "core/train/export.h"   /* LoRA merged into a plain checkpoint */
+#include "parallel/comm.h"
+
+typedef struct train_options {
+    const char *resume;   /* checkpoint file or directory to resume from, or NULL */
+    int init;             /* train: start from finetune.base's weights (loom --init) */
+    double *losses_out;   /* optional: receives the mean loss of each step ... */
+    int losses_cap;       /* ... for the first losses_cap steps */
+    int quiet;            /* no progress lines */
+    int eval_accuracy;    /* fine-tunes: tool-call accuracy of the start and of the result */
+} train_options;
+
+typedef struct train_report {
+    int steps_done;
+    double last_loss;
+    double tokens_per_s;  /* median over the timed steps */
+    double mfu;           /* same, against the backend's peak */
+    size_t state_bytes;   /* params + grads + optimizer state this rank allocated */
+    size_t activation_bytes;
+    int bad_steps;        /* skipped non-finite steps */
+    double val_loss;      /* fine-tunes: the last validation loss (NaN if none) */
+    double base_accuracy; /* fine-tunes with eval_accuracy: before training ... */
+    double accuracy;      /* ... and after */
+    double base_names, names; /* the same for "right tool names in the right order" */
+    double base_eval_s, eval_s; /* wall time of the two evaluations (0 = not run) */
+    int eval_examples;    /* held-out examples each evaluation covered */
+} train_report;
+
+/* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */
+int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
+
+/* Fine-tune from finetune.base on the JSONL tool-calling data in data.train for finetune.epochs
+ * (train.steps is derived from them); LoRA or full per finetune.method. */
+int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
+
+#endif

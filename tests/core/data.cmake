@@ -1,3 +1,0 @@
-# tests/core/data.cmake: inputs that must be refused in one line (bad UTF-8, a max_len with no
-# answer token, unparsable token files, FIFOs, devices and oversized files, unbounded fields).
-loom_add_test(test_inputs ${PROJECT_SOURCE_DIR}/tests/core/test_inputs.c loom_core)

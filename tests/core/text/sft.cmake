@@ -1,0 +1,5 @@
+# tests/core/text/sft.cmake: fine-tuning data: chat rendering and loss masks, JSONL loading and its
+# errors, the train/val split, length buckets, deterministic batches, tool-call grading, and the
+# shipped configs/data/tools.jsonl. Links the text room alone.
+loom_add_test(test_sft ${CMAKE_CURRENT_SOURCE_DIR}/test_sft.c loom_text)
+set_tests_properties(test_sft PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

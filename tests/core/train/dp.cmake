@@ -1,0 +1,10 @@
+# tests/core/train/dp.cmake: data parallelism and ZeRO on real MPI ranks (np 1..4), and a dead rank.
+if(LOOM_HAVE_MPI)
+  add_executable(test_dp ${CMAKE_CURRENT_SOURCE_DIR}/test_dp.c)
+  target_link_libraries(test_dp PRIVATE loom_core)
+  foreach(np 1 2 3 4)
+    add_test(NAME dp_np${np} COMMAND ${LOOM_MPIRUN} -np ${np} $<TARGET_FILE:test_dp>)
+    set_tests_properties(dp_np${np} PROPERTIES ENVIRONMENT
+      "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMPI_MCA_mpi_yield_when_idle=1" TIMEOUT 300)
+  endforeach()
+endif()
