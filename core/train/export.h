@@ -1,7 +1,10 @@
-/* export.h: turning a LoRA fine-tune into a plain model checkpoint: the base weights with
- * s B A folded into every adapted projection, loadable anywhere a model checkpoint is. */
+/* export.h: a loom checkpoint out to other forms: a LoRA fine-tune merged into a plain model
+ * checkpoint (the base weights with s B A folded into every adapted projection, loadable anywhere
+ * a model checkpoint is), a Hugging Face model folder, a PEFT adapter folder. */
 #ifndef LOOM_EXPORT_H
 #define LOOM_EXPORT_H
+
+#include "checkpoints/hf.h"
 
 /* `loom ckpt merge BASE ADAPTER OUT`: BASE a model checkpoint (file or dir), ADAPTER a LoRA
  * fine-tune checkpoint made from it, OUT a directory that receives the merged checkpoint.
@@ -9,5 +12,22 @@
 /* The adapters must have been trained on BASE (their recorded base digest matches BASE's
  * tensors), unless allow_other_base. */
 int export_merge_lora(const char *base, const char *adapter, const char *out_dir, int allow_other_base);
+
+/* What `loom export hf|peft CKPT OUT_DIR` writes. */
+typedef struct export_options {
+    const char *ckpt;    /* the loom checkpoint, file or directory */
+    const char *out_dir; /* created when missing */
+    int peft;            /* 1: a PEFT adapter (LoRA checkpoints only); 0: a Hugging Face folder */
+    int merge;           /* HF folder of a LoRA checkpoint: adapters folded into the base (required) */
+    st_dtype dtype;      /* HF folder: the tensors' dtype */
+    double shard_mb;     /* HF folder: the largest shard, in MB (> 0) */
+} export_options;
+
+/* A loom checkpoint -> a Hugging Face folder or a PEFT adapter. The tensors are the checkpoint's
+ * logical fp32 ones (a LoRA checkpoint's base comes from its finetune.base: a loom checkpoint or
+ * an HF folder); the name and layout mapping is checkpoints/hf.h's. A whole-model checkpoint is
+ * streamed (no whole model in memory). The tokenizer files and the source config.json come from
+ * beside the checkpoint (an import) or from finetune.base. 0, or -1 + loom_fail. */
+int export_hf(const export_options *o);
 
 #endif

@@ -11,7 +11,7 @@
 #include "core/config/config.h"
 #include "core/train/session.h"  /* backend, model, dp, optimizer and checkpoints of one job */
 #include "core/train/evaluate.h" /* validation loss and tool-call accuracy */
-#include "core/train/export.h"   /* LoRA merged into a plain checkpoint */
+#include "core/train/export.h"   /* LoRA merged into a plain checkpoint; HF and PEFT export */
 #include "parallel/comm.h"
 
 typedef struct train_options {
