@@ -1,5 +1,6 @@
-/* backend.c: the backend registry and backend_select() (detection, override, the logged reason).
- * Adding a backend is adding a folder plus one line in backend_registry(); nothing else changes. */
+/* backend.c: the backend registry and backend_select() (detection, override, the logged reason),
+ * the one choice `loom train` and `loom info` both make. Adding a backend is adding a folder plus
+ * one line in backend_registry(); nothing else changes. The door's op functions: backend_ops.c. */
 #include "backend.h"
 
 #include <stdio.h>
@@ -64,37 +65,50 @@ static const char *backend_check_named(const char *name, const char *source, cha
     return e->name;
 }
 
+/* Where the choice starts without a name: $LOOM_BACKEND as given (*from_env = 1), else the first
+ * available backend in priority order (NULL when none is), the reasons of those skipped before
+ * it appended to skipped ("name: reason; ..."). */
+static const char *backend_start(int *from_env, char *skipped, size_t len)
+{
+    const char *env = getenv("LOOM_BACKEND");
+    *from_env = env && env[0];
+    if (*from_env) return env;
+    int n;
+    const backend_entry *e = backend_registry(&n);
+    for (int i = 0; i < n; i++) {
+        const char *reason = "";
+        if (e[i].available(&reason)) return e[i].name;
+        size_t used = strlen(skipped);
+        snprintf(skipped + used, len - used, "%s%s: %s", used ? "; " : "", e[i].name, reason);
+    }
+    return NULL;
+}
+
+const char *backend_preferred(int *from_env)
+{
+    char skipped[256] = "";
+    return backend_start(from_env, skipped, sizeof skipped);
+}
+
 const char *backend_choose(const char *name, char *why, size_t why_len)
 {
     if (name && name[0]) return backend_check_named(name, "--backend", why, why_len);
-    const char *env = getenv("LOOM_BACKEND");
-    if (env && env[0]) return backend_check_named(env, "LOOM_BACKEND", why, why_len);
-
-    int n;
-    const backend_entry *e = backend_registry(&n);
+    int from_env;
     char skipped[256] = "";
-    for (int i = 0; i < n; i++) {
-        const char *reason = "";
-        if (e[i].available(&reason)) {
-            if (why) snprintf(why, why_len, "auto-detected%s%s", skipped[0] ? "; " : "", skipped);
-            return e[i].name;
-        }
-        size_t used = strlen(skipped);
-        snprintf(skipped + used, sizeof skipped - used, "%s%s: %s", used ? "; " : "", e[i].name, reason);
+    const char *pick = backend_start(&from_env, skipped, sizeof skipped);
+    if (from_env) return backend_check_named(pick, "LOOM_BACKEND", why, why_len);
+    if (!pick) {
+        loom_fail("no usable backend (%s)", skipped);
+        return NULL;
     }
-    loom_fail("no usable backend (%s)", skipped);
-    return NULL;
+    if (why) snprintf(why, why_len, "auto-detected%s%s", skipped[0] ? "; " : "", skipped);
+    return pick;
 }
 
 backend *backend_select(const char *name, const backend_config *cfg, char *why, size_t why_len)
 {
     const char *pick = backend_choose(name, why, why_len);
     return pick ? backend_find(pick)->create(cfg) : NULL;
-}
-
-void backend_destroy(backend *be)
-{
-    if (be) be->ops->destroy(be);
 }
 
 void backend_prepare_process(char **argv) { cpu_blas_ensure_fast_kernel(argv); }

@@ -1,7 +1,9 @@
 /* backend.h: the single door to a compute device (CPU, CUDA, Metal).
- * core/ holds only opaque device pointers and calls the ops below; it never dereferences a device
- * pointer and never includes a device header. Ops may run asynchronously on the device's compute
- * stream, in issue order; backend_sync() or an event makes results visible to the host. */
+ * core/ holds only opaque device pointers and opaque backend handles and calls the functions
+ * below; it never dereferences either and never includes a device header (what a backend is made
+ * of, its table of ops, is backends/backend_impl.h, for backends/ alone). Ops may run
+ * asynchronously on the device's compute stream, in issue order; backend_sync() or an event makes
+ * results visible to the host. */
 #ifndef LOOM_BACKEND_H
 #define LOOM_BACKEND_H
 
@@ -21,9 +23,45 @@ typedef struct backend_config {
 
 enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1 };
 
-/* The vtable. Every pointer argument named like a tensor is a device pointer unless its comment
- * says "host". Shapes are in the argument names; all tensors are dense row-major fp32 (tokens and
- * targets are int32).
+/* --- what a backend is --- */
+
+/* Its registry name ("cpu", "cuda", "metal"; "metal-shim" in the tests): a static string. */
+const char *backend_name(const backend *be);
+/* One line for the log, e.g. "cpu (OpenBLAS SkylakeX, 2 threads)"; owned by the backend. */
+const char *backend_description(const backend *be);
+/* What it computes: the asked config with precision and allow_tf32 as this backend runs them
+ * (a CPU without bf16 says fp32). Owned by the backend. */
+const backend_config *backend_cfg(const backend *be);
+/* The FLOP/s MFU is measured against (fp32, or bf16 in bf16 mode): measured on first use where
+ * the backend can (a timed sgemm on the CPU), so jobs that report no MFU never pay for it;
+ * 0 = unknown. */
+double backend_peak_flops(backend *be);
+/* NULL while the backend is healthy, else the one-line cause of its failure (a CUDA error is
+ * sticky: every later result is garbage). Ops return void, so the training loop asks once per
+ * step. */
+const char *backend_failure(backend *be);
+
+/* The ops a backend may lack. Which ones a backend has is decided in one place (backend_has);
+ * the door functions of the others say what they do on a backend without them. */
+typedef enum backend_op {
+    BACKEND_OP_ROPE_FREQS,            /* backend_rope_freqs */
+    BACKEND_OP_ATTENTION_DECODE,      /* backend_attention_decode */
+    BACKEND_OP_ROPE_ROWS,             /* backend_rope_rows */
+    BACKEND_OP_ATTENTION_DECODE_ROWS, /* backend_attention_decode_rows */
+    BACKEND_OP_WEIGHTS_BF16,          /* backend_weights_bf16 (a no-op without) */
+    BACKEND_OP_MEASURE_PEAK,          /* backend_peak_flops can measure (else 0 unless given) */
+    BACKEND_OP_TUNING_SAVE,           /* backend_tuning_save (else nothing to record) */
+    BACKEND_OP_TUNING_LOAD,           /* backend_tuning_load (else never adopts) */
+    BACKEND_OP_FAILURE,               /* backend_failure can report (else always NULL) */
+} backend_op;
+
+/* 1 if be implements op, else 0. */
+int backend_has(const backend *be, backend_op op);
+
+/* --- the ops ---
+ * Every pointer argument named like a tensor is a device pointer unless its comment says "host".
+ * Shapes are in the argument names; all tensors are dense row-major fp32 (tokens and targets are
+ * int32).
  *
  * Gradient convention (as llm.c): parameter gradients (dweight, dbias, dwte, ...) are ACCUMULATED
  * (+=), so micro-batches add up. Input gradients are OVERWRITTEN unless the op's comment says +=.
@@ -32,167 +70,155 @@ enum { BACKEND_FP32 = 0, BACKEND_BF16 = 1 };
  * Layouts: activations are (N = B*T, C). Linear weights are (out, in) as in torch.nn.Linear,
  * so y = x W^T is matmul(..., transB=1). Attention q is (B, T, H, D) and k, v are (B, T, Hkv, D),
  * exactly what the projection matmuls produce, so no transposes are needed. */
-typedef struct backend_ops {
-    const char *name;
 
-    /* --- lifetime and memory --- */
-    void (*destroy)(backend *be);
-    void *(*alloc)(backend *be, size_t bytes);           /* zero-filled; NULL + loom_fail on OOM */
-    void (*free)(backend *be, void *ptr);
-    /* Queued in order; host_src may be reused when it returns, and the host does not wait for
-     * queued work (cuda stages small copies through pinned memory). */
-    void (*copy_h2d)(backend *be, void *dst, const void *host_src, size_t bytes);
-    void (*copy_d2h)(backend *be, void *host_dst, const void *src, size_t bytes); /* synchronous */
-    void (*copy_d2d)(backend *be, void *dst, const void *src, size_t bytes);
-    void (*fill)(backend *be, float *x, float value, size_t n);
-    void (*sync)(backend *be);                            /* wait for all queued work */
+/* --- lifetime and memory --- */
+/* Destroy a backend (NULL is fine) and everything it allocated. */
+void backend_destroy(backend *be);
+void *backend_alloc(backend *be, size_t bytes);           /* zero-filled; NULL + loom_fail on OOM */
+void backend_free(backend *be, void *ptr);
+/* Queued in order; host_src may be reused when it returns, and the host does not wait for
+ * queued work (cuda stages small copies through pinned memory). */
+void backend_copy_h2d(backend *be, void *dst, const void *host_src, size_t bytes);
+void backend_copy_d2h(backend *be, void *host_dst, const void *src, size_t bytes); /* synchronous */
+void backend_copy_d2d(backend *be, void *dst, const void *src, size_t bytes);
+void backend_fill(backend *be, float *x, float value, size_t n);
+void backend_sync(backend *be);                            /* wait for all queued work */
 
-    /* --- events: "this later work waits for that earlier work", without naming streams --- */
-    backend_event *(*event_create)(backend *be);
-    void (*event_destroy)(backend *be, backend_event *ev);
-    /* Marks the compute stream's position, and the communication stream (native_stream 1) waits
-     * for it: a collective enqueued there afterwards reads what the earlier kernels wrote (dp
-     * records one before each bucket's all-reduce), with no host wait. */
-    void (*event_record)(backend *be, backend_event *ev);
-    void (*event_sync)(backend *be, backend_event *ev);   /* host waits until it is reached */
-    /* The native stream handle the communication layer may enqueue on (cudaStream_t for cuda),
-     * NULL where work is synchronous (cpu). which: 0 = compute, 1 = communication. */
-    void *(*native_stream)(backend *be, int which);
+/* --- events: "this later work waits for that earlier work", without naming streams --- */
+backend_event *backend_event_create(backend *be);
+void backend_event_destroy(backend *be, backend_event *ev);
+/* Marks the compute stream's position, and the communication stream (native_stream 1) waits
+ * for it: a collective enqueued there afterwards reads what the earlier kernels wrote (dp
+ * records one before each bucket's all-reduce), with no host wait. */
+void backend_event_record(backend *be, backend_event *ev);
+void backend_event_sync(backend *be, backend_event *ev);   /* host waits until it is reached */
+/* The native stream handle the communication layer may enqueue on (cudaStream_t for cuda),
+ * NULL where work is synchronous (cpu). which: 0 = compute, 1 = communication. */
+void *backend_native_stream(backend *be, int which);
 
-    /* --- dense algebra --- */
-    /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is (M,K), op(B) is (K,N).
-     * A is (M,K) or, transA, (K,M); B is (K,N) or, transB, (N,K). Leading dims are the row lengths. */
-    void (*matmul)(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
-                   int transA, int transB, float alpha, float beta);
-    void (*add)(backend *be, float *out, const float *a, const float *b, size_t n);  /* out = a + b */
-    void (*axpy)(backend *be, float *y, float alpha, const float *x, size_t n);     /* y += alpha x */
-    void (*scale)(backend *be, float *x, float alpha, size_t n);                     /* x *= alpha */
-    /* Host-returned sum of squares of x[0..n) in double precision (NaN/Inf propagate). Syncs. */
-    double (*sumsq)(backend *be, const float *x, size_t n);
+/* --- dense algebra --- */
+/* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) is (M,K), op(B) is (K,N).
+ * A is (M,K) or, transA, (K,M); B is (K,N) or, transB, (N,K). Leading dims are the row lengths. */
+void backend_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
+                    int transA, int transB, float alpha, float beta);
+void backend_add(backend *be, float *out, const float *a, const float *b, size_t n); /* out = a + b */
+void backend_axpy(backend *be, float *y, float alpha, const float *x, size_t n); /* y += alpha x */
+void backend_scale(backend *be, float *x, float alpha, size_t n);                /* x *= alpha */
+/* Host-returned sum of squares of x[0..n) in double precision (NaN/Inf propagate). Syncs. */
+double backend_sumsq(backend *be, const float *x, size_t n);
 
-    /* --- bias of a linear layer --- */
-    void (*bias_add)(backend *be, float *out, const float *bias, int N, int C);      /* out[n,c] += bias[c] */
-    void (*bias_backward)(backend *be, float *dbias, const float *dout, int N, int C); /* dbias += sum_n dout */
+/* --- bias of a linear layer --- */
+/* out[n,c] += bias[c] */
+void backend_bias_add(backend *be, float *out, const float *bias, int N, int C);
+/* dbias += sum_n dout */
+void backend_bias_backward(backend *be, float *dbias, const float *dout, int N, int C);
 
-    /* --- embeddings: out[b,t,:] = wte[tok[b,t],:] (+ wpe[t,:] when wpe != NULL) --- */
-    void (*embedding_forward)(backend *be, float *out, const int32_t *tokens, const float *wte,
-                              const float *wpe, int B, int T, int C);
-    /* dwte[tok] += dout, dwpe[t] += sum_b dout (wpe may be NULL). Deterministic (no atomics race). */
-    void (*embedding_backward)(backend *be, float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int B, int T, int C, int V);
+/* --- embeddings: out[b,t,:] = wte[tok[b,t],:] (+ wpe[t,:] when wpe != NULL) --- */
+void backend_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
+                               const float *wpe, int B, int T, int C);
+/* dwte[tok] += dout, dwpe[t] += sum_b dout (wpe may be NULL). Deterministic (no atomics race). */
+void backend_embedding_backward(backend *be, float *dwte, float *dwpe, const float *dout,
+                                const int32_t *tokens, int B, int T, int C, int V);
 
-    /* --- normalisation over the last dim C of inp (N, C) --- */
-    /* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps); saves mean, rstd (N). */
-    void (*layernorm_forward)(backend *be, float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps);
-    /* dinp += ..., dweight += ..., dbias += ... */
-    void (*layernorm_backward)(backend *be, float *dinp, float *dweight, float *dbias,
-                               const float *dout, const float *inp, const float *weight,
-                               const float *mean, const float *rstd, int N, int C);
-    /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
-    void (*rmsnorm_forward)(backend *be, float *out, float *rstd, const float *inp,
-                            const float *weight, int N, int C, float eps);
-    /* dinp += ..., dweight += ... */
-    void (*rmsnorm_backward)(backend *be, float *dinp, float *dweight, const float *dout,
-                             const float *inp, const float *weight, const float *rstd, int N, int C);
+/* --- normalisation over the last dim C of inp (N, C) --- */
+/* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps); saves mean, rstd (N). */
+void backend_layernorm_forward(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int N, int C, float eps);
+/* dinp += ..., dweight += ..., dbias += ... */
+void backend_layernorm_backward(backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int N, int C);
+/* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
+void backend_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
+                             const float *weight, int N, int C, float eps);
+/* dinp += ..., dweight += ... */
+void backend_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float *dout,
+                              const float *inp, const float *weight, const float *rstd, int N,
+                              int C);
 
-    /* --- activations --- */
-    /* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    void (*gelu_forward)(backend *be, float *out, const float *inp, size_t n);
-    void (*gelu_backward)(backend *be, float *dinp, const float *inp, const float *dout, size_t n);
-    /* SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + e^-g) */
-    void (*swiglu_forward)(backend *be, float *out, const float *gate, const float *up, size_t n);
-    void (*swiglu_backward)(backend *be, float *dgate, float *dup, const float *dout,
-                            const float *gate, const float *up, size_t n);
+/* --- activations --- */
+/* GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+void backend_gelu_forward(backend *be, float *out, const float *inp, size_t n);
+void backend_gelu_backward(backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+/* SwiGLU: out = silu(gate) * up, silu(g) = g / (1 + e^-g) */
+void backend_swiglu_forward(backend *be, float *out, const float *gate, const float *up, size_t n);
+void backend_swiglu_backward(backend *be, float *dgate, float *dup, const float *dout,
+                             const float *gate, const float *up, size_t n);
 
-    /* --- rotary positions, in place on x (B, T, H, D): adjacent pairs (x[2i], x[2i+1]) rotated by
-     * angle t * theta^(-2i/D), the GPT-J / Meta-Llama "interleaved" layout (HF Llama and GPT-NeoX
-     * rotate the halves (x[i], x[i + D/2]) instead; docs/model.md says how they map).
-     * inverse = 1 rotates by the negative angle: that is the backward of the forward. --- */
-    void (*rope)(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
-    /* The same rotation with pair i's inverse frequency read from freqs (device, D/2 floats)
-     * instead of theta^(-2i/D): scaled RoPE (Llama 3's rope_scaling) computed once by the model. */
-    void (*rope_freqs)(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
-                       int inverse);
+/* --- rotary positions, in place on x (B, T, H, D): adjacent pairs (x[2i], x[2i+1]) rotated by
+ * angle t * theta^(-2i/D), the GPT-J / Meta-Llama "interleaved" layout (HF Llama and GPT-NeoX
+ * rotate the halves (x[i], x[i + D/2]) instead; docs/model.md says how they map).
+ * inverse = 1 rotates by the negative angle: that is the backward of the forward. --- */
+void backend_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
+/* The same rotation with pair i's inverse frequency read from freqs (device, D/2 floats)
+ * instead of theta^(-2i/D): scaled RoPE (Llama 3's rope_scaling) computed once by the model.
+ * Only where backend_has(be, BACKEND_OP_ROPE_FREQS). */
+void backend_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
+                        int inverse);
 
-    /* --- causal self-attention with grouped-query heads (H % Hkv == 0; head h reads kv head
-     * h / (H/Hkv)), scale 1/sqrt(D). Computed blockwise: never a (T, T) matrix for all heads.
-     * out (B,T,H,D); lse (B,H,T) is the row log-sum-exp of the scaled scores, saved for backward. */
-    void (*attention_forward)(backend *be, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int B, int T, int H, int Hkv, int D);
-    /* Overwrites dq, dk, dv (recomputes the probabilities from q, k, lse). */
-    void (*attention_backward)(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                               const float *q, const float *k, const float *v, const float *out,
-                               const float *lse, int B, int T, int H, int Hkv, int D);
+/* --- causal self-attention with grouped-query heads (H % Hkv == 0; head h reads kv head
+ * h / (H/Hkv)), scale 1/sqrt(D). Computed blockwise: never a (T, T) matrix for all heads.
+ * out (B,T,H,D); lse (B,H,T) is the row log-sum-exp of the scaled scores, saved for backward. */
+void backend_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
+                               const float *v, int B, int T, int H, int Hkv, int D);
+/* Overwrites dq, dk, dv (recomputes the probabilities from q, k, lse). */
+void backend_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, int B, int T, int H, int Hkv, int D);
 
-    /* Generation with a KV cache: ONE query per head, the token at position Tk-1, over the Tk
-     * cached keys/values of batch row 0: out (H*D) = softmax(q k^T / sqrt(D)) v per head (GQA as
-     * above). k, v are (Tk, Hkv, D). Optional: NULL makes core fall back to attention_forward over
-     * all Tk rows, which is right but costs O(Tk^2) per token. */
-    void (*attention_decode)(backend *be, float *out, const float *q, const float *k, const float *v,
-                             int Tk, int H, int Hkv, int D);
+/* Generation with a KV cache: ONE query per head, the token at position Tk-1, over the Tk
+ * cached keys/values of batch row 0: out (H*D) = softmax(q k^T / sqrt(D)) v per head (GQA as
+ * above). k, v are (Tk, Hkv, D). Optional: only where backend_has(be,
+ * BACKEND_OP_ATTENTION_DECODE); without it core falls back to attention_forward over all Tk rows,
+ * which is right but costs O(Tk^2) per token. */
+void backend_attention_decode(backend *be, float *out, const float *q, const float *k,
+                              const float *v, int Tk, int H, int Hkv, int D);
 
-    /* --- batched generation: R sequences decoded together, each at its own position --- */
-    /* rope for rows at their own positions: x (R, H, D), row r rotated to position pos[r] (device
-     * int32, R), with exactly the angles and pairing of rope (forward direction). */
-    void (*rope_rows)(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
-    /* One decode step of R sequences with per-row KV caches kc, vc (R, cap, Hkv, D): row r's new
-     * key and value (knew, vnew: (R, Hkv, D)) are stored at cache position pos[r], then its query
-     * q (R, H, D) attends over cache positions 0..pos[r]: out (R, H, D) = softmax(q k^T/sqrt(D)) v
-     * per head (GQA as above). pos: device int32 (R), 0 <= pos[r] < cap. Rows finish
-     * independently: the caller drops finished rows and passes only the live ones. */
-    void (*attention_decode_rows)(backend *be, float *out, const float *q, const float *knew,
-                                  const float *vnew, float *kc, float *vc, const int32_t *pos,
-                                  int R, int cap, int H, int Hkv, int D);
+/* --- batched generation: R sequences decoded together, each at its own position. Optional:
+ * only where backend_has says BACKEND_OP_ROPE_ROWS / BACKEND_OP_ATTENTION_DECODE_ROWS. --- */
+/* rope for rows at their own positions: x (R, H, D), row r rotated to position pos[r] (device
+ * int32, R), with exactly the angles and pairing of rope (forward direction). */
+void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+/* One decode step of R sequences with per-row KV caches kc, vc (R, cap, Hkv, D): row r's new
+ * key and value (knew, vnew: (R, Hkv, D)) are stored at cache position pos[r], then its query
+ * q (R, H, D) attends over cache positions 0..pos[r]: out (R, H, D) = softmax(q k^T/sqrt(D)) v
+ * per head (GQA as above). pos: device int32 (R), 0 <= pos[r] < cap. Rows finish
+ * independently: the caller drops finished rows and passes only the live ones. */
+void backend_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                                   const float *vnew, float *kc, float *vc, const int32_t *pos,
+                                   int R, int cap, int H, int Hkv, int D);
 
-    /* --- fused softmax + cross-entropy, forward and backward in one pass over logits (N, V).
-     * targets[n] < 0 marks a position without loss. losses[n] = -log softmax(logits[n])[target]
-     * (0 where masked). logits is overwritten with dlogits = grad_scale * (softmax - onehot)
-     * (0 rows where masked). Padded vocab: columns >= V_real get probability 0 (never predicted). */
-    void (*softmax_xent)(backend *be, float *logits, float *losses, const int32_t *targets,
-                         int N, int V, int V_real, float grad_scale);
+/* --- fused softmax + cross-entropy, forward and backward in one pass over logits (N, V).
+ * targets[n] < 0 marks a position without loss. losses[n] = -log softmax(logits[n])[target]
+ * (0 where masked). logits is overwritten with dlogits = grad_scale * (softmax - onehot)
+ * (0 rows where masked). Padded vocab: columns >= V_real get probability 0 (never predicted). */
+void backend_softmax_xent(backend *be, float *logits, float *losses, const int32_t *targets,
+                          int N, int V, int V_real, float grad_scale);
 
-    /* --- AdamW, decoupled weight decay, on n contiguous elements:
-     * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     * p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
-    void (*adamw)(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int t,
-                  float grad_scale);
+/* --- AdamW, decoupled weight decay, on n contiguous elements:
+ * g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
+void backend_adamw(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                   float grad_scale);
 
-    /* Optional, bf16 mode (NULL on backends without one; a no-op in fp32 mode): keep a bf16 copy
-     * of the weights w[0..n), cast now on the compute stream, that later matmuls read for a B
-     * operand lying inside w instead of casting it on every call. n = 0 drops the copy of w
-     * (matmuls cast per call again). Never refreshed behind the caller's back: whoever changes w
-     * (optimizer step, load, ZeRO-3 gather) registers it again or drops it. */
-    void (*weights_bf16)(backend *be, const float *w, size_t n);
+/* bf16 mode (a no-op in fp32 mode, and on backends without one: BACKEND_OP_WEIGHTS_BF16): keep
+ * a bf16 copy of the weights w[0..n), cast now on the compute stream, that later matmuls read for
+ * a B operand lying inside w instead of casting it on every call. n = 0 drops the copy of w
+ * (matmuls cast per call again). Never refreshed behind the caller's back: whoever changes w
+ * (optimizer step, load, ZeRO-3 gather) registers it again or drops it. */
+void backend_weights_bf16(backend *be, const float *w, size_t n);
 
-    /* Optional: measure the FLOP/s MFU is quoted against (a timed sgemm on the CPU). Called once,
-     * on demand, by backend_peak_flops, so jobs that report no MFU never pay for it. */
-    double (*measure_peak)(backend *be);
-
-    /* Optional: the run-time choices of this backend that change results bitwise (the CPU's
-     * sgemm library for each product family, raced on first call), as one line of text for a
-     * checkpoint, into buf: 0, or -1 when it does not fit. From then on it makes no new such
-     * choice (an unseen product takes the default), so a run resumed from the line multiplies as
-     * this one does. NULL: nothing to record. */
-    int (*tuning_save)(backend *be, char *buf, size_t len);
-    /* Optional: adopt the line tuning_save wrote in the run being resumed (the same rank's): 0
-     * adopted; 1 not (another machine, a library missing: said in the log), and the backend
-     * goes on choosing for itself. */
-    int (*tuning_load)(backend *be, const char *line);
-
-    /* Optional: why the device failed (a CUDA error is sticky: every later result is garbage),
-     * NULL while healthy. Ops return void, so the training loop asks once per step. */
-    const char *(*failure)(backend *be);
-} backend_ops;
-
-struct backend {
-    const backend_ops *ops;
-    backend_config cfg;
-    char description[160]; /* e.g. "cpu (OpenBLAS SkylakeX, 2 threads)" */
-    double peak_flops;     /* fp32 (or bf16) FLOP/s for MFU; 0 = unknown or not yet measured */
-    void *impl;            /* the backend's own state */
-};
+/* The run-time choices of this backend that change results bitwise (the CPU's sgemm library for
+ * each product family, raced on first call), as one line of text for a checkpoint, into buf: 0,
+ * or -1 when it does not fit or the backend has nothing to record (no BACKEND_OP_TUNING_SAVE).
+ * From then on it makes no new such choice (an unseen product takes the default), so a run
+ * resumed from the line multiplies as this one does. */
+int backend_tuning_save(backend *be, char *buf, size_t len);
+/* Adopt the line backend_tuning_save wrote in the run being resumed (the same rank's): 0 adopted;
+ * 1 not (another machine, a library missing: said in the log; or no BACKEND_OP_TUNING_LOAD), and
+ * the backend goes on choosing for itself. */
+int backend_tuning_load(backend *be, const char *line);
 
 /* --- the registry: one lookup serves auto-detection, --backend NAME and LOOM_BACKEND --- */
 
@@ -208,29 +234,18 @@ const backend_entry *backend_registry(int *count);
 
 /* Pick a backend: `name` (from --backend) if non-NULL and non-empty, else $LOOM_BACKEND, else the
  * first available in priority order. Unknown or unavailable name -> NULL + loom_fail naming it.
- * The reason for the choice is written to why_out (may be NULL). */
+ * The reason for the choice is written to why_out (may be NULL). The caller owns the backend:
+ * backend_destroy. */
 backend *backend_select(const char *name, const backend_config *cfg, char *why_out, size_t why_len);
 
 /* The registry name backend_select(name, ...) creates, without creating it (the comm transport
  * is chosen before the backend exists). NULL + loom_fail when none would be; why as above. */
 const char *backend_choose(const char *name, char *why, size_t why_len);
 
-/* The FLOP/s MFU is measured against: peak_flops, measured by ops->measure_peak on first use
- * where the backend can; 0 = unknown. */
-static inline double backend_peak_flops(backend *be)
-{
-    if (be->peak_flops <= 0 && be->ops->measure_peak) be->peak_flops = be->ops->measure_peak(be);
-    return be->peak_flops;
-}
-
-/* NULL while the backend is healthy, else the one-line cause of its failure. */
-static inline const char *backend_failure(backend *be)
-{
-    return be->ops->failure ? be->ops->failure(be) : NULL;
-}
-
-/* Destroy a backend created by backend_select (NULL is fine). */
-void backend_destroy(backend *be);
+/* Where backend_choose(NULL, ...) starts, without checking or failing (`loom info` prints it):
+ * $LOOM_BACKEND as given when set (*from_env = 1; it may name no usable backend), else the first
+ * available backend in priority order (*from_env = 0; NULL when none is). */
+const char *backend_preferred(int *from_env);
 
 /* Process-wide set-up, first thing in main() before any thread or MPI exists. The CPU backend
  * re-executes the program once when the BLAS loaded a kernel slower than this CPU supports
@@ -239,5 +254,8 @@ void backend_prepare_process(char **argv);
 
 /* The host BLAS kernel that runs ("Zen", "SkylakeX", "Accelerate"): a static string. */
 const char *backend_blas_kernel(void);
+
+/* Transitional, until no caller outside backends/ reads a backend's fields: the definitions. */
+#include "backends/backend_impl.h"
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #ifdef _OPENMP
 #include <omp.h>

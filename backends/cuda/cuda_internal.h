@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 #include "base/error.h"
 #include "base/log.h"
 

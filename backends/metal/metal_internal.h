@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "backends/backend_impl.h"
 #include "backends/metal/metal_kernels.h"
 #include "backends/metal/metal_ops.h"
 #include "backends/metal/metal_params.h"

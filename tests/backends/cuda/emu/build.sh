@@ -31,6 +31,7 @@ for f in "$SRC"/backends/cuda/*.c; do # every host file of the backend (vtable, 
   bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$f" -o "$OUT/obj/$(basename "$f" .c).o"
 done
 bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/backend.c" -o "$OUT/obj/backend.o"
+bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/backends/backend_ops.c" -o "$OUT/obj/backend_ops.o"
 bg $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/backends/cuda/test_cuda_ops.c" -o "$OUT/test_cuda_ops.o"
 wait_all
 $CXX $EXTRA -o "$OUT/test_cuda_ops_emu" "$OUT"/obj/*.o "$OUT/test_cuda_ops.o" \

@@ -1,0 +1,192 @@
+/* backend_ops.c: the door's functions: what a backend is (name, description, config, peak,
+ * health), backend_has (the one place that decides which optional ops a backend has) and one
+ * forward per op into the backend's table. Nothing here may cost more than the call: no lookups,
+ * no environment reads, no checks beyond the optional ops' NULL entries. */
+#include "backends/backend_impl.h"
+
+const char *backend_name(const backend *be) { return be->ops->name; }
+const char *backend_description(const backend *be) { return be->description; }
+const backend_config *backend_cfg(const backend *be) { return &be->cfg; }
+
+double backend_peak_flops(backend *be)
+{
+    if (be->peak_flops <= 0 && be->ops->measure_peak) be->peak_flops = be->ops->measure_peak(be);
+    return be->peak_flops;
+}
+
+const char *backend_failure(backend *be) { return be->ops->failure ? be->ops->failure(be) : NULL; }
+
+int backend_has(const backend *be, backend_op op)
+{
+    const backend_ops *o = be->ops;
+    switch (op) {
+    case BACKEND_OP_ROPE_FREQS: return o->rope_freqs != NULL;
+    case BACKEND_OP_ATTENTION_DECODE: return o->attention_decode != NULL;
+    case BACKEND_OP_ROPE_ROWS: return o->rope_rows != NULL;
+    case BACKEND_OP_ATTENTION_DECODE_ROWS: return o->attention_decode_rows != NULL;
+    case BACKEND_OP_WEIGHTS_BF16: return o->weights_bf16 != NULL;
+    case BACKEND_OP_MEASURE_PEAK: return o->measure_peak != NULL;
+    case BACKEND_OP_TUNING_SAVE: return o->tuning_save != NULL;
+    case BACKEND_OP_TUNING_LOAD: return o->tuning_load != NULL;
+    case BACKEND_OP_FAILURE: return o->failure != NULL;
+    }
+    return 0;
+}
+
+/* --- the ops: backend_X(be, ...) is be->ops->X(be, ...) --- */
+
+void backend_destroy(backend *be) { if (be) be->ops->destroy(be); }
+void *backend_alloc(backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+void backend_free(backend *be, void *ptr) { be->ops->free(be, ptr); }
+void backend_copy_h2d(backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    be->ops->copy_h2d(be, dst, host_src, bytes);
+}
+void backend_copy_d2h(backend *be, void *host_dst, const void *src, size_t bytes)
+{
+    be->ops->copy_d2h(be, host_dst, src, bytes);
+}
+void backend_copy_d2d(backend *be, void *dst, const void *src, size_t bytes)
+{
+    be->ops->copy_d2d(be, dst, src, bytes);
+}
+void backend_fill(backend *be, float *x, float value, size_t n) { be->ops->fill(be, x, value, n); }
+void backend_sync(backend *be) { be->ops->sync(be); }
+backend_event *backend_event_create(backend *be) { return be->ops->event_create(be); }
+void backend_event_destroy(backend *be, backend_event *ev) { be->ops->event_destroy(be, ev); }
+void backend_event_record(backend *be, backend_event *ev) { be->ops->event_record(be, ev); }
+void backend_event_sync(backend *be, backend_event *ev) { be->ops->event_sync(be, ev); }
+void *backend_native_stream(backend *be, int which) { return be->ops->native_stream(be, which); }
+void backend_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
+                    int transA, int transB, float alpha, float beta)
+{
+    be->ops->matmul(be, C, A, B, M, N, K, transA, transB, alpha, beta);
+}
+void backend_add(backend *be, float *out, const float *a, const float *b, size_t n)
+{
+    be->ops->add(be, out, a, b, n);
+}
+void backend_axpy(backend *be, float *y, float alpha, const float *x, size_t n)
+{
+    be->ops->axpy(be, y, alpha, x, n);
+}
+void backend_scale(backend *be, float *x, float alpha, size_t n)
+{
+    be->ops->scale(be, x, alpha, n);
+}
+double backend_sumsq(backend *be, const float *x, size_t n) { return be->ops->sumsq(be, x, n); }
+void backend_bias_add(backend *be, float *out, const float *bias, int N, int C)
+{
+    be->ops->bias_add(be, out, bias, N, C);
+}
+void backend_bias_backward(backend *be, float *dbias, const float *dout, int N, int C)
+{
+    be->ops->bias_backward(be, dbias, dout, N, C);
+}
+void backend_embedding_forward(backend *be, float *out, const int32_t *tokens, const float *wte,
+                               const float *wpe, int B, int T, int C)
+{
+    be->ops->embedding_forward(be, out, tokens, wte, wpe, B, T, C);
+}
+void backend_embedding_backward(backend *be, float *dwte, float *dwpe, const float *dout,
+                                const int32_t *tokens, int B, int T, int C, int V)
+{
+    be->ops->embedding_backward(be, dwte, dwpe, dout, tokens, B, T, C, V);
+}
+void backend_layernorm_forward(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                               const float *weight, const float *bias, int N, int C, float eps)
+{
+    be->ops->layernorm_forward(be, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+void backend_layernorm_backward(backend *be, float *dinp, float *dweight, float *dbias,
+                                const float *dout, const float *inp, const float *weight,
+                                const float *mean, const float *rstd, int N, int C)
+{
+    be->ops->layernorm_backward(be, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+void backend_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
+                             const float *weight, int N, int C, float eps)
+{
+    be->ops->rmsnorm_forward(be, out, rstd, inp, weight, N, C, eps);
+}
+void backend_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float *dout,
+                              const float *inp, const float *weight, const float *rstd, int N,
+                              int C)
+{
+    be->ops->rmsnorm_backward(be, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+void backend_gelu_forward(backend *be, float *out, const float *inp, size_t n)
+{
+    be->ops->gelu_forward(be, out, inp, n);
+}
+void backend_gelu_backward(backend *be, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    be->ops->gelu_backward(be, dinp, inp, dout, n);
+}
+void backend_swiglu_forward(backend *be, float *out, const float *gate, const float *up, size_t n)
+{
+    be->ops->swiglu_forward(be, out, gate, up, n);
+}
+void backend_swiglu_backward(backend *be, float *dgate, float *dup, const float *dout,
+                             const float *gate, const float *up, size_t n)
+{
+    be->ops->swiglu_backward(be, dgate, dup, dout, gate, up, n);
+}
+void backend_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)
+{
+    be->ops->rope(be, x, B, T, H, D, theta, inverse);
+}
+void backend_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
+                        int inverse)
+{
+    be->ops->rope_freqs(be, x, B, T, H, D, freqs, inverse);
+}
+void backend_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
+                               const float *v, int B, int T, int H, int Hkv, int D)
+{
+    be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+}
+void backend_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
+                                const float *q, const float *k, const float *v, const float *out,
+                                const float *lse, int B, int T, int H, int Hkv, int D)
+{
+    be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D);
+}
+void backend_attention_decode(backend *be, float *out, const float *q, const float *k,
+                              const float *v, int Tk, int H, int Hkv, int D)
+{
+    be->ops->attention_decode(be, out, q, k, v, Tk, H, Hkv, D);
+}
+void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+{
+    be->ops->rope_rows(be, x, pos, R, H, D, theta);
+}
+void backend_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
+                                   const float *vnew, float *kc, float *vc, const int32_t *pos,
+                                   int R, int cap, int H, int Hkv, int D)
+{
+    be->ops->attention_decode_rows(be, out, q, knew, vnew, kc, vc, pos, R, cap, H, Hkv, D);
+}
+void backend_softmax_xent(backend *be, float *logits, float *losses, const int32_t *targets,
+                          int N, int V, int V_real, float grad_scale)
+{
+    be->ops->softmax_xent(be, logits, losses, targets, N, V, V_real, grad_scale);
+}
+void backend_adamw(backend *be, float *param, const float *grad, float *m, float *v, size_t n,
+                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                   float grad_scale)
+{
+    be->ops->adamw(be, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+void backend_weights_bf16(backend *be, const float *w, size_t n)
+{
+    if (be->ops->weights_bf16) be->ops->weights_bf16(be, w, n);
+}
+int backend_tuning_save(backend *be, char *buf, size_t len)
+{
+    return be->ops->tuning_save ? be->ops->tuning_save(be, buf, len) : -1;
+}
+int backend_tuning_load(backend *be, const char *line)
+{
+    return be->ops->tuning_load ? be->ops->tuning_load(be, line) : 1;
+}
