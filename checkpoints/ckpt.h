@@ -125,10 +125,37 @@ void ckpt_close(ckpt_reader *r);
 /* Free the strings ckpt_read_state allocated. */
 void ckpt_state_free(ckpt_state *state);
 
-/* `loom ckpt info FILE`: print what is inside (step, config, tensors with shape and checksum
- * status, sizes) to stdout. 0 if the file is sound: every tensor of the file's `tensors` manifest
- * (version 2) present, and every tensor found readable with a matching checksum. */
-int ckpt_print_info(const char *file);
+/* One tensor as ckpt_inspect found it; the pointers are valid during the call only. */
+typedef struct ckpt_tensor_report {
+    const char *name;      /* its dataset path in the file: "model/h.0.attn.q.weight" */
+    int ndim;              /* -1: its dataspace could not be read (0 when the dataset did not open) */
+    const int64_t *shape;  /* ndim values as stored */
+    int64_t numel;         /* 0 when ndim is -1 */
+    const char *status;    /* "ok", "BAD" (checksum mismatch), "no crc32", "unreadable", or "missing"
+                            * (named by the `tensors` manifest, not in the file: ndim -1, no shape) */
+} ckpt_tensor_report;
+
+/* What ckpt_inspect hands its caller, in this order; any member (or fns itself) may be NULL. */
+typedef struct ckpt_inspect_fns {
+    /* First, once: the file FILE_OR_DIR resolved to, its format tag ("loom-checkpoint") and the
+     * state as ckpt_read_state reads it. */
+    void (*state)(void *ctx, const char *file, const char *format, const ckpt_state *s);
+    /* Once the tensors are listed, before the first is checked: the datasets found in the file
+     * (creation order, else name order) and the manifest's names not among them. */
+    void (*listed)(void *ctx, const char *const *found, size_t nfound, const char *const *missing,
+                   size_t nmissing);
+    /* Each tensor once checked: the found ones in that order, then the missing ones. */
+    void (*tensor)(void *ctx, const ckpt_tensor_report *t);
+} ckpt_inspect_fns;
+
+/* `loom ckpt info FILE_OR_DIR`: open the checkpoint as a load does (seal, format, state), list
+ * every dataset, read each in bounded pieces and verify its checksum, reporting it all through fns
+ * (the CLI formats it). Never modifies the file; reports (does not stop at) every bad tensor.
+ * 0 if the file is sound: every tensor of the file's `tensors` manifest (version 2) present, and
+ * every tensor found readable with a matching checksum. Else -1 + loom_fail naming the file: it
+ * did not open or its state did not read (nothing reported), its tensors could not be listed
+ * (only the state reported), or a tensor is not "ok" (all reported; the first one named). */
+int ckpt_inspect(const char *file, const ckpt_inspect_fns *fns, void *ctx);
 
 /* `loom ckpt seal FILE_OR_DIR`: accept a checkpoint whose seal is missing or stale (edited with
  * h5py, say): open it with HDF5 (the user vouches for it), check the format and every tensor's

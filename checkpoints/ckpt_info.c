@@ -1,11 +1,10 @@
-/* ckpt_info.c: `loom ckpt info FILE`: print a checkpoint's state, configs and a table of every
- * tensor with its shape and a freshly verified checksum, plus bytes per group; and `loom ckpt
- * seal FILE`, which re-seals a file only after the same tensor checks pass. `info` must never
- * modify the file and must report (not stop at) every bad tensor; `seal` must never change the
- * file unless every tensor is sound. */
+/* ckpt_info.c: what `loom ckpt info FILE` shows, as facts for the CLI to format: a checkpoint's
+ * state and every tensor with its shape and a freshly verified checksum (ckpt_inspect); and `loom
+ * ckpt seal FILE`, which re-seals a file only after the same tensor checks pass. Never prints.
+ * `inspect` must never modify the file and must report (not stop at) every bad tensor; `seal`
+ * must never change the file unless every tensor is sound. */
 #include "checkpoints/ckpt.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,11 +95,6 @@ static int manifest_missing(hid_t fid, const name_list *found, name_list *missin
     return missing->oom ? -1 : 0;
 }
 
-typedef struct group_total {
-    char name[256];
-    int64_t bytes, tensors;
-} group_total;
-
 /* Read one dataset, verify its checksum; returns "ok", "BAD", "no crc32" or "unreadable". */
 static const char *check_one(hid_t fid, const char *name, float **buf, size_t *cap, int *nd,
                              int64_t shape[H5S_MAX_RANK], int64_t *bytes)
@@ -129,88 +123,32 @@ static const char *check_one(hid_t fid, const char *name, float **buf, size_t *c
     return status;
 }
 
-static void add_total(group_total *tot, int *ntot, int max, const char *name, int64_t bytes)
+/* Verify every listed tensor and report each (then the manifest's missing ones) through fns; the
+ * number that are not "ok" (the missing ones included), first naming the first bad found one. */
+static int inspect_tensors(hid_t fid, const name_list *l, const name_list *missing, const ckpt_inspect_fns *fns,
+                           void *ctx, char *first, size_t flen)
 {
-    const char *slash = strrchr(name, '/');
-    size_t glen = slash ? (size_t)(slash - name) : 0;
-    if (glen >= sizeof tot->name) glen = sizeof tot->name - 1;
-    int i = 0;
-    while (i < *ntot && !(strlen(tot[i].name) == glen && strncmp(tot[i].name, name, glen) == 0)) i++;
-    if (i == *ntot) {
-        if (*ntot == max) return;
-        memcpy(tot[i].name, name, glen);
-        tot[i].name[glen] = '\0';
-        tot[i].bytes = tot[i].tensors = 0;
-        (*ntot)++;
-    }
-    tot[i].bytes += bytes;
-    tot[i].tensors++;
-}
-
-/* The tensor table and group totals; returns the number of tensors that are not "ok" (those of
- * `missing` included, listed as "missing"). */
-static int print_tensors(hid_t fid, const name_list *l, const name_list *missing, char *first, size_t flen)
-{
-    int width = 12, bad = 0, ntot = 0;
-    for (size_t i = 0; i < missing->n; i++)
-        if ((int)strlen(missing->names[i]) > width) width = (int)strlen(missing->names[i]);
-    for (size_t i = 0; i < l->n; i++)
-        if ((int)strlen(l->names[i]) > width) width = (int)strlen(l->names[i]);
-    group_total tot[64];
     float *buf = NULL;
     size_t cap = 0;
-    printf("\n%-*s  %-22s %12s  %s\n", width, "tensor", "shape", "numel", "checksum");
+    int bad = 0;
     for (size_t i = 0; i < l->n; i++) {
-        int nd = 0;
+        ckpt_tensor_report t = {l->names[i], 0, NULL, 0, NULL};
         int64_t shape[H5S_MAX_RANK], bytes = 0;
-        const char *status = check_one(fid, l->names[i], &buf, &cap, &nd, shape, &bytes);
-        char ss[128] = "?";
-        if (nd >= 0) ckpt_shape_str(ss, sizeof ss, nd, shape);
-        printf("%-*s  %-22s %12" PRId64 "  %s\n", width, l->names[i], ss, bytes / 4, status);
-        if (strcmp(status, "ok") != 0 && bad++ == 0) snprintf(first, flen, "/%s (%s)", l->names[i], status);
-        add_total(tot, &ntot, 64, l->names[i], bytes);
+        t.status = check_one(fid, l->names[i], &buf, &cap, &t.ndim, shape, &bytes);
+        t.shape = shape;
+        t.numel = bytes / 4;
+        if (fns && fns->tensor) fns->tensor(ctx, &t);
+        if (strcmp(t.status, "ok") != 0 && bad++ == 0) snprintf(first, flen, "/%s (%s)", l->names[i], t.status);
     }
-    for (size_t i = 0; i < missing->n; i++, bad++)
-        printf("%-*s  %-22s %12s  missing\n", width, missing->names[i], "-", "-");
     free(buf);
-    printf("\n%-24s %8s %16s\n", "group", "tensors", "bytes");
-    int64_t all = 0;
-    for (int i = 0; i < ntot; i++) {
-        printf("%-24s %8" PRId64 " %16" PRId64 "  (%.1f MB)\n", tot[i].name[0] ? tot[i].name : "/",
-               tot[i].tensors, tot[i].bytes, tot[i].bytes / 1e6);
-        all += tot[i].bytes;
+    for (size_t i = 0; i < missing->n; i++, bad++) {
+        ckpt_tensor_report t = {missing->names[i], -1, NULL, 0, "missing"};
+        if (fns && fns->tensor) fns->tensor(ctx, &t);
     }
-    printf("%-24s %8zu %16" PRId64 "  (%.1f MB)\n", "total", l->n, all, all / 1e6);
     return bad;
 }
 
-static void print_state(const char *path, const ckpt_state *s)
-{
-    printf("checkpoint     %s\n", path);
-    printf("format         %s v%d, whole-file seal ok, per-tensor crc32c\n", CKPT_MAGIC, s->format_version);
-    printf("step           %" PRId64 "\n", s->step);
-    printf("tokens_seen    %" PRId64 "\n", s->tokens_seen);
-    printf("sample_cursor  %" PRId64 "   epoch %" PRId64 "\n", s->sample_cursor, s->epoch);
-    printf("seed           %" PRIu64 "   rng_counter %" PRIu64 "   lr %.6g\n", s->seed, s->rng_counter, s->lr);
-    printf("adam_step      %" PRId64 "%s\n", s->adam_step, s->format_version < 2 ? "   (from rng_counter: version 1)" : "");
-    if (s->base_digest) printf("base_digest    %016" PRIx64 "   (LoRA adapters bound to this base)\n", s->base_digest);
-    if (s->tokenizer_hash) printf("tokenizer_hash %016" PRIx64 "\n", s->tokenizer_hash);
-    printf("saved by       world_size %d, zero stage %d, backend %s\n", s->world_size, s->zero_stage,
-           s->backend[0] ? s->backend : "?");
-    if (s->tuning[0]) {
-        /* one line per rank; each "BACKEND MACHINE | CHOICES" */
-        const char *line = s->tuning;
-        for (int rank = 0; *line; rank++) {
-            size_t n = strcspn(line, "\n");
-            printf("tuning rank %-3d%.*s\n", rank, (int)n, line);
-            line += n + (line[n] == '\n');
-        }
-    }
-    printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");
-    printf("job_config     %zu bytes of JSON\n", strlen(s->job_config_json));
-}
-
-int ckpt_print_info(const char *file)
+int ckpt_inspect(const char *file, const ckpt_inspect_fns *fns, void *ctx)
 {
     char path[CKPT_PATH_MAX];
     if (ckpt_resolve(file, path, sizeof path)) return -1;
@@ -221,7 +159,7 @@ int ckpt_print_info(const char *file)
         ckpt_close(r);
         return -1;
     }
-    print_state(path, &s);
+    if (fns && fns->state) fns->state(ctx, path, CKPT_MAGIC, &s);
     ckpt_state_free(&s);
     name_list l = {0}, missing = {0};
     int rc = list_datasets(r->fid, &l);
@@ -230,8 +168,9 @@ int ckpt_print_info(const char *file)
         loom_fail("%s: cannot list the tensors%s", path, l.oom || missing.oom ? " (out of memory)" : "");
     } else {
         char first[600] = "";
-        int bad = print_tensors(r->fid, &l, &missing, first, sizeof first);
-        printf("\n%s\n", bad ? "STATUS: CORRUPT" : "STATUS: ok");
+        if (fns && fns->listed)
+            fns->listed(ctx, (const char *const *)l.names, l.n, (const char *const *)missing.names, missing.n);
+        int bad = inspect_tensors(r->fid, &l, &missing, fns, ctx, first, sizeof first);
         if (missing.n)
             rc = loom_fail("%s: %zu tensor(s) of the manifest missing, first /%s; %d tensor(s) not ok", path,
                            missing.n, missing.names[0], bad);
@@ -241,7 +180,6 @@ int ckpt_print_info(const char *file)
     list_free(&l);
     list_free(&missing);
     ckpt_close(r);
-    fflush(stdout);
     return rc;
 }
 
@@ -267,18 +205,8 @@ static int seal_check_tensors(hid_t fid, const char *path)
         list_free(&missing);
         return -1;
     }
-    float *buf = NULL;
-    size_t cap = 0;
-    int bad = 0;
     char first[600] = "";
-    for (size_t i = 0; i < l.n; i++) {
-        int nd = 0;
-        int64_t shape[H5S_MAX_RANK], bytes = 0;
-        const char *status = check_one(fid, l.names[i], &buf, &cap, &nd, shape, &bytes);
-        if (strcmp(status, "ok") == 0) continue;
-        if (bad++ == 0) snprintf(first, sizeof first, "/%s (%s)", l.names[i], status);
-    }
-    free(buf);
+    int bad = inspect_tensors(fid, &l, &missing, NULL, NULL, first, sizeof first); /* none missing */
     list_free(&l);
     if (bad)
         return loom_fail("checkpoint %s: not sealed: %d tensor(s) failed their checksum, first %s", path, bad, first);

@@ -22,7 +22,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     fuzz_fn = fuzz_target_by_name(FUZZ_STR(FUZZ_TARGET));
     if (!fuzz_fn) abort();
     log_set_quiet(1);
-    /* ckpt_print_info prints to stdout; libFuzzer reports on stderr */
+    /* whatever a target prints stays off the terminal; libFuzzer reports on stderr */
     if (!freopen("/dev/null", "w", stdout)) abort();
     return 0;
 }

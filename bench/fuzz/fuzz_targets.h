@@ -16,8 +16,8 @@ int fuzz_config(const uint8_t *data, size_t n);
 int fuzz_jsonl(const uint8_t *data, size_t n);
 /* A checkpoint file: ckpt_open (the whole-file seal first: a mutated file almost never gets past
  * it, which is the protection; HDF5 then never sees it), ckpt_read_state, ckpt_read_group over a
- * fixed small table (the one fuzz_ckpt_seed writes), and `loom ckpt info`'s ckpt_print_info
- * (stdout muted). */
+ * fixed small table (the one fuzz_ckpt_seed writes), and `loom ckpt info`'s ckpt_inspect (each
+ * tensor's report read through). */
 int fuzz_ckpt(const uint8_t *data, size_t n);
 /* Write a small valid (sealed) checkpoint with that table to `path` (the fuzzer's seed). 0 on
  * success. */

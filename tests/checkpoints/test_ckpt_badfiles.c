@@ -224,7 +224,7 @@ static void flipped_byte(const char *dir)
     /* In the last of big.2d's three pieces (2.8 MB, 1 MB pieces): the chained CRC sees it. */
     flip(dir, "flipped_big.h5", "/lora/big.2d", 2500000, path, sizeof path);
     CHECK_FAILS(ckpt_open(path) == NULL, "flipped_big.h5: whole-file checksum mismatch (damaged file)");
-    CHECK_FAILS(ckpt_print_info(path) == -1, "whole-file checksum mismatch (damaged file)");
+    CHECK_FAILS(ckpt_inspect(path, NULL, NULL) == -1, "whole-file checksum mismatch (damaged file)");
     snprintf(keep, sizeof keep, "%s.orig", path);
     CHECK(tc_copy(path, keep) == 0, "copy");
     CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 1 tensor(s) failed their checksum, first /lora/big.2d (BAD)");
@@ -260,7 +260,7 @@ static void flipped_byte(const char *dir)
     CHECK(ckpt_read_group(r, &c.groups[1]) == 0, "other groups still read: %s", loom_error());
     ckpt_close(r);
     tc_free(&c);
-    CHECK(ckpt_print_info(path) == -1, "info reports the bad checksum");
+    CHECK(ckpt_inspect(path, NULL, NULL) == -1, "info reports the bad checksum");
 }
 
 /* The seal itself: damaged trailer fields, bytes appended, a middle byte flipped. */
@@ -330,7 +330,7 @@ static void edited(const char *dir)
     /* issue 18.4: the `tensors` manifest names what the save wrote: a lost one is no sound file */
     CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 1 tensor(s) of the manifest missing, first /optimizer/m/h.0.attn.q.weight");
     CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
-    CHECK_FAILS(ckpt_print_info(path) == -1, "1 tensor(s) of the manifest missing, first /optimizer/m/h.0.attn.q.weight");
+    CHECK_FAILS(ckpt_inspect(path, NULL, NULL) == -1, "1 tensor(s) of the manifest missing, first /optimizer/m/h.0.attn.q.weight");
     test_ckpt c;
     tc_make_empty(&c);
     ckpt_reader *r = ckpt_open(path);
@@ -413,7 +413,7 @@ static void damaged_headers(const char *dir)
     damage_header(path, "/optimizer/v/wte.weight");
     CHECK_FAILS(ckpt_seal(path) == -1, "not sealed: 2 tensor(s) failed their checksum, first /model/h.0.attn.q.weight (unreadable)");
     CHECK(ckpt_seal_write(path, 1) == 0, "raw seal: %s", loom_error());
-    CHECK_FAILS(ckpt_print_info(path) == -1, "2 tensor(s) failed their checksum, first /model/h.0.attn.q.weight (unreadable)");
+    CHECK_FAILS(ckpt_inspect(path, NULL, NULL) == -1, "2 tensor(s) failed their checksum, first /model/h.0.attn.q.weight (unreadable)");
 }
 
 /* issue 18.5: a FIFO as the checkpoint, or as `latest`, or named by `latest`, is refused at once
@@ -427,7 +427,7 @@ static void fifos(const char *dir)
     CHECK_FAILS(ckpt_open(path) == NULL, "fifo.h5: not a regular file, not a checkpoint");
     CHECK_FAILS(ckpt_resolve(path, out, sizeof out) == -1, "fifo.h5: not a regular file, not a checkpoint");
     CHECK_FAILS(ckpt_seal(path) == -1, "fifo.h5: not a regular file");
-    CHECK_FAILS(ckpt_print_info(path) == -1, "fifo.h5: not a regular file");
+    CHECK_FAILS(ckpt_inspect(path, NULL, NULL) == -1, "fifo.h5: not a regular file");
     snprintf(sub, sizeof sub, "%s/fifo_named", dir);
     mkdir(sub, 0777);
     snprintf(path, sizeof path, "%s/step_00000001.h5", sub);
