@@ -1,6 +1,7 @@
 /* fault.h: fault injection for the reliability tests (tests/reliability), harmless in normal runs:
  * nothing happens unless LOOM_FAULT_ACTION is set. Must never change a run where it is unset.
- * The switch, read from the environment (pass it to every rank: mpirun -x NAME):
+ * The switch, read from the environment once when a job starts (fault_setup; pass it to every
+ * rank: mpirun -x NAME):
  *   LOOM_FAULT_ACTION  exit      _exit(3) at the start of the step
  *                      kill      SIGKILL itself at the start of the step (a crash, a lost node)
  *                      stall     stop making progress (pause() until killed): a hung rank
@@ -17,11 +18,28 @@
 
 struct session;
 
+typedef enum fault_action {
+    FAULT_NONE = 0, /* LOOM_FAULT_ACTION unset, empty or unknown: the hooks return at once */
+    FAULT_EXIT, FAULT_KILL, FAULT_STALL, FAULT_NAN, FAULT_INF, FAULT_NAN_GRAD
+} fault_action;
+
+/* The switch as parsed by fault_setup; the job that owns it keeps it for its steps. */
+typedef struct fault_plan {
+    fault_action action;
+    int all_ranks;      /* LOOM_FAULT_RANK=all */
+    int rank;           /* else this rank only */
+    int step;           /* LOOM_FAULT_STEP: the first (1-based) step */
+    int count;          /* LOOM_FAULT_COUNT (nan, inf, nan_grad): steps in a row, >= 1 */
+} fault_plan;
+
+/* Read LOOM_FAULT_* into *p (action FAULT_NONE when unset). Called once when a job starts. */
+void fault_setup(fault_plan *p);
+
 /* Called by the training loop at the start of every step (exit, kill, stall). */
-void fault_at_step(int rank, int step);
+void fault_at_step(const fault_plan *p, int rank, int step);
 
 /* Called by the training step once the gradients are zeroed and before the first forward, with
  * the step's running loss sum on this rank (nan, inf, nan_grad). */
-void fault_poison_step(struct session *s, int step, double *loss_sum);
+void fault_poison_step(const fault_plan *p, struct session *s, int step, double *loss_sum);
 
 #endif

@@ -44,6 +44,7 @@ typedef struct trainer {
     long steps_per_epoch;
     metrics *log;
     double timeout_s;          /* the comm's collective timeout as the caller set it */
+    fault_plan fault;          /* tests only: LOOM_FAULT_*, read once in trainer_open */
 } trainer;
 
 /* Two waits are long in a healthy job: ranks reaching the first collectives at different times
@@ -123,7 +124,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     double targets = trainer_global_targets(t, step);
     double stats[2] = {0.0, 0.0}; /* loss sum, real tokens */
     if (dp_begin_step(s->dp)) return -1;
-    fault_poison_step(s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
+    fault_poison_step(&t->fault, s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
     model_weights_bf16(s->model, 1); /* the weights changed last step: cast them once */
     int T = trainer_step_len(t, step);
     if (model_set_shape(s->model, s->micro_batch, T)) return -1;
@@ -192,6 +193,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     t->cfg = *cfg;
     t->finetune = finetune;
     t->timeout_s = c->timeout_s;
+    fault_setup(&t->fault);
     trainer_slow_waits(t, c, 1); /* until step 1 is done */
     if (trainer_load_data(t)) return -1;
     t->s = session_open(&t->cfg, c, SESSION_TRAIN, finetune, t->T);
@@ -245,7 +247,7 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
     const train_config *tc = &t->cfg.train;
     int bad_in_row = 0;
     for (int step = (int)t->s->step; step < tc->steps; step++) {
-        fault_at_step(t->s->comm->rank, step + 1);
+        fault_at_step(&t->fault, t->s->comm->rank, step + 1);
         double t0 = now_s(), loss = 0, norm = 0, tokens = 0, flops = 0;
         float lr = 0;
         int st = trainer_step(t, step, &loss, &norm, &lr, &tokens, &flops);
