@@ -9,7 +9,7 @@
 /* exp(x) = 2^n * exp(r), n = round(x / ln2), r = x - n ln2 in [-ln2/2, ln2/2] (ln2 split in a
  * high part exact in float and a low correction, Cody-Waite), exp(r) by the Cephes degree-7
  * polynomial 1 + r + r^2 P(r). 2^n is built in the exponent bits. Measured max error over
- * [-87, 88]: 2 ulp (tests/backends/cpu/test_cpu_elementwise.c checks it). x < -87.3 gives 0;
+ * [-87, 88]: 2 ulp (tests/backends/cpu/test_cpu_xent.c checks it). x < -87.3 gives 0;
  * NaN propagates; x is clamped at 88 (inputs here are <= 0 for softmax or bounded for tanh). */
 static inline float cpu_expf(float x)
 {

@@ -1,7 +1,7 @@
 /* model.h: the decoder-only transformer: parameter layout (one flat buffer + a named tensor table),
  * activation buffers, and the explicit forward/backward passes built from backend ops.
- * The model owns its device buffers; it never talks to other ranks (parallel/dp does that through
- * the region hooks below) and never touches files (checkpoints/ does). */
+ * The model owns its device buffers; it never talks to other ranks (core/train/dp.c does that
+ * through the region hooks below) and never touches files (checkpoints/ does). */
 #ifndef LOOM_MODEL_H
 #define LOOM_MODEL_H
 

@@ -68,7 +68,7 @@ int session_load_base(session *s);
 int session_model_adopt(model_config *m, const model_config *src, const char *src_name,
                         const unsigned char *explicit);
 
-/* Hugging Face folders (core/session_hf.c): the folder's model config into *m as
+/* Hugging Face folders (core/train/session_hf.c): the folder's model config into *m as
  * session_model_adopt does, model.tokenizer = the folder when it holds a tokenizer.json and the
  * job names none; and the folder's weights as the base (into the frozen buffer for LoRA, else
  * the parameters). */
