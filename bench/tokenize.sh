@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/tokenize.sh [LOOM]: tokenisation speed of a 10 MB text, one thread, loom next to the
 # Hugging Face `tokenizers` library (its own Python, parallelism off) on the same text, machine
-# and tokenizer.json (the fixtures of tests/fixtures/tokenizers/). Needs a quiet machine.
+# and tokenizer.json (the fixtures of tests/fixtures/tokenizers/), and next to the `sentencepiece`
+# library on Needle's SentencePiece model (tests/fixtures/needle/needle.model). Needs a quiet machine.
 # PYTHON names the Python holding `tokenizers` (default /work/venv/bin/python, else python3).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,6 +52,28 @@ PY
   [ "$h" != - ] && [ -n "$l" ] && ratio=$(awk -v a="$l" -v b="$h" 'BEGIN { printf "%.2fx", a / b }')
   printf "%-9s %12s %12s %8s\n" "$fam" "${l:-?}" "$h" "$ratio"
 done
+# SentencePiece: one encode per line in both (a line is what loom tokenize encodes at once)
+if [ -n "$py" ] && "$py" -c "import sentencepiece" 2>/dev/null; then have_spm=1; else have_spm=0; fi
+sm=$here/tests/fixtures/needle/needle.model
+l=$(OMP_NUM_THREADS=1 "$loom" tokenize "$tmp/text.txt" "$tmp/out.bin" --width 4 --tokenizer "$sm" 2>&1 |
+    sed -n 's/.*(\([0-9.]*\) MB\/s.*/\1/p')
+h=-
+if [ $have_spm = 1 ]; then
+  h=$("$py" - "$sm" "$tmp/text.txt" <<'PY'
+import sys, time
+import sentencepiece as spm
+sp = spm.SentencePieceProcessor(model_file=sys.argv[1], num_threads=1)
+t0 = time.perf_counter()
+raw = open(sys.argv[2], "rb").read()
+text = raw.decode("utf-8", errors="replace")
+sp.encode(text.splitlines(keepends=True), num_threads=1)
+print("%.2f" % (len(raw) / 1e6 / (time.perf_counter() - t0)))
+PY
+)
+fi
+ratio=-
+[ "$h" != - ] && [ -n "$l" ] && ratio=$(awk -v a="$l" -v b="$h" 'BEGIN { printf "%.2fx", a / b }')
+printf "%-9s %12s %12s %8s   (sentencepiece library in the HF column)\n" needle-spm "${l:-?}" "$h" "$ratio"
 if [ $have_ref = 0 ]; then
   echo "reference missing: the tokenizers library; install it with:"
   echo "  python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers==0.23.3 && PYTHON=/tmp/tokvenv/bin/python bash bench/tokenize.sh"

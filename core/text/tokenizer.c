@@ -1,6 +1,7 @@
 /* tokenizer.c: the tokenizer interface (see tokenizer.h): opening by spec, the byte-level
  * tokenizer, UTF-8 repair and the pieces every implementation shares. Never writes to stdout
- * and never exits: errors go to loom_fail. The BPE implementation is in tokenizer_bpe*.c. */
+ * and never exits: errors go to loom_fail. The BPE implementation is in tokenizer_bpe*.c, the
+ * SentencePiece one in tokenizer_spm*.c. */
 #include "core/text/tokenizer_internal.h"
 
 #include <errno.h>
@@ -236,6 +237,34 @@ static int tok_json_path(const char *spec, char *path, size_t path_cap, char *di
     return 0;
 }
 
+/* 1 when spec names a SentencePiece model: a file ending in ".model", or a folder with a
+ * tokenizer.model and no tokenizer.json (path: the file). 0 otherwise, path untouched. */
+static int tok_spm_path(const char *spec, char *path, size_t cap)
+{
+    struct stat st;
+    size_t n = strlen(spec);
+    if (stat(spec, &st) != 0) return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        if (n < 6 || strcmp(spec + n - 6, ".model") != 0) return 0;
+        snprintf(path, cap, "%s", spec);
+        return 1;
+    }
+    snprintf(path, cap, "%s/tokenizer.json", spec);
+    if (stat(path, &st) == 0) return 0;
+    snprintf(path, cap, "%s/tokenizer.model", spec);
+    return stat(path, &st) == 0;
+}
+
+static int tok_open_spm(tokenizer *t, const char *path)
+{
+    size_t len;
+    char *data = tok_read(path, &len);
+    if (!data) return -1;
+    int rc = tok_spm_open(t, path, data, len);
+    free(data);
+    return rc;
+}
+
 static int tok_open_json(tokenizer *t, const char *spec)
 {
     char path[1100], dir[1024];
@@ -255,7 +284,7 @@ tokenizer *tokenizer_open(const char *spec)
 {
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) { loom_fail("tokenizer: out of memory"); return NULL; }
-    t->eos = t->eot = t->pad = -1;
+    t->bos = t->eos = t->eot = t->pad = -1;
     if (!spec || !spec[0] || strcmp(spec, "byte") == 0) {
         t->ops = &byte_ops;
         t->kind = "byte";
@@ -265,6 +294,14 @@ tokenizer *tokenizer_open(const char *spec)
         t->eos = TOK_EOT;
         t->eot = TOK_END;
         t->pad = TOK_PAD;
+        return t;
+    }
+    char spm[1100];
+    if (tok_spm_path(spec, spm, sizeof spm)) {
+        if (tok_open_spm(t, spm)) {
+            tokenizer_free(t);
+            return NULL;
+        }
         return t;
     }
     t->kind = "bpe";
@@ -284,7 +321,8 @@ int tokenizer_hash_of(const char *spec, uint64_t *hash)
     }
     char path[1100], dir[1024];
     size_t len;
-    char *json = tok_json_path(spec, path, sizeof path, dir, sizeof dir) ? NULL : tok_read(path, &len);
+    char *json = tok_spm_path(spec, path, sizeof path) ? tok_read(path, &len) /* as tok_spm_open names it */
+                 : tok_json_path(spec, path, sizeof path, dir, sizeof dir) ? NULL : tok_read(path, &len);
     if (!json) return -1;
     *hash = tok_fnv1a(json, len); /* as tok_bpe_open names it */
     free(json);
@@ -303,6 +341,7 @@ const char *tokenizer_kind(const tokenizer *t) { return t->kind; }
 const char *tokenizer_describe(const tokenizer *t) { return t->describe; }
 int tokenizer_vocab(const tokenizer *t) { return t->vocab; }
 uint64_t tokenizer_hash(const tokenizer *t) { return t->hash; }
+int32_t tokenizer_bos(const tokenizer *t) { return t->bos; }
 int32_t tokenizer_eos(const tokenizer *t) { return t->eos; }
 int32_t tokenizer_eot(const tokenizer *t) { return t->eot; }
 int32_t tokenizer_pad(const tokenizer *t) { return t->pad; }

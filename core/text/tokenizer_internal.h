@@ -27,7 +27,7 @@ struct tokenizer {
     char describe[320];
     int vocab;
     uint64_t hash;
-    int32_t eos, eot, pad;
+    int32_t bos, eos, eot, pad;
     char *chat_template;  /* owned, NULL when none */
     void *impl;           /* the implementation's state */
     int cont;             /* the text being encoded continues an input (tokenizer_encode_alloc_cont) */
@@ -42,5 +42,8 @@ uint64_t tok_fnv1a(const void *p, size_t n);
 
 /* Load a tokenizer.json (path to the file itself) into t: fills t->ops, vocab, impl, hash. */
 int tok_bpe_open(tokenizer *t, const char *path, const char *json, size_t len);
+
+/* Load a SentencePiece .model file's len bytes into t: ops, kind, vocab, impl, hash, bos/eos/pad. */
+int tok_spm_open(tokenizer *t, const char *path, const char *data, size_t len);
 
 #endif

@@ -3,6 +3,11 @@
 loom_add_test(test_tokenizer ${CMAKE_CURRENT_SOURCE_DIR}/test_tokenizer.c loom_text)
 set_tests_properties(test_tokenizer PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 
+# SentencePiece (.model) against the `sentencepiece` library (fixtures by
+# tests/fixtures/needle/make_tokenizer_fixtures.py): ids and decode, and the files it refuses.
+loom_add_test(test_spm ${CMAKE_CURRENT_SOURCE_DIR}/test_spm.c loom_text)
+set_tests_properties(test_spm PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
 # The CLI: a tokenizer.json loom cannot read ends `loom tokenize` with one line, non-zero exit;
 # a token file made by another tokenizer is refused by a job whose model uses a different one.
 set(TOK_EXPECT ${PROJECT_SOURCE_DIR}/tests/launch/expect_fail.sh)
