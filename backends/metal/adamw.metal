@@ -1,6 +1,7 @@
-/* adamw.metal: the AdamW update (decoupled weight decay), one thread per parameter.
- * The bias corrections 1 - beta^t arrive precomputed from the host; nothing here depends on
- * the step count beyond them. */
+/* adamw.metal: the AdamW update (decoupled weight decay), one thread per parameter: the update
+ * of backends/adamw_math.h (adamw_update, which MSL cannot include; test_metal_adamw_shim checks
+ * this kernel against it element-wise). The bias corrections 1 - beta^t arrive precomputed from
+ * the host; nothing here depends on the step count beyond them. */
 #include "metal_shim.h"
 #include "metal_params.h"
 
