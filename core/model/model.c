@@ -312,7 +312,7 @@ int model_base_table(const model *m, const model_tensor **tensors, int *n, size_
 static void model_drop_base_bf16(model *m)
 {
     if (!m->base_bf16) return;
-    m->be->ops->weights_bf16(m->be, m->base, 0);
+    backend_weights_bf16(m->be, m->base, 0);
     m->base_bf16 = 0;
 }
 
@@ -322,7 +322,7 @@ int model_load_base_range(model *m, const float *host, size_t lo, size_t hi)
         return loom_fail("model: base elements [%zu, %zu) outside the %zu-element base", lo, hi,
                          m->nbase_params);
     model_drop_base_bf16(m);
-    m->be->ops->copy_h2d(m->be, m->base + lo, host, (hi - lo) * sizeof(float));
+    backend_copy_h2d(m->be, m->base + lo, host, (hi - lo) * sizeof(float));
     return 0;
 }
 
@@ -357,7 +357,7 @@ int model_lora_merge(const model *m, float *base_host, const float *lora_host)
 /* LoRA: allocate the frozen base buffer and point the base views at it. */
 static int model_alloc_base(model *m)
 {
-    m->base = m->be->ops->alloc(m->be, m->nbase_params * sizeof(float));
+    m->base = backend_alloc(m->be, m->nbase_params * sizeof(float));
     m->ptr_base = calloc((size_t)m->nbase, sizeof(float *));
     m->lp = calloc((size_t)m->cfg.n_layer, sizeof(layer_lora));
     m->lg = calloc((size_t)m->cfg.n_layer, sizeof(layer_lora));
@@ -471,12 +471,12 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
     if (m->lora.rank && model_alloc_base(m)) goto fail;
     if (model_map_views(m)) goto fail;
     if (with_params) {
-        m->params = be->ops->alloc(be, m->nparams * sizeof(float));
+        m->params = backend_alloc(be, m->nparams * sizeof(float));
         if (!m->params) goto fail;
         model_bind_region(m, -1, m->params, NULL);
     }
     if (with_grads) {
-        m->grads = be->ops->alloc(be, m->nparams * sizeof(float));
+        m->grads = backend_alloc(be, m->nparams * sizeof(float));
         if (!m->grads) goto fail;
         model_bind_region(m, -1, NULL, m->grads);
     }
@@ -484,12 +484,12 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         arena a = {0};
         model_carve_acts(m, &a); /* dry run: size */
         m->activation_bytes = a.used;
-        a.base = be->ops->alloc(be, a.used);
+        a.base = backend_alloc(be, a.used);
         if (!a.base) goto fail;
         a.used = 0;
         model_carve_acts(m, &a);
         if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
-        be->ops->fill(be, m->loss_acc, 0.0f, (size_t)B * T); /* model_take_loss sums all of it */
+        backend_fill(be, m->loss_acc, 0.0f, (size_t)B * T); /* model_take_loss sums all of it */
     }
     m->host_losses = malloc((size_t)B * T * sizeof(float));
     m->host_rows = malloc((size_t)B * T * 2 * sizeof(int32_t));
@@ -505,14 +505,14 @@ void model_destroy(model *m)
 {
     if (!m) return;
     backend *be = m->be;
-    if (m->acts && m->acts[0].x) be->ops->free(be, m->acts[0].x); /* the arena's base */
-    if (m->grads) be->ops->free(be, m->grads);
-    if (m->params) be->ops->free(be, m->params);
+    if (m->acts && m->acts[0].x) backend_free(be, m->acts[0].x); /* the arena's base */
+    if (m->grads) backend_free(be, m->grads);
+    if (m->params) backend_free(be, m->params);
     free(m->host_losses);
     free(m->host_rows);
     if (m->base) {
         model_drop_base_bf16(m);
-        be->ops->free(be, m->base);
+        backend_free(be, m->base);
     }
     free(m->ptr_base);
     free(m->base_tensors);
@@ -537,8 +537,8 @@ int model_upload_rope_freq(model *m)
 {
     const model_config *c = &m->cfg;
     int D = config_head_dim(c), half = D / 2;
-    if (!m->be->ops->rope_freqs)
-        return loom_fail("model: backend %s has no rope_freqs op (model.rope_scaling %s)", m->be->ops->name, c->rope_scaling);
+    if (!backend_has(m->be, BACKEND_OP_ROPE_FREQS))
+        return loom_fail("model: backend %s has no rope_freqs op (model.rope_scaling %s)", backend_name(m->be), c->rope_scaling);
     float *f = malloc((size_t)half * sizeof *f);
     if (!f) return loom_fail("model: out of host memory");
     double old = c->rope_original_max_seq, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
@@ -552,7 +552,7 @@ int model_upload_rope_freq(model *m)
         }
         f[i] = (float)v;
     }
-    m->be->ops->copy_h2d(m->be, m->rope_freq, f, (size_t)half * sizeof *f);
+    backend_copy_h2d(m->be, m->rope_freq, f, (size_t)half * sizeof *f);
     free(f);
     return 0;
 }
@@ -599,7 +599,7 @@ int model_init_values(const model *m, uint64_t seed, float *host)
 double model_sum_losses(model *m, const float *losses)
 {
     size_t N = (size_t)m->B * m->T;
-    m->be->ops->copy_d2h(m->be, m->host_losses, losses, N * sizeof(float));
+    backend_copy_d2h(m->be, m->host_losses, losses, N * sizeof(float));
     double sum = 0.0;
     for (size_t i = 0; i < N; i++) sum += m->host_losses[i];
     return sum;
@@ -613,7 +613,7 @@ double model_take_loss(model *m)
     m->B = m->B_max;
     m->T = m->T_max;
     double sum = model_sum_losses(m, m->loss_acc);
-    m->be->ops->fill(m->be, m->loss_acc, 0.0f, (size_t)m->B * m->T);
+    backend_fill(m->be, m->loss_acc, 0.0f, (size_t)m->B * m->T);
     m->B = B;
     m->T = T;
     return sum;
@@ -669,10 +669,10 @@ int model_pack_rows(int32_t *tokens, int32_t *targets, int B, int T, int *lens)
 void model_weights_bf16(model *m, int keep)
 {
     backend *be = m->be;
-    if (!be->ops->weights_bf16) return;
-    if (m->params) be->ops->weights_bf16(be, m->params, keep ? m->nparams : 0);
+    if (!backend_has(be, BACKEND_OP_WEIGHTS_BF16)) return;
+    if (m->params) backend_weights_bf16(be, m->params, keep ? m->nparams : 0);
     if (m->base && keep && !m->base_bf16) { /* frozen: the optimizer never changes it */
-        be->ops->weights_bf16(be, m->base, m->nbase_params);
+        backend_weights_bf16(be, m->base, m->nbase_params);
         m->base_bf16 = 1;
     }
 }
@@ -688,15 +688,15 @@ static void model_head_plan(model *m, const int32_t *targets)
     m->head_rows_n = m->full_head ? N : M;
     if (m->head_rows_n == N) return; /* every position: the plain path reads m->targets */
     if (!M) return;
-    m->be->ops->copy_h2d(m->be, m->head_rows, rows, (size_t)M * sizeof(int32_t));
-    m->be->ops->copy_h2d(m->be, m->head_targets, tg, (size_t)M * sizeof(int32_t));
+    backend_copy_h2d(m->be, m->head_rows, rows, (size_t)M * sizeof(int32_t));
+    backend_copy_h2d(m->be, m->head_targets, tg, (size_t)M * sizeof(int32_t));
 }
 
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
 {
     size_t bytes = (size_t)m->B * m->T * sizeof(int32_t);
-    m->be->ops->copy_h2d(m->be, m->tokens, tokens, bytes);
-    m->be->ops->copy_h2d(m->be, m->targets, targets, bytes);
+    backend_copy_h2d(m->be, m->tokens, tokens, bytes);
+    backend_copy_h2d(m->be, m->targets, targets, bytes);
     model_head_plan(m, targets);
 }
 

@@ -11,9 +11,9 @@ static void linear_backward(model *m, float *dx, float *dW, float *db, const flo
                             const float *x, const float *W, int N, int in, int out, int accumulate)
 {
     backend *be = m->be;
-    if (dx) be->ops->matmul(be, dx, dy, W, N, in, out, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f);
-    if (dW) be->ops->matmul(be, dW, dy, x, out, in, N, 1, 0, 1.0f, 1.0f);
-    if (db) be->ops->bias_backward(be, db, dy, N, out);
+    if (dx) backend_matmul(be, dx, dy, W, N, in, out, 0, 0, 1.0f, accumulate ? 1.0f : 0.0f);
+    if (dW) backend_matmul(be, dW, dy, x, out, in, N, 1, 0, 1.0f, 1.0f);
+    if (db) backend_bias_backward(be, db, dy, N, out);
 }
 
 /* LoRA backward of projection t of layer l, with xa = x A^T and y += s xa B^T:
@@ -28,10 +28,10 @@ static void adapt_backward(model *m, int l, int t, float *dx, const float *dy, c
     float s = m->lora_scale;
     lora_dims(&m->cfg, t, &in, &out);
     const float *xa = m->acts[l].xa[t];
-    be->ops->matmul(be, gd->B, dy, xa, out, r, N, 1, 0, s, 1.0f);
-    be->ops->matmul(be, m->dxa, dy, ad->B, N, r, out, 0, 0, s, 0.0f);
-    be->ops->matmul(be, gd->A, m->dxa, x, r, in, N, 1, 0, 1.0f, 1.0f);
-    be->ops->matmul(be, dx, m->dxa, ad->A, N, in, r, 0, 0, 1.0f, 1.0f);
+    backend_matmul(be, gd->B, dy, xa, out, r, N, 1, 0, s, 1.0f);
+    backend_matmul(be, m->dxa, dy, ad->B, N, r, out, 0, 0, s, 0.0f);
+    backend_matmul(be, gd->A, m->dxa, x, r, in, N, 1, 0, 1.0f, 1.0f);
+    backend_matmul(be, dx, m->dxa, ad->A, N, in, r, 0, 0, 1.0f, 1.0f);
 }
 
 static void norm_backward(model *m, float *dx, float *dw, float *db, const float *dy,
@@ -39,8 +39,8 @@ static void norm_backward(model *m, float *dx, float *dw, float *db, const float
 {
     backend *be = m->be;
     int C = m->cfg.d_model;
-    if (mean) be->ops->layernorm_backward(be, dx, dw, db, dy, x, w, mean, rstd, N, C);
-    else be->ops->rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C);
+    if (mean) backend_layernorm_backward(be, dx, dw, db, dy, x, w, mean, rstd, N, C);
+    else backend_rmsnorm_backward(be, dx, dw, dy, x, w, rstd, N, C);
 }
 
 /* dres enters as dL/d(layer output) and leaves as dL/d(layer input). */
@@ -58,13 +58,13 @@ static void model_layer_backward(model *m, int l)
     linear_backward(m, m->dact, g->proj_w, g->proj_b, m->dres, a->act, p->proj_w, N, F, C, 0);
     adapt_backward(m, l, LORA_PROJ, m->dact, m->dres, a->act, N);
     if (model_uses_swiglu(c)) {
-        be->ops->swiglu_backward(be, m->dh, m->du, m->dact, a->h, a->u, (size_t)N * F);
+        backend_swiglu_backward(be, m->dh, m->du, m->dact, a->h, a->u, (size_t)N * F);
         linear_backward(m, m->dln, g->gate_w, NULL, m->dh, a->ln2, p->gate_w, N, C, F, 0);
         adapt_backward(m, l, LORA_GATE, m->dln, m->dh, a->ln2, N);
         linear_backward(m, m->dln, g->up_w, NULL, m->du, a->ln2, p->up_w, N, C, F, 1);
         adapt_backward(m, l, LORA_UP, m->dln, m->du, a->ln2, N);
     } else {
-        be->ops->gelu_backward(be, m->dh, a->h, m->dact, (size_t)N * F);
+        backend_gelu_backward(be, m->dh, a->h, m->dact, (size_t)N * F);
         linear_backward(m, m->dln, g->fc_w, g->fc_b, m->dh, a->ln2, p->fc_w, N, C, F, 0);
         adapt_backward(m, l, LORA_FC, m->dln, m->dh, a->ln2, N);
     }
@@ -78,9 +78,9 @@ static void model_layer_backward(model *m, int l)
         int Bs, Ts;
         model_seq_shape(m, s, &Bs, &Ts);
         size_t oq = (size_t)off * qC, ok = (size_t)off * kvC;
-        be->ops->attention_backward(be, m->dq + oq, m->dk + ok, m->dv + ok, m->datt + oq, a->q + oq,
-                                    a->k + ok, a->v + ok, a->att + oq, a->lse + (size_t)off * H, Bs, Ts,
-                                    H, Hkv, D);
+        backend_attention_backward(be, m->dq + oq, m->dk + ok, m->dv + ok, m->datt + oq, a->q + oq,
+                                   a->k + ok, a->v + ok, a->att + oq, a->lse + (size_t)off * H, Bs, Ts,
+                                   H, Hkv, D);
         if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
             model_rope(m, m->dq + oq, Bs, Ts, H, 1);
             model_rope(m, m->dk + ok, Bs, Ts, Hkv, 1);
@@ -89,10 +89,10 @@ static void model_layer_backward(model *m, int l)
     }
     float *dq = m->dq, *dk = m->dk;
     if (c->qk_norm) { /* through the per-head norms: their backward accumulates into dqr, dkr */
-        be->ops->fill(be, m->dqr, 0.0f, (size_t)N * qC);
-        be->ops->fill(be, m->dkr, 0.0f, (size_t)N * kvC);
-        be->ops->rmsnorm_backward(be, m->dqr, g->lnq_w, m->dq, a->qr, p->lnq_w, a->q_rstd, N * H, D);
-        be->ops->rmsnorm_backward(be, m->dkr, g->lnk_w, m->dk, a->kr, p->lnk_w, a->k_rstd, N * Hkv, D);
+        backend_fill(be, m->dqr, 0.0f, (size_t)N * qC);
+        backend_fill(be, m->dkr, 0.0f, (size_t)N * kvC);
+        backend_rmsnorm_backward(be, m->dqr, g->lnq_w, m->dq, a->qr, p->lnq_w, a->q_rstd, N * H, D);
+        backend_rmsnorm_backward(be, m->dkr, g->lnk_w, m->dk, a->kr, p->lnk_w, a->k_rstd, N * Hkv, D);
         dq = m->dqr;
         dk = m->dkr;
     }
@@ -119,10 +119,10 @@ int model_backward(model *m)
     } else { /* compact head (model_forward): its input rows sit in dln; dx lands in dres first,
               * then goes back to its positions (zeros at the positions without a target) */
         if (M) linear_backward(m, m->dres, dhead, NULL, m->logits, m->dln, m->p.lm_head, M, C, c->vocab, 0);
-        be->ops->fill(be, m->dln, 0.0f, (size_t)N * C);
-        if (M) be->ops->embedding_backward(be, m->dln, NULL, m->dres, m->head_rows, 1, M, C, N);
+        backend_fill(be, m->dln, 0.0f, (size_t)N * C);
+        if (M) backend_embedding_backward(be, m->dln, NULL, m->dres, m->head_rows, 1, M, C, N);
     }
-    be->ops->fill(be, m->dres, 0.0f, (size_t)N * C);
+    backend_fill(be, m->dres, 0.0f, (size_t)N * C);
     norm_backward(m, m->dres, m->g.lnf_w, m->g.lnf_b, m->dln, m->x_final, m->p.lnf_w, m->lnf_mean,
                   m->lnf_rstd, N);
     if (model_end(m, L + 1, 1)) return -1;
@@ -138,8 +138,8 @@ int model_backward(model *m)
     for (int s = 0, off = 0; m->g.wte && s < model_seq_count(m); s++) { /* frozen (LoRA): none */
         int Bs, Ts;
         model_seq_shape(m, s, &Bs, &Ts);
-        be->ops->embedding_backward(be, m->g.wte, m->g.wpe, m->dres + (size_t)off * C, m->tokens + off,
-                                    Bs, Ts, C, c->vocab);
+        backend_embedding_backward(be, m->g.wte, m->g.wpe, m->dres + (size_t)off * C, m->tokens + off,
+                                   Bs, Ts, C, c->vocab);
         off += Bs * Ts;
     }
     return model_end(m, 0, 1);

@@ -34,26 +34,26 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
     model_linear(m, kp, ln1, p->k_w, p->k_b, 1, C, kvC);
     model_adapt(m, l, LORA_K, kp, ln1, 1);
     if (c->qk_norm) {
-        be->ops->rmsnorm_forward(be, a->q + rq, a->q_rstd + (size_t)t * H, qp, p->lnq_w, H, D, c->norm_eps);
-        be->ops->rmsnorm_forward(be, knew, a->k_rstd + (size_t)t * Hkv, kp, p->lnk_w, Hkv, D, c->norm_eps);
+        backend_rmsnorm_forward(be, a->q + rq, a->q_rstd + (size_t)t * H, qp, p->lnq_w, H, D, c->norm_eps);
+        backend_rmsnorm_forward(be, knew, a->k_rstd + (size_t)t * Hkv, kp, p->lnk_w, Hkv, D, c->norm_eps);
     }
     model_linear(m, a->v + rkv, ln1, p->v_w, p->v_b, 1, C, kvC);
     model_adapt(m, l, LORA_V, a->v + rkv, ln1, 1);
     if (model_uses_rope(c)) {
         decode_rope_row(m, a->q, t, H); /* earlier q rows are not needed again */
         decode_rope_row(m, m->dk, t, Hkv);
-        be->ops->copy_d2d(be, a->k + rkv, knew, (size_t)kvC * sizeof(float));
+        backend_copy_d2d(be, a->k + rkv, knew, (size_t)kvC * sizeof(float));
     }
-    if (be->ops->attention_decode) {
-        be->ops->attention_decode(be, a->att + rq, a->q + rq, a->k, a->v, t + 1, H, Hkv, D);
+    if (backend_has(be, BACKEND_OP_ATTENTION_DECODE)) {
+        backend_attention_decode(be, a->att + rq, a->q + rq, a->k, a->v, t + 1, H, Hkv, D);
     } else {
         /* causal attention over rows 0..t: row t is the new token's output (earlier rows,
          * recomputed from stale queries, are ignored) */
-        be->ops->attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
+        backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
     }
-    be->ops->copy_d2d(be, xm, x, (size_t)C * sizeof(float));
-    be->ops->matmul(be, xm, a->att + rq, p->o_w, 1, C, qC, 0, 1, 1.0f, 1.0f);
-    if (p->o_b) be->ops->bias_add(be, xm, p->o_b, 1, C);
+    backend_copy_d2d(be, xm, x, (size_t)C * sizeof(float));
+    backend_matmul(be, xm, a->att + rq, p->o_w, 1, C, qC, 0, 1, 1.0f, 1.0f);
+    if (p->o_b) backend_bias_add(be, xm, p->o_b, 1, C);
     model_adapt(m, l, LORA_O, xm, a->att + rq, 1);
 
     model_norm_forward(m, ln2, a->ln2_mean ? a->ln2_mean + t : NULL, a->ln2_rstd + t, xm, p->ln2_w, p->ln2_b, 1);
@@ -62,15 +62,15 @@ static void model_layer_decode(model *m, int l, int t, float *x_out)
         model_adapt(m, l, LORA_GATE, a->h + rf, ln2, 1);
         model_linear(m, a->u + rf, ln2, p->up_w, NULL, 1, C, F);
         model_adapt(m, l, LORA_UP, a->u + rf, ln2, 1);
-        be->ops->swiglu_forward(be, a->act + rf, a->h + rf, a->u + rf, (size_t)F);
+        backend_swiglu_forward(be, a->act + rf, a->h + rf, a->u + rf, (size_t)F);
     } else {
         model_linear(m, a->h + rf, ln2, p->fc_w, p->fc_b, 1, C, F);
         model_adapt(m, l, LORA_FC, a->h + rf, ln2, 1);
-        be->ops->gelu_forward(be, a->act + rf, a->h + rf, (size_t)F);
+        backend_gelu_forward(be, a->act + rf, a->h + rf, (size_t)F);
     }
-    be->ops->copy_d2d(be, x_out, xm, (size_t)C * sizeof(float));
-    be->ops->matmul(be, x_out, a->act + rf, p->proj_w, 1, C, F, 0, 1, 1.0f, 1.0f);
-    if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, 1, C);
+    backend_copy_d2d(be, x_out, xm, (size_t)C * sizeof(float));
+    backend_matmul(be, x_out, a->act + rf, p->proj_w, 1, C, F, 0, 1, 1.0f, 1.0f);
+    if (p->proj_b) backend_bias_add(be, x_out, p->proj_b, 1, C);
     model_adapt(m, l, LORA_PROJ, x_out, a->act + rf, 1);
 }
 
@@ -82,7 +82,7 @@ static void model_decode_head(model *m, int t, float *logits_host)
     model_norm_forward(m, m->lnf + rc, m->lnf_mean ? m->lnf_mean + t : NULL, m->lnf_rstd + t,
                        m->x_final + rc, m->p.lnf_w, m->p.lnf_b, 1);
     model_linear(m, m->logits, m->lnf + rc, m->p.lm_head, NULL, 1, c->d_model, c->vocab);
-    m->be->ops->copy_d2h(m->be, logits_host, m->logits, (size_t)c->vocab * sizeof(float));
+    backend_copy_d2h(m->be, logits_host, m->logits, (size_t)c->vocab * sizeof(float));
 }
 
 int model_decode(model *m, int32_t token, int t, float *logits_host)
@@ -91,10 +91,10 @@ int model_decode(model *m, int32_t token, int t, float *logits_host)
     const model_config *c = &m->cfg;
     int C = c->d_model, L = c->n_layer;
     if (t >= m->T_max || t >= c->max_seq || !m->acts[0].x) return -1;
-    be->ops->copy_h2d(be, m->tokens + t, &token, sizeof token);
+    backend_copy_h2d(be, m->tokens + t, &token, sizeof token);
     /* learned positions: the embedding of a 1-token sequence reads wpe row 0, so shift wpe to t */
     const float *wpe = m->p.wpe ? m->p.wpe + (size_t)t * C : NULL;
-    be->ops->embedding_forward(be, m->acts[0].x + (size_t)t * C, m->tokens + t, m->p.wte, wpe, 1, 1, C);
+    backend_embedding_forward(be, m->acts[0].x + (size_t)t * C, m->tokens + t, m->p.wte, wpe, 1, 1, C);
     for (int l = 0; l < L; l++)
         model_layer_decode(m, l, t, (l + 1 < L ? m->acts[l + 1].x : m->x_final) + (size_t)t * C);
     model_decode_head(m, t, logits_host);
@@ -108,7 +108,7 @@ int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host)
     m->B = 1;
     m->T = n; /* the activation buffers, sized for B x T rows, hold 1 x n rows */
     m->nseg = 0; /* one sequence, whatever shape the next training pass runs at */
-    m->be->ops->copy_h2d(m->be, m->tokens, tokens, (size_t)n * sizeof(int32_t));
+    backend_copy_h2d(m->be, m->tokens, tokens, (size_t)n * sizeof(int32_t));
     int rc = model_trunk_forward(m);
     m->B = B;
     m->T = T;
@@ -118,6 +118,6 @@ int model_prefill(model *m, const int32_t *tokens, int n, float *logits_host)
     const model_config *c = &m->cfg;
     model_linear(m, m->logits, m->lnf + (size_t)(n - 1) * c->d_model, m->p.lm_head, NULL, 1,
                  c->d_model, c->vocab);
-    m->be->ops->copy_d2h(m->be, logits_host, m->logits, (size_t)c->vocab * sizeof(float));
+    backend_copy_d2h(m->be, logits_host, m->logits, (size_t)c->vocab * sizeof(float));
     return 0;
 }

@@ -14,8 +14,8 @@ void model_linear(model *m, float *y, const float *x, const float *W, const floa
                   int in, int out)
 {
     backend *be = m->be;
-    be->ops->matmul(be, y, x, W, N, out, in, 0, 1, 1.0f, 0.0f);
-    if (b) be->ops->bias_add(be, y, b, N, out);
+    backend_matmul(be, y, x, W, N, out, in, 0, 1, 1.0f, 0.0f);
+    if (b) backend_bias_add(be, y, b, N, out);
 }
 
 /* LoRA on projection t of layer l: xa = x A^T (kept for backward); y += s xa B^T. */
@@ -27,8 +27,8 @@ void model_adapt(model *m, int l, int t, float *y, const float *x, int N)
     int in, out, r = m->lora.rank;
     lora_dims(&m->cfg, t, &in, &out);
     float *xa = m->acts[l].xa[t];
-    be->ops->matmul(be, xa, x, ad->A, N, r, in, 0, 1, 1.0f, 0.0f);
-    be->ops->matmul(be, y, xa, ad->B, N, out, r, 0, 1, m->lora_scale, 1.0f);
+    backend_matmul(be, xa, x, ad->A, N, r, in, 0, 1, 1.0f, 0.0f);
+    backend_matmul(be, y, xa, ad->B, N, out, r, 0, 1, m->lora_scale, 1.0f);
 }
 
 void model_norm_forward(model *m, float *out, float *mean, float *rstd, const float *x,
@@ -36,8 +36,8 @@ void model_norm_forward(model *m, float *out, float *mean, float *rstd, const fl
 {
     backend *be = m->be;
     int C = m->cfg.d_model;
-    if (mean) be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, m->cfg.norm_eps);
-    else be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, m->cfg.norm_eps);
+    if (mean) backend_layernorm_forward(be, out, mean, rstd, x, w, b, N, C, m->cfg.norm_eps);
+    else backend_rmsnorm_forward(be, out, rstd, x, w, N, C, m->cfg.norm_eps);
 }
 
 /* Layer l from a->x to the layer's activations; writes x_out (the next residual) when non-NULL. */
@@ -61,14 +61,14 @@ void model_layer_forward(model *m, int l, float *x_out)
             model_rope(m, q, Bs, Ts, H, 0);
             model_rope(m, k, Bs, Ts, Hkv, 0);
         }
-        be->ops->attention_forward(be, a->att + (size_t)off * qC, a->lse + (size_t)off * H, q, k, v,
-                                   Bs, Ts, H, Hkv, D);
+        backend_attention_forward(be, a->att + (size_t)off * qC, a->lse + (size_t)off * H, q, k, v,
+                                  Bs, Ts, H, Hkv, D);
         off += Bs * Ts;
     }
     /* xm = x + att W_o^T + b_o: the projection accumulates onto a copy of the residual */
-    be->ops->copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
-    be->ops->matmul(be, a->xm, a->att, p->o_w, N, C, qC, 0, 1, 1.0f, 1.0f);
-    if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, N, C);
+    backend_copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
+    backend_matmul(be, a->xm, a->att, p->o_w, N, C, qC, 0, 1, 1.0f, 1.0f);
+    if (p->o_b) backend_bias_add(be, a->xm, p->o_b, N, C);
     model_adapt(m, l, LORA_O, a->xm, a->att, N);
 
     model_mlp_forward(m, l, a, x_out, N);
@@ -93,8 +93,8 @@ void model_qkv_forward(model *m, int l, const layer_acts *a, const float *x, int
     model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
     model_adapt(m, l, LORA_V, a->v, a->ln1, N);
     if (c->qk_norm) { /* rows of D in the (N*H, D) view */
-        be->ops->rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
-        be->ops->rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
+        backend_rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
+        backend_rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
     }
 }
 
@@ -114,16 +114,16 @@ void model_mlp_forward(model *m, int l, const layer_acts *a, float *x_out, int N
         model_adapt(m, l, LORA_GATE, a->h, a->ln2, N);
         model_linear(m, a->u, a->ln2, p->up_w, NULL, N, C, F);
         model_adapt(m, l, LORA_UP, a->u, a->ln2, N);
-        be->ops->swiglu_forward(be, a->act, a->h, a->u, (size_t)N * F);
+        backend_swiglu_forward(be, a->act, a->h, a->u, (size_t)N * F);
     } else {
         model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, N, C, F);
         model_adapt(m, l, LORA_FC, a->h, a->ln2, N);
-        be->ops->gelu_forward(be, a->act, a->h, (size_t)N * F);
+        backend_gelu_forward(be, a->act, a->h, (size_t)N * F);
     }
     if (!x_out) return;
-    be->ops->copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
-    be->ops->matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
-    if (p->proj_b) be->ops->bias_add(be, x_out, p->proj_b, N, C);
+    backend_copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
+    backend_matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
+    if (p->proj_b) backend_bias_add(be, x_out, p->proj_b, N, C);
     model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
 }
 
@@ -131,8 +131,8 @@ void model_rope(model *m, float *x, int B, int T, int H, int inverse)
 {
     backend *be = m->be;
     int D = config_head_dim(&m->cfg);
-    if (m->rope_freq) be->ops->rope_freqs(be, x, B, T, H, D, m->rope_freq, inverse);
-    else be->ops->rope(be, x, B, T, H, D, m->cfg.rope_theta, inverse);
+    if (m->rope_freq) backend_rope_freqs(be, x, B, T, H, D, m->rope_freq, inverse);
+    else backend_rope(be, x, B, T, H, D, m->cfg.rope_theta, inverse);
 }
 
 int model_begin(model *m, int region, int backward)
@@ -152,7 +152,7 @@ void model_embed(model *m, float *x, const int32_t *tokens)
     for (int s = 0, off = 0; s < model_seq_count(m); s++) {
         int Bs, Ts;
         model_seq_shape(m, s, &Bs, &Ts);
-        be->ops->embedding_forward(be, x + (size_t)off * C, tokens + off, m->p.wte, m->p.wpe, Bs, Ts, C);
+        backend_embedding_forward(be, x + (size_t)off * C, tokens + off, m->p.wte, m->p.wpe, Bs, Ts, C);
         off += Bs * Ts;
     }
 }
@@ -186,11 +186,11 @@ static void model_head_compact(model *m, float grad_scale, int M)
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int N = m->B * m->T;
-    be->ops->fill(be, m->losses, 0.0f, (size_t)N);
+    backend_fill(be, m->losses, 0.0f, (size_t)N);
     if (!M) return;
-    be->ops->embedding_forward(be, m->dln, m->head_rows, m->lnf, NULL, 1, M, c->d_model);
+    backend_embedding_forward(be, m->dln, m->head_rows, m->lnf, NULL, 1, M, c->d_model);
     model_linear(m, m->logits, m->dln, m->p.lm_head, NULL, M, c->d_model, c->vocab);
-    be->ops->softmax_xent(be, m->logits, m->losses, m->head_targets, M, c->vocab, c->vocab, grad_scale);
+    backend_softmax_xent(be, m->logits, m->losses, m->head_targets, M, c->vocab, c->vocab, grad_scale);
 }
 
 int model_forward(model *m, float grad_scale, double *loss_out)
@@ -204,14 +204,14 @@ int model_forward(model *m, float grad_scale, double *loss_out)
         /* losses[0..M) belong to positions head_rows: the sum is the same positions' in order;
          * the device sum adds each to its own position, as the full path does */
         if (loss_out) *loss_out = model_sum_losses(m, m->losses);
-        else if (M) be->ops->embedding_backward(be, m->loss_acc, NULL, m->losses, m->head_rows, 1, M, 1, N);
+        else if (M) backend_embedding_backward(be, m->loss_acc, NULL, m->losses, m->head_rows, 1, M, 1, N);
         return 0;
     }
     model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, N, c->d_model, c->vocab);
-    be->ops->softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
+    backend_softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
     /* the loss sum: sumsq would square it, so per-position losses are summed in fp32 over the
      * micro-batches on the device and over the positions in double on the host */
     if (loss_out) *loss_out = model_sum_losses(m, m->losses);
-    else be->ops->axpy(be, m->loss_acc, 1.0f, m->losses, (size_t)N);
+    else backend_axpy(be, m->loss_acc, 1.0f, m->losses, (size_t)N);
     return 0;
 }

@@ -145,7 +145,7 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
         base = (char *)m->acts[0].x;
         g->borrowed = 1;
     } else {
-        base = g->arena = m->be->ops->alloc(m->be, g->bytes);
+        base = g->arena = backend_alloc(m->be, g->bytes);
         if (!base) {
             model_gen_destroy(g);
             return NULL;
@@ -176,7 +176,7 @@ void model_gen_destroy(model_gen *g)
     if (!g) return;
     backend *be = g->m->be;
     model_weights_bf16(g->m, 0); /* the weights may change after (a training step) */
-    if (g->arena) be->ops->free(be, g->arena);
+    if (g->arena) backend_free(be, g->arena);
     /* a borrowed arena may have covered the model's own frequency table: upload it again */
     if (g->borrowed && g->m->rope_freq) model_upload_rope_freq(g->m);
     free(g->rgather_h);
@@ -236,8 +236,8 @@ static int gen_trunk(model_gen *g, int B, int T, const int *lens, int r0, int ca
         for (int r = 0, off = 0; cache && r < B; off += lens ? lens[r] : T, r++) {
             size_t n = (size_t)(lens ? lens[r] : T) * kvC * sizeof(float);
             size_t src = (size_t)off * kvC, dst = (size_t)(r0 + r) * g->cap * kvC;
-            be->ops->copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, n);
-            be->ops->copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, n);
+            backend_copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, n);
+            backend_copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, n);
         }
         rc = model_end(m, l + 1, 0);
     }
@@ -252,8 +252,8 @@ static void gen_head(model_gen *g, const float *x, int n)
     model *m = g->m;
     int C = m->cfg.d_model;
     const float *w = m->p.lnf_w, *b = m->p.lnf_b;
-    if (g->lnf_mean) m->be->ops->layernorm_forward(m->be, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, n, C, m->cfg.norm_eps);
-    else m->be->ops->rmsnorm_forward(m->be, g->lnf, g->lnf_rstd, x, w, n, C, m->cfg.norm_eps);
+    if (g->lnf_mean) backend_layernorm_forward(m->be, g->lnf, g->lnf_mean, g->lnf_rstd, x, w, b, n, C, m->cfg.norm_eps);
+    else backend_rmsnorm_forward(m->be, g->lnf, g->lnf_rstd, x, w, n, C, m->cfg.norm_eps);
     model_linear(m, g->logits, g->lnf, m->p.lm_head, NULL, n, C, m->cfg.vocab);
 }
 
@@ -269,13 +269,13 @@ static int gen_prefill_group(model_gen *g, const int32_t *const *prompts, const 
         memcpy(host_tok + off, prompts[r0 + r], (size_t)lens[r0 + r] * sizeof(int32_t));
         g->idx_h[r] = off + lens[r0 + r] - 1;
     }
-    be->ops->copy_h2d(be, g->tokens, host_tok, (size_t)n * sizeof(int32_t));
+    backend_copy_h2d(be, g->tokens, host_tok, (size_t)n * sizeof(int32_t));
     if (gen_trunk(g, B, n, lens + r0, r0, 1)) return -1;
     /* the last prompt position of every row, gathered like an embedding lookup */
-    be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)B * sizeof(int32_t));
-    be->ops->embedding_forward(be, g->last, g->idx, g->X[m->cfg.n_layer % 2], NULL, 1, B, m->cfg.d_model);
+    backend_copy_h2d(be, g->idx, g->idx_h, (size_t)B * sizeof(int32_t));
+    backend_embedding_forward(be, g->last, g->idx, g->X[m->cfg.n_layer % 2], NULL, 1, B, m->cfg.d_model);
     gen_head(g, g->last, B);
-    be->ops->copy_d2h(be, logits_host + (size_t)r0 * V, g->logits, (size_t)B * V * sizeof(float));
+    backend_copy_d2h(be, logits_host + (size_t)r0 * V, g->logits, (size_t)B * V * sizeof(float));
     return 0;
 }
 
@@ -326,8 +326,8 @@ static void gen_rope_index(model_gen *g, int R)
     for (int j = 0; j < g->rope_per; j++)
         for (int t = 0; t < g->rope_T; t++) g->rgather_h[(size_t)j * g->rope_T + t] = j;
     for (int r = 0; r < R; r++) g->rback_h[r] = (r % g->rope_per) * g->rope_T + g->pos_h[r];
-    be->ops->copy_h2d(be, g->rgather, g->rgather_h, (size_t)g->rope_per * g->rope_T * sizeof(int32_t));
-    be->ops->copy_h2d(be, g->rback, g->rback_h, (size_t)R * sizeof(int32_t));
+    backend_copy_h2d(be, g->rgather, g->rgather_h, (size_t)g->rope_per * g->rope_T * sizeof(int32_t));
+    backend_copy_h2d(be, g->rback, g->rback_h, (size_t)R * sizeof(int32_t));
 }
 
 /* RoPE on R rows of x (R, H, D), row r at position pos[r]; `scratch` holds nf rows of H*D. */
@@ -336,16 +336,16 @@ static void gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D
     model *m = g->m;
     backend *be = m->be;
     if (!g->rope_freq) {
-        be->ops->rope_rows(be, x, g->pos, R, H, D, m->cfg.rope_theta);
+        backend_rope_rows(be, x, g->pos, R, H, D, m->cfg.rope_theta);
         return;
     }
     int W = H * D, Tp = g->rope_T;
     for (int r0 = 0; r0 < R; r0 += g->rope_per) {
         int n = R - r0 < g->rope_per ? R - r0 : g->rope_per;
         float *xr = x + (size_t)r0 * W;
-        be->ops->embedding_forward(be, scratch, g->rgather, xr, NULL, 1, n * Tp, W);
-        be->ops->rope_freqs(be, scratch, n, Tp, H, D, g->rope_freq, 0);
-        be->ops->embedding_forward(be, xr, g->rback + r0, scratch, NULL, 1, n, W);
+        backend_embedding_forward(be, scratch, g->rgather, xr, NULL, 1, n * Tp, W);
+        backend_rope_freqs(be, scratch, n, Tp, H, D, g->rope_freq, 0);
+        backend_embedding_forward(be, xr, g->rback + r0, scratch, NULL, 1, n, W);
     }
 }
 
@@ -369,11 +369,11 @@ static void gen_layer_step(model_gen *g, int l, int R)
         gen_rope(g, a->q, a->att, R, H, D);
         gen_rope(g, a->k, a->att, R, Hkv, D);
     }
-    be->ops->attention_decode_rows(be, a->att, a->q, a->k, a->v, gen_kc(g, l), gen_vc(g, l), g->pos,
-                                   R, g->cap, H, Hkv, D);
-    be->ops->copy_d2d(be, a->xm, x, (size_t)R * C * sizeof(float));
-    be->ops->matmul(be, a->xm, a->att, p->o_w, R, C, qC, 0, 1, 1.0f, 1.0f);
-    if (p->o_b) be->ops->bias_add(be, a->xm, p->o_b, R, C);
+    backend_attention_decode_rows(be, a->att, a->q, a->k, a->v, gen_kc(g, l), gen_vc(g, l), g->pos,
+                                  R, g->cap, H, Hkv, D);
+    backend_copy_d2d(be, a->xm, x, (size_t)R * C * sizeof(float));
+    backend_matmul(be, a->xm, a->att, p->o_w, R, C, qC, 0, 1, 1.0f, 1.0f);
+    if (p->o_b) backend_bias_add(be, a->xm, p->o_b, R, C);
     gen_adapt(g, l, LORA_O, a->xm, a->att, R);
 
     sw = gen_enter(g, R, 1, NULL, 0);
@@ -388,19 +388,20 @@ int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
     const model_config *c = &m->cfg;
     int R = g->live, L = c->n_layer, C = c->d_model;
     if (R < 1) return loom_fail("generate: no live sequence to step");
-    if (!be->ops->attention_decode_rows || (model_uses_rope(c) && !g->rope_freq && !be->ops->rope_rows))
-        return loom_fail("generate: backend %s has no batched decode ops", be->ops->name);
+    if (!backend_has(be, BACKEND_OP_ATTENTION_DECODE_ROWS) ||
+        (model_uses_rope(c) && !g->rope_freq && !backend_has(be, BACKEND_OP_ROPE_ROWS)))
+        return loom_fail("generate: backend %s has no batched decode ops", backend_name(be));
     for (int i = 0; i < R; i++)
         if (g->pos_h[i] >= g->cap)
             return loom_fail("generate: row %d reached the cache's %d positions", i, g->cap);
-    be->ops->copy_h2d(be, g->tokens, tokens, (size_t)R * sizeof(int32_t));
-    be->ops->copy_h2d(be, g->pos, g->pos_h, (size_t)R * sizeof(int32_t));
+    backend_copy_h2d(be, g->tokens, tokens, (size_t)R * sizeof(int32_t));
+    backend_copy_h2d(be, g->pos, g->pos_h, (size_t)R * sizeof(int32_t));
     if (g->rope_freq) gen_rope_index(g, R);
     if (model_begin(m, 0, 0)) return -1;
-    be->ops->embedding_forward(be, g->X[0], g->tokens, m->p.wte, NULL, 1, R, C);
+    backend_embedding_forward(be, g->X[0], g->tokens, m->p.wte, NULL, 1, R, C);
     if (m->p.wpe) { /* learned positions: each row's own wpe row, gathered the same way */
-        be->ops->embedding_forward(be, g->tmp, g->pos, m->p.wpe, NULL, 1, R, C);
-        be->ops->add(be, g->X[0], g->X[0], g->tmp, (size_t)R * C);
+        backend_embedding_forward(be, g->tmp, g->pos, m->p.wpe, NULL, 1, R, C);
+        backend_add(be, g->X[0], g->X[0], g->tmp, (size_t)R * C);
     }
     for (int l = 0; l < L; l++) {
         if (model_begin(m, l + 1, 0)) return -1;
@@ -409,7 +410,7 @@ int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
     }
     if (model_begin(m, L + 1, 0)) return -1;
     gen_head(g, g->X[L % 2], R);
-    be->ops->copy_d2h(be, logits_host, g->logits, (size_t)R * c->vocab * sizeof(float));
+    backend_copy_d2h(be, logits_host, g->logits, (size_t)R * c->vocab * sizeof(float));
     for (int i = 0; i < R; i++) g->pos_h[i]++;
     return 0;
 }
@@ -424,8 +425,8 @@ int model_gen_drop(model_gen *g, int i)
     size_t kvC = (size_t)(config_head_dim(c) * c->n_kv_head), n = (size_t)g->pos_h[last] * kvC;
     for (int l = 0; l < c->n_layer; l++) {
         size_t dst = (size_t)i * g->cap * kvC, src = (size_t)last * g->cap * kvC;
-        be->ops->copy_d2d(be, gen_kc(g, l) + dst, gen_kc(g, l) + src, n * sizeof(float));
-        be->ops->copy_d2d(be, gen_vc(g, l) + dst, gen_vc(g, l) + src, n * sizeof(float));
+        backend_copy_d2d(be, gen_kc(g, l) + dst, gen_kc(g, l) + src, n * sizeof(float));
+        backend_copy_d2d(be, gen_vc(g, l) + dst, gen_vc(g, l) + src, n * sizeof(float));
     }
     g->pos_h[i] = g->pos_h[last];
     return 0;
@@ -440,7 +441,7 @@ static int gen_loss_group(model_gen *g, const int *lens, int B, int n, const int
     model *m = g->m;
     backend *be = m->be;
     int V = m->cfg.vocab, C = m->cfg.d_model;
-    be->ops->copy_h2d(be, g->tokens, tok, (size_t)n * sizeof(int32_t));
+    backend_copy_h2d(be, g->tokens, tok, (size_t)n * sizeof(int32_t));
     if (gen_trunk(g, B, n, lens, 0, 0)) return -1;
     const float *x = g->X[m->cfg.n_layer % 2];
     for (int i = 0; i < n;) {
@@ -448,12 +449,12 @@ static int gen_loss_group(model_gen *g, const int *lens, int B, int n, const int
         for (; i < n && k < g->lc; i++)
             if (tg[i] >= 0) g->idx_h[k] = i, g->pos_h[k++] = tg[i]; /* pos_h: lc ids of scratch */
         if (k == 0) break;
-        be->ops->copy_h2d(be, g->idx, g->idx_h, (size_t)k * sizeof(int32_t));
-        be->ops->copy_h2d(be, g->targets, g->pos_h, (size_t)k * sizeof(int32_t));
-        be->ops->embedding_forward(be, g->last, g->idx, x, NULL, 1, k, C);
+        backend_copy_h2d(be, g->idx, g->idx_h, (size_t)k * sizeof(int32_t));
+        backend_copy_h2d(be, g->targets, g->pos_h, (size_t)k * sizeof(int32_t));
+        backend_embedding_forward(be, g->last, g->idx, x, NULL, 1, k, C);
         gen_head(g, g->last, k);
-        be->ops->softmax_xent(be, g->logits, g->losses, g->targets, k, V, V, 0.0f);
-        be->ops->copy_d2h(be, g->host_losses, g->losses, (size_t)k * sizeof(float));
+        backend_softmax_xent(be, g->logits, g->losses, g->targets, k, V, V, 0.0f);
+        backend_copy_d2h(be, g->host_losses, g->losses, (size_t)k * sizeof(float));
         for (int j = 0; j < k; j++) *sum += g->host_losses[j];
     }
     return 0;
