@@ -34,18 +34,18 @@ struct dp {
 static float *dp_alloc(dp *d, size_t floats)
 {
     d->bytes += floats * sizeof(float);
-    return d->be->ops->alloc(d->be, (floats ? floats : 1) * sizeof(float));
+    return backend_alloc(d->be, (floats ? floats : 1) * sizeof(float));
 }
 
 /* A collective on device data starts only after the kernels queued so far that produced it: an
  * event on the compute stream that the comm stream waits for (no host wait). */
-static void dp_order(dp *d) { d->be->ops->event_record(d->be, d->ready); }
+static void dp_order(dp *d) { backend_event_record(d->be, d->ready); }
 
 /* The self transport's out-of-place collectives copy through the backend. */
 static void dp_device_copy(void *ctx, void *dst, const void *src, size_t bytes)
 {
     backend *be = ctx;
-    be->ops->copy_d2d(be, dst, src, bytes);
+    backend_copy_d2d(be, dst, src, bytes);
 }
 
 static int dp_slot(const dp *d, int r) { return r == 0 ? 0 : r == d->R - 1 ? 1 : 2 + r % 2; }
@@ -182,8 +182,8 @@ dp *dp_create(comm *c, backend *be, model *m, int zero_stage, size_t bucket_byte
     }
     if (dp_plan(d) || dp_plan_buckets(d, bucket_bytes ? bucket_bytes : 1) || dp_alloc_buffers(d))
         goto fail;
-    comm_device dev = {be->ops->native_stream(be, 1), dp_device_copy, be};
-    if (!(d->ready = be->ops->event_create(be)) || comm_attach_device(c, &dev)) goto fail;
+    comm_device dev = {backend_native_stream(be, 1), dp_device_copy, be};
+    if (!(d->ready = backend_event_create(be)) || comm_attach_device(c, &dev)) goto fail;
     d->bytes += (m->params ? m->nparams : 0) * sizeof(float) + (m->grads ? m->nparams : 0) * sizeof(float);
     m->hooks.ctx = d;
     m->hooks.region_begin = dp_region_begin;
@@ -200,13 +200,13 @@ void dp_destroy(dp *d)
     backend *be = d->be;
     float *bufs[] = {d->stage_buf, d->shard_grads, d->shard_params};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        if (bufs[i]) be->ops->free(be, bufs[i]);
+        if (bufs[i]) backend_free(be, bufs[i]);
     for (int s = 0; s < SLOTS; s++) {
-        if (d->gstage[s]) be->ops->free(be, d->gstage[s]);
-        if (d->grecv[s]) be->ops->free(be, d->grecv[s]);
-        if (d->pgather[s]) be->ops->free(be, d->pgather[s]);
+        if (d->gstage[s]) backend_free(be, d->gstage[s]);
+        if (d->grecv[s]) backend_free(be, d->grecv[s]);
+        if (d->pgather[s]) backend_free(be, d->pgather[s]);
     }
-    if (d->ready) be->ops->event_destroy(be, d->ready);
+    if (d->ready) backend_event_destroy(be, d->ready);
     if (d->m && d->m->hooks.ctx == d) memset(&d->m->hooks, 0, sizeof d->m->hooks);
     free(d->reg_lo); free(d->reg_len); free(d->slice); free(d->pieces);
     free(d->param_at); free(d->grad_at);
@@ -232,8 +232,8 @@ static int dp_allgather_region(dp *d, int r, const float *own, float *buf)
     backend *be = d->be;
     size_t s = d->slice[r], valid = d->pieces[r].hi - d->pieces[r].lo;
     float *mine = buf + (size_t)d->rank * s;
-    if (valid) be->ops->copy_d2d(be, mine, own, valid * sizeof(float));
-    if (valid < s) be->ops->fill(be, mine + valid, 0.0f, s - valid);
+    if (valid) backend_copy_d2d(be, mine, own, valid * sizeof(float));
+    if (valid < s) backend_fill(be, mine + valid, 0.0f, s - valid);
     dp_order(d);
     return comm_allgather(d->c, buf, mine, s, NULL);
 }
@@ -244,7 +244,7 @@ static int dp_drain_slot(dp *d, int s)
     if (d->greg[s] < 0) return 0;
     int r = d->greg[s];
     if (comm_wait(d->c, d->greq[s])) return -1;
-    d->be->ops->axpy(d->be, d->shard_grads + d->pieces[r].state_offset, 1.0f, d->grecv[s], d->slice[r]);
+    backend_axpy(d->be, d->shard_grads + d->pieces[r].state_offset, 1.0f, d->grecv[s], d->slice[r]);
     d->greg[s] = -1;
     return 0;
 }
@@ -254,7 +254,7 @@ static int dp_stage_grads(dp *d, int r)
 {
     int s = dp_slot(d, r);
     if (dp_drain_slot(d, s)) return -1;
-    d->be->ops->fill(d->be, d->gstage[s], 0.0f, d->slice[r] * (size_t)d->W);
+    backend_fill(d->be, d->gstage[s], 0.0f, d->slice[r] * (size_t)d->W);
     model_bind_region(d->m, r, NULL, d->gstage[s]);
     return 0;
 }
@@ -281,7 +281,7 @@ static int dp_region_begin(void *ctx, int r, int backward)
             if (dp_allgather_region(d, r, d->shard_params + d->pieces[r].state_offset, buf)) return -1;
             model_bind_region(d->m, r, buf, NULL);
             /* bf16: the region's copy is cast once per gather (the buffer changes only here) */
-            if (d->be->ops->weights_bf16) d->be->ops->weights_bf16(d->be, buf, d->reg_len[r]);
+            backend_weights_bf16(d->be, buf, d->reg_len[r]); /* a no-op without bf16 copies */
         }
     }
     if (backward && d->stage >= 2 && d->W > 1 && r != 0 && r != d->R - 1) return dp_stage_grads(d, r);
@@ -310,8 +310,8 @@ static int dp_region_end(void *ctx, int r, int backward)
 int dp_begin_step(dp *d)
 {
     backend *be = d->be;
-    if (d->m->grads) be->ops->fill(be, d->m->grads, 0.0f, d->m->nparams);
-    if (d->shard_grads) be->ops->fill(be, d->shard_grads, 0.0f, d->state_elems);
+    if (d->m->grads) backend_fill(be, d->m->grads, 0.0f, d->m->nparams);
+    if (d->shard_grads) backend_fill(be, d->shard_grads, 0.0f, d->state_elems);
     return 0;
 }
 
@@ -346,8 +346,8 @@ int dp_finish_grads(dp *d)
 double dp_grad_sumsq(dp *d)
 {
     backend *be = d->be;
-    if (d->stage < 2) return be->ops->sumsq(be, d->m->grads, d->m->nparams);
-    double s = be->ops->sumsq(be, d->shard_grads, d->state_elems);
+    if (d->stage < 2) return backend_sumsq(be, d->m->grads, d->m->nparams);
+    double s = backend_sumsq(be, d->shard_grads, d->state_elems);
     if (comm_allreduce_host(d->c, &s, 1)) return 0.0 / 0.0;
     return s;
 }
@@ -357,8 +357,8 @@ int dp_finish_params(dp *d)
     if (d->stage == 0 || d->stage == 3 || d->W == 1) return 0;
     for (int r = 0; r < d->R; r++) {
         if (dp_allgather_region(d, r, d->param_at[r], d->stage_buf)) return -1;
-        d->be->ops->copy_d2d(d->be, d->m->params + d->reg_lo[r], d->stage_buf,
-                             d->reg_len[r] * sizeof(float));
+        backend_copy_d2d(d->be, d->m->params + d->reg_lo[r], d->stage_buf,
+                         d->reg_len[r] * sizeof(float));
     }
     return 0;
 }
@@ -368,16 +368,16 @@ int dp_gather_region(dp *d, const float *state, int r, float *host)
     backend *be = d->be;
     size_t bytes = d->reg_len[r] * sizeof(float);
     if (!state && d->stage != 3) { /* the full parameters live on every rank */
-        if (host) be->ops->copy_d2h(be, host, d->m->params + d->reg_lo[r], bytes);
+        if (host) backend_copy_d2h(be, host, d->m->params + d->reg_lo[r], bytes);
         return 0;
     }
     if (!state) state = d->shard_params;
     if (d->stage == 0) { /* unsharded state is laid out like the parameters */
-        if (host) be->ops->copy_d2h(be, host, state + d->reg_lo[r], bytes);
+        if (host) backend_copy_d2h(be, host, state + d->reg_lo[r], bytes);
         return 0;
     }
     if (dp_allgather_region(d, r, state + d->pieces[r].state_offset, d->stage_buf)) return -1;
-    if (host) be->ops->copy_d2h(be, host, d->stage_buf, bytes);
+    if (host) backend_copy_d2h(be, host, d->stage_buf, bytes);
     return 0;
 }
 
@@ -388,8 +388,8 @@ int dp_load_state_range(dp *d, float *state, const float *host, size_t lo, size_
         const optim_piece *p = &d->pieces[r];
         size_t a = p->lo > lo ? p->lo : lo, b = p->hi < hi ? p->hi : hi;
         if (b > a)
-            d->be->ops->copy_h2d(d->be, state + p->state_offset + (a - p->lo), host + (a - lo),
-                                 (b - a) * sizeof(float));
+            backend_copy_h2d(d->be, state + p->state_offset + (a - p->lo), host + (a - lo),
+                             (b - a) * sizeof(float));
     }
     return 0;
 }
@@ -398,6 +398,6 @@ int dp_load_params_range(dp *d, const float *host, size_t lo, size_t hi)
 {
     if (d->stage == 3) return dp_load_state_range(d, d->shard_params, host, lo, hi);
     if (hi > lo)
-        d->be->ops->copy_h2d(d->be, d->m->params + lo, host, (hi - lo) * sizeof(float));
+        backend_copy_h2d(d->be, d->m->params + lo, host, (hi - lo) * sizeof(float));
     return 0;
 }

@@ -19,8 +19,8 @@ optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, in
     o->npieces = npieces;
     o->state_elems = state_elems;
     size_t n = state_elems ? state_elems : 1;
-    o->m = be->ops->alloc(be, n * sizeof(float));
-    o->v = be->ops->alloc(be, n * sizeof(float));
+    o->m = backend_alloc(be, n * sizeof(float));
+    o->v = backend_alloc(be, n * sizeof(float));
     if (!o->m || !o->v) { optim_destroy(o); return NULL; }
     return o;
 }
@@ -28,8 +28,8 @@ optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, in
 void optim_destroy(optim *o)
 {
     if (!o) return;
-    if (o->m) o->be->ops->free(o->be, o->m);
-    if (o->v) o->be->ops->free(o->be, o->v);
+    if (o->m) backend_free(o->be, o->m);
+    if (o->v) backend_free(o->be, o->v);
     free(o);
 }
 
@@ -75,9 +75,9 @@ static void optim_piece_tensor(optim *o, const train_config *tc, const optim_pie
     size_t b = t->offset + t->numel < p->hi ? t->offset + t->numel : p->hi;
     if (a >= b || !t->trainable) return;
     size_t k = a - p->lo;
-    o->be->ops->adamw(o->be, params_at + k, grads_at + k, o->m + p->state_offset + k,
-                      o->v + p->state_offset + k, b - a, lr, tc->beta1, tc->beta2, tc->eps,
-                      t->decay ? tc->weight_decay : 0.0f, o->t, grad_scale);
+    backend_adamw(o->be, params_at + k, grads_at + k, o->m + p->state_offset + k,
+                  o->v + p->state_offset + k, b - a, lr, tc->beta1, tc->beta2, tc->eps,
+                  t->decay ? tc->weight_decay : 0.0f, o->t, grad_scale);
 }
 
 void optim_step(optim *o, const train_config *tc, float *const *params_at, float *const *grads_at,

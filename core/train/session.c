@@ -49,14 +49,14 @@ static backend *session_backend(const job_config *cfg, const comm *c)
     char why[256] = "";
     backend *be = backend_select(cfg->backend, &bc, why, sizeof why);
     if (!be) return NULL;
-    /* what the backend computes (be->cfg), and the asked precision when it is not that */
-    const backend_config *got = &be->cfg;
+    /* what the backend computes (backend_cfg), and the asked precision when it is not that */
+    const backend_config *got = backend_cfg(be);
     int same = got->precision == bc.precision && got->allow_tf32 == bc.allow_tf32;
     char asked[96] = "";
     if (!same)
         snprintf(asked, sizeof asked, "; precision %s asked: the %s backend computes fp32 here",
-                 cfg->precision, be->ops->name);
-    log_info("backend %s  %s  (%s%s)", be->description,
+                 cfg->precision, backend_name(be));
+    log_info("backend %s  %s  (%s%s)", backend_description(be),
              got->precision == BACKEND_BF16 ? "bf16 matmuls, fp32 master weights"
              : got->allow_tf32 ? "tf32 matmuls, fp32 storage" : "float32", why, asked);
     return be;

@@ -106,7 +106,7 @@ static void session_save_state(const session *s, ckpt_state *st)
     st->lr = optim_lr(tc, (int)(s->step > 0 ? s->step - 1 : 0));
     st->world_size = s->comm->size;
     st->zero_stage = s->cfg->parallel.zero_stage;
-    st->backend = s->be->ops->name;
+    st->backend = backend_name(s->be);
 }
 
 /* Bytes of one rank's backend tuning line in a checkpoint (a CPU's sgemm choices: ~30 per
@@ -115,7 +115,7 @@ static void session_save_state(const session *s, ckpt_state *st)
 
 enum { SESSION_TUNING_SLOT = SESSION_TUNING_MAX / 4 };
 
-/* Every rank's backend_ops.tuning_save line ("-" for none), '\n'-joined in rank order, into
+/* Every rank's backend_tuning_save line ("-" for none), '\n'-joined in rank order, into
  * *out on rank 0 (malloc'd; NULL elsewhere). Collective; `all` is the caller's zeroed array of
  * size x SESSION_TUNING_SLOT doubles and `line` its SESSION_TUNING_MAX bytes (allocated before
  * the ranks agreed that every one has its memory). The lines travel as one host sum: each rank
@@ -124,7 +124,7 @@ static int session_gather_tuning(session *s, double *all, char *line, char **out
 {
     const int size = s->comm->size, rank = s->comm->rank, slot = SESSION_TUNING_SLOT;
     *out = NULL;
-    if (!s->be->ops->tuning_save || s->be->ops->tuning_save(s->be, line, SESSION_TUNING_MAX) ||
+    if (backend_tuning_save(s->be, line, SESSION_TUNING_MAX) ||
         strchr(line, '\n'))
         snprintf(line, SESSION_TUNING_MAX, "-");
     const unsigned char *u = (const unsigned char *)line;
@@ -173,7 +173,7 @@ static void session_adopt_tuning(session *s, const char *file, const ckpt_state 
     if (!mine) return;
     memcpy(mine, line, n);
     mine[n] = '\0';
-    if (strcmp(mine, "-") != 0 && s->be->ops->tuning_load) s->be->ops->tuning_load(s->be, mine);
+    if (strcmp(mine, "-") != 0) backend_tuning_load(s->be, mine);
     free(mine);
 }
 
