@@ -1,7 +1,6 @@
 /* cmd_info.c: `loom info`: build features, the backends compiled in and whether each is usable,
  * the one backend_select() would pick and why, threads. Plain "key: value" lines (parsable). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -51,15 +50,11 @@ int cmd_info(int argc, char **argv)
         if (ok) printf("backend.%s: available\n", e[i].name);
         else printf("backend.%s: unavailable (%s)\n", e[i].name, reason);
     }
-    const char *env = getenv("LOOM_BACKEND");
-    const char *pick = NULL, *reason = "auto-detected: first available of";
-    if (env && env[0]) { pick = env; reason = "LOOM_BACKEND"; }
-    for (int i = 0; !pick && i < n; i++) {
-        const char *why = "";
-        if (e[i].available(&why)) pick = e[i].name;
-    }
-    printf("selected: %s (%s", pick ? pick : "none", reason);
-    if (!(env && env[0]))
+    int from_env;
+    const char *pick = backend_preferred(&from_env); /* the start of backend_select's choice */
+    printf("selected: %s (%s", pick ? pick : "none",
+           from_env ? "LOOM_BACKEND" : "auto-detected: first available of");
+    if (!from_env)
         for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", e[i].name);
     printf(")\n");
     printf("launched_by_mpi: %s\n", comm_launched_by_mpi() ? "yes" : "no");
