@@ -43,10 +43,10 @@ static float *host_rand(suite *s, size_t n, double scale)
 /* Both copies of host[0..bytes) (zeros when host is NULL). */
 static pair pair_new(suite *s, const void *host, size_t bytes)
 {
-    pair p = {s->t->ops->alloc(s->t, bytes), s->r->ops->alloc(s->r, bytes), bytes};
+    pair p = {backend_alloc(s->t, bytes), backend_alloc(s->r, bytes), bytes};
     if (host && p.t && p.r) {
-        s->t->ops->copy_h2d(s->t, p.t, host, bytes);
-        s->r->ops->copy_h2d(s->r, p.r, host, bytes);
+        backend_copy_h2d(s->t, p.t, host, bytes);
+        backend_copy_h2d(s->r, p.r, host, bytes);
     }
     return p;
 }
@@ -61,8 +61,8 @@ static pair pair_rand(suite *s, size_t n, double scale)
 
 static void pair_free(suite *s, pair *p)
 {
-    s->t->ops->free(s->t, p->t);
-    s->r->ops->free(s->r, p->r);
+    backend_free(s->t, p->t);
+    backend_free(s->r, p->r);
 }
 
 /* The tolerance of a comparison between the two sides (tests/check.h): each side's own error
@@ -96,10 +96,10 @@ static void pair_check(suite *s, const char *op, pair *p, check_tol t)
     size_t n = p->bytes / sizeof(float);
     float *a = malloc(p->bytes ? p->bytes : 1), *b = malloc(p->bytes ? p->bytes : 1);
     double *want = malloc((n ? n : 1) * sizeof(double));
-    s->t->ops->sync(s->t);
-    s->r->ops->sync(s->r);
-    s->t->ops->copy_d2h(s->t, a, p->t, p->bytes);
-    s->r->ops->copy_d2h(s->r, b, p->r, p->bytes);
+    backend_sync(s->t);
+    backend_sync(s->r);
+    backend_copy_d2h(s->t, a, p->t, p->bytes);
+    backend_copy_d2h(s->r, b, p->r, p->bytes);
     for (size_t i = 0; i < n; i++) want[i] = b[i];
     char name[120];
     snprintf(name, sizeof name, "op_suite %s", op);
@@ -124,8 +124,8 @@ static void suite_matmul(suite *s, int M, int N, int K)
             for (int beta = 0; beta < 2; beta++) {
                 pair C = pair_rand(s, (size_t)M * N, 1);
                 FOR_SIDES (be)
-                    be->ops->matmul(be, PF(C, side), PF(A, side), PF(B, side), M, N, K, tA, tB,
-                                    0.5f, (float)beta);
+                    backend_matmul(be, PF(C, side), PF(A, side), PF(B, side), M, N, K, tA, tB,
+                                   0.5f, (float)beta);
                 char name[96];
                 snprintf(name, sizeof name, "matmul %dx%dx%d tA=%d tB=%d beta=%d", M, N, K, tA, tB,
                          beta);
@@ -148,23 +148,23 @@ static void suite_vector(suite *s)
 {
     const size_t n = 100003;
     pair a = pair_rand(s, n, 2), b = pair_rand(s, n, 2), out = pair_new(s, NULL, n * 4);
-    FOR_SIDES (be) be->ops->add(be, PF(out, side), PF(a, side), PF(b, side), n);
+    FOR_SIDES (be) backend_add(be, PF(out, side), PF(a, side), PF(b, side), n);
     pair_check(s, "add", &out, suite_tol(s, 1, 0, 1, 0)); /* correctly rounded on both sides */
-    FOR_SIDES (be) be->ops->axpy(be, PF(out, side), -0.3f, PF(a, side), n);
+    FOR_SIDES (be) backend_axpy(be, PF(out, side), -0.3f, PF(a, side), n);
     /* with or without an FMA: the product's rounding cancels against |out| < 4 */
     const check_tol axpy_tol = suite_tol(s, 2, 4.6, 2, 0);
     pair_check(s, "axpy", &out, axpy_tol);
-    FOR_SIDES (be) be->ops->scale(be, PF(out, side), 1.7f, n);
+    FOR_SIDES (be) backend_scale(be, PF(out, side), 1.7f, n);
     check_tol scale_tol = tol_times(axpy_tol, 1.7); /* the axpy difference, scaled */
     scale_tol.rtol += 2 * CHECK_U_FP32;
     pair_check(s, "scale", &out, scale_tol);
     /* exact ops on identical data (a is still as uploaded): bit-equal on both sides */
-    FOR_SIDES (be) be->ops->copy_d2d(be, PF(b, side), PF(a, side), n * 4);
+    FOR_SIDES (be) backend_copy_d2d(be, PF(b, side), PF(a, side), n * 4);
     pair_check(s, "copy_d2d", &b, CHECK_EXACT);
-    FOR_SIDES (be) be->ops->fill(be, PF(b, side) + 5, -2.25f, n - 7);
+    FOR_SIDES (be) backend_fill(be, PF(b, side) + 5, -2.25f, n - 7);
     pair_check(s, "fill (offset range)", &b, CHECK_EXACT);
     double ss[2] = {0.0, 0.0};
-    FOR_SIDES (be) ss[side] = be->ops->sumsq(be, PF(a, side), n);
+    FOR_SIDES (be) ss[side] = backend_sumsq(be, PF(a, side), n);
     /* n positive terms: relative on both sides (a double-accumulating side only does better);
      * the comparison itself rounds the tested side's double to float: one more u */
     float ss_got = (float)ss[0];
@@ -184,9 +184,9 @@ static void suite_bias(suite *s)
 {
     const int N = 300, C = 259;
     pair out = pair_rand(s, (size_t)N * C, 1), bias = pair_rand(s, C, 1), db = pair_rand(s, C, 1);
-    FOR_SIDES (be) be->ops->bias_add(be, PF(out, side), PF(bias, side), N, C);
+    FOR_SIDES (be) backend_bias_add(be, PF(out, side), PF(bias, side), N, C);
     pair_check(s, "bias_add", &out, suite_tol(s, 1, 0, 1, 0));
-    FOR_SIDES (be) be->ops->bias_backward(be, PF(db, side), PF(out, side), N, C);
+    FOR_SIDES (be) backend_bias_backward(be, PF(db, side), PF(out, side), N, C);
     /* db + N terms of |out| < 2 (E 1, x2); the inputs already differ by bias_add's rounding */
     pair_check(s, "bias_backward (+=)", &db, suite_tol(s, N + 1, 2.0 * N + 1, 2, 0));
     pair_free(s, &out), pair_free(s, &bias), pair_free(s, &db);
@@ -202,14 +202,14 @@ static void suite_embedding_one(suite *s, int B, int T, int C, int V, int with_w
     pair out = pair_new(s, NULL, (size_t)B * T * C * 4);
     pair dwte = pair_rand(s, (size_t)V * C, 1), dwpe = pair_rand(s, (size_t)T * C, 1);
     FOR_SIDES (be)
-        be->ops->embedding_forward(be, PF(out, side), PI(tk, side), PF(wte, side),
-                                   with_wpe ? PF(wpe, side) : NULL, B, T, C);
+        backend_embedding_forward(be, PF(out, side), PI(tk, side), PF(wte, side),
+                                  with_wpe ? PF(wpe, side) : NULL, B, T, C);
     /* wte + wpe rounds once (correctly, the same on both sides); a plain gather is exact */
     pair_check(s, with_wpe ? "embedding_forward (wpe)" : "embedding_forward (no wpe)", &out,
                with_wpe ? suite_tol(s, 1, 0, 1, 0) : CHECK_EXACT);
     FOR_SIDES (be)
-        be->ops->embedding_backward(be, PF(dwte, side), with_wpe ? PF(dwpe, side) : NULL,
-                                    PF(out, side), PI(tk, side), B, T, C, V);
+        backend_embedding_backward(be, PF(dwte, side), with_wpe ? PF(dwpe, side) : NULL,
+                                   PF(out, side), PI(tk, side), B, T, C, V);
     /* dwte + one term per occurrence (B*T positions over V/3 tokens), |out| < 2; dwpe + B */
     pair_check(s, "embedding_backward dwte (+=)", &dwte,
                suite_tol(s, (double)B * T + 1, 2.0 * B * T + 1, 1, 0));
@@ -235,11 +235,11 @@ static void suite_norm_one(suite *s, int N, int C, int rms)
          db = pair_rand(s, C, 1);
     FOR_SIDES (be)
         if (rms)
-            be->ops->rmsnorm_forward(be, PF(out, side), PF(rstd, side), PF(x, side), PF(w, side), N,
-                                     C, 1e-5f);
+            backend_rmsnorm_forward(be, PF(out, side), PF(rstd, side), PF(x, side), PF(w, side), N,
+                                    C, 1e-5f);
         else
-            be->ops->layernorm_forward(be, PF(out, side), PF(mean, side), PF(rstd, side),
-                                       PF(x, side), PF(w, side), PF(b, side), N, C, 1e-5f);
+            backend_layernorm_forward(be, PF(out, side), PF(mean, side), PF(rstd, side),
+                                      PF(x, side), PF(w, side), PF(b, side), N, C, 1e-5f);
     /* as tests/backends/cpu/test_cpu_layers.c: x in (-2, 2), w, b in (-1, 1); the mean cancels
      * (g_C E|x|), the variance is relative, out carries the mean's error over |x - mean| < 2
      * and rstd < 1/0.9, b's add cancels */
@@ -250,12 +250,12 @@ static void suite_norm_one(suite *s, int N, int C, int rms)
     if (!rms) pair_check(s, "layernorm_forward mean", &mean, suite_tol(s, C, 1, 2, 0));
     FOR_SIDES (be)
         if (rms)
-            be->ops->rmsnorm_backward(be, PF(dx, side), PF(dw, side), PF(dout, side), PF(x, side),
-                                      PF(w, side), PF(rstd, side), N, C);
+            backend_rmsnorm_backward(be, PF(dx, side), PF(dw, side), PF(dout, side), PF(x, side),
+                                     PF(w, side), PF(rstd, side), N, C);
         else
-            be->ops->layernorm_backward(be, PF(dx, side), PF(dw, side), PF(db, side),
-                                        PF(dout, side), PF(x, side), PF(w, side), PF(mean, side),
-                                        PF(rstd, side), N, C);
+            backend_layernorm_backward(be, PF(dx, side), PF(dw, side), PF(db, side),
+                                       PF(dout, side), PF(x, side), PF(w, side), PF(mean, side),
+                                       PF(rstd, side), N, C);
     /* dinp: two C-term sums of |w dout xhat| < 2.2, times rstd, + dx; dweight: N rows of
      * |dout xhat| < 2.2 (E 0.4); dbias: N rows of |dout| < 1; each side's own rstd and mean */
     const check_tol dx_tol = suite_tol(s, C, 8, 8, 0);
@@ -268,11 +268,11 @@ static void suite_norm_one(suite *s, int N, int C, int rms)
     pair dx2 = pair_new(s, NULL, nc * 4); /* frozen weights: NULL dweight/dbias */
     FOR_SIDES (be) {
         if (rms)
-            be->ops->rmsnorm_backward(be, PF(dx2, side), NULL, PF(dout, side), PF(x, side),
-                                      PF(w, side), PF(rstd, side), N, C);
+            backend_rmsnorm_backward(be, PF(dx2, side), NULL, PF(dout, side), PF(x, side),
+                                     PF(w, side), PF(rstd, side), N, C);
         else
-            be->ops->layernorm_backward(be, PF(dx2, side), NULL, NULL, PF(dout, side), PF(x, side),
-                                        PF(w, side), PF(mean, side), PF(rstd, side), N, C);
+            backend_layernorm_backward(be, PF(dx2, side), NULL, NULL, PF(dout, side), PF(x, side),
+                                       PF(w, side), PF(mean, side), PF(rstd, side), N, C);
     }
     pair_check(s,
                rms ? "rmsnorm_backward frozen (NULL dweight)"
@@ -298,7 +298,7 @@ static void suite_activations(suite *s)
     pair x = pair_rand(s, n, 5), u = pair_rand(s, n, 2), dout = pair_rand(s, n, 1);
     pair out = pair_new(s, NULL, n * 4), dx = pair_new(s, NULL, n * 4),
          du = pair_new(s, NULL, n * 4);
-    FOR_SIDES (be) be->ops->gelu_forward(be, PF(out, side), PF(x, side), n);
+    FOR_SIDES (be) backend_gelu_forward(be, PF(out, side), PF(x, side), n);
     /* element-wise, ~10-15 roundings; the cancellations of test_cpu_layers.c at |x| < 5:
      * gelu 0.5 |x| (1 + tanh) and silu's 1 - sigmoid hold tanh's / expf's 4u absolute times
      * |x|, gelu' times 0.5 + |x| z'(|x|) (z' = 0.798 (1 + 0.134 x^2)); times |u| < 2, |dout| < 1 */
@@ -307,13 +307,13 @@ static void suite_activations(suite *s)
     const check_tol dgelu_tol = {2 * 4 * u32 * (0.5 + 5 * zmax), 2 * 15 * u32};
     const check_tol swiglu_tol = {2 * 4 * u32 * 6 * 2, 2 * 15 * u32};
     pair_check(s, "gelu_forward", &out, s->u_dot == 0.0 ? CHECK_EXACT : gelu_tol);
-    FOR_SIDES (be) be->ops->gelu_backward(be, PF(dx, side), PF(x, side), PF(dout, side), n);
+    FOR_SIDES (be) backend_gelu_backward(be, PF(dx, side), PF(x, side), PF(dout, side), n);
     pair_check(s, "gelu_backward", &dx, s->u_dot == 0.0 ? CHECK_EXACT : dgelu_tol);
-    FOR_SIDES (be) be->ops->swiglu_forward(be, PF(out, side), PF(x, side), PF(u, side), n);
+    FOR_SIDES (be) backend_swiglu_forward(be, PF(out, side), PF(x, side), PF(u, side), n);
     pair_check(s, "swiglu_forward", &out, s->u_dot == 0.0 ? CHECK_EXACT : swiglu_tol);
     FOR_SIDES (be)
-        be->ops->swiglu_backward(be, PF(dx, side), PF(du, side), PF(dout, side), PF(x, side),
-                                 PF(u, side), n);
+        backend_swiglu_backward(be, PF(dx, side), PF(du, side), PF(dout, side), PF(x, side),
+                                PF(u, side), n);
     pair_check(s, "swiglu_backward dgate", &dx, s->u_dot == 0.0 ? CHECK_EXACT : swiglu_tol);
     pair_check(s, "swiglu_backward dup", &du, s->u_dot == 0.0 ? CHECK_EXACT : swiglu_tol);
     pair_free(s, &x), pair_free(s, &u), pair_free(s, &dout), pair_free(s, &out);
@@ -324,13 +324,13 @@ static void suite_rope(suite *s)
 {
     const int B = 2, T = 100, H = 3, D = 64;
     pair x = pair_rand(s, (size_t)B * T * H * D, 1);
-    FOR_SIDES (be) be->ops->rope(be, PF(x, side), B, T, H, D, 10000.0f, 0);
+    FOR_SIDES (be) backend_rope(be, PF(x, side), B, T, H, D, 10000.0f, 0);
     /* cos, sin rounded once (a side computing them in fp32 also rounds the angle t freq, up to
      * T = 100 rad: 100u absolute), two products and a cancelling sum of |x| < 1 */
     check_tol rope_tol = suite_tol(s, 2, 2, 3, 0);
     if (s->u_dot != 0.0) rope_tol.atol += 2 * 100 * CHECK_U_FP32;
     pair_check(s, "rope", &x, rope_tol);
-    FOR_SIDES (be) be->ops->rope(be, PF(x, side), B, T, H, D, 500000.0f, 1);
+    FOR_SIDES (be) backend_rope(be, PF(x, side), B, T, H, D, 500000.0f, 1);
     pair_check(s, "rope inverse (theta 5e5)", &x, tol_times(rope_tol, 2)); /* both rotations */
     pair_free(s, &x);
 }
@@ -363,21 +363,21 @@ static void suite_rope_freqs(suite *s)
      * and a cancelling sum of |x| < 1 */
     check_tol rope_freqs_tol = suite_tol(s, 2, 2, 3, 0);
     if (s->u_dot != 0.0) rope_freqs_tol.atol += 2 * T * CHECK_U_FP32;
-    FOR_SIDES (be) be->ops->rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 0);
+    FOR_SIDES (be) backend_rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 0);
     pair_check(s, "rope_freqs (scaled table)", &x, rope_freqs_tol);
-    FOR_SIDES (be) be->ops->rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 1);
+    FOR_SIDES (be) backend_rope_freqs(be, PF(x, side), B, T, H, D, PF(fr, side), 1);
     pair_check(s, "rope_freqs inverse", &x, tol_times(rope_freqs_tol, 2));
     pair_free(s, &fr);
     for (int i = 0; i < D / 2; i++) f[i] = (float)pow(10000.0, -2.0 * i / D);
     fr = pair_new(s, f, sizeof f);
     /* both sides on the test backend: rope_freqs(plain table) vs rope(theta) */
     pair y = pair_new(s, NULL, x.bytes);
-    s->t->ops->copy_d2d(s->t, y.t, x.t, x.bytes);
-    s->t->ops->rope_freqs(s->t, (float *)x.t, B, T, H, D, (const float *)fr.t, 0);
-    s->t->ops->rope(s->t, (float *)y.t, B, T, H, D, 10000.0f, 0);
+    backend_copy_d2d(s->t, y.t, x.t, x.bytes);
+    backend_rope_freqs(s->t, (float *)x.t, B, T, H, D, (const float *)fr.t, 0);
+    backend_rope(s->t, (float *)y.t, B, T, H, D, 10000.0f, 0);
     float *a = malloc(x.bytes), *b = malloc(x.bytes);
-    s->t->ops->copy_d2h(s->t, a, x.t, x.bytes);
-    s->t->ops->copy_d2h(s->t, b, y.t, x.bytes);
+    backend_copy_d2h(s->t, a, x.t, x.bytes);
+    backend_copy_d2h(s->t, b, y.t, x.bytes);
     /* on one backend, so no u_dot: the float table differs from theta^(-2i/D) in double by an
      * ulp, i.e. t u rad at position t < T, times |x| < 1 on both outputs, plus rope's roundings */
     size_t n = x.bytes / 4;
@@ -410,8 +410,8 @@ static void suite_attention_one(suite *s, int B, int T, int H, int Hkv, int D)
          dv = pair_rand(s, nk, 1);
     char name[96];
     FOR_SIDES (be)
-        be->ops->attention_forward(be, PF(out, side), PF(lse, side), PF(q, side), PF(k, side),
-                                   PF(v, side), B, T, H, Hkv, D);
+        backend_attention_forward(be, PF(out, side), PF(lse, side), PF(q, side), PF(k, side),
+                                  PF(v, side), B, T, H, Hkv, D);
     snprintf(name, sizeof name, "attention_forward B%d T%d H%d Hkv%d D%d out", B, T, H, Hkv, D);
     /* as tests/backends/cpu/test_cpu_attention.c, for each side's arithmetic: the scores' D-term
      * dots (|qk| E 0.5625, over sqrt(D)) set p's relative error, the softmax adds g_T and expf's
@@ -421,9 +421,9 @@ static void suite_attention_one(suite *s, int B, int T, int H, int Hkv, int D)
     pair_check(s, "attention_forward lse", &lse, out_tol);
     /* the backward runs on each side's own forward results (out, lse), as in training */
     FOR_SIDES (be)
-        be->ops->attention_backward(be, PF(dq, side), PF(dk, side), PF(dv, side), PF(dout, side),
-                                    PF(q, side), PF(k, side), PF(v, side), PF(out, side),
-                                    PF(lse, side), B, T, H, Hkv, D);
+        backend_attention_backward(be, PF(dq, side), PF(dk, side), PF(dv, side), PF(dout, side),
+                                   PF(q, side), PF(k, side), PF(v, side), PF(out, side),
+                                   PF(lse, side), B, T, H, Hkv, D);
     /* dv sums p dout over the queries of a head group (sum_i p_ij < 1 + ln T per head); dq, dk
      * sum dS = p (dP - delta) times k or q (|.| < 1.5, |dP - delta| < sqrt(D) + 1) */
     const double lnT = (1.0 + log((double)T)) * H / Hkv;
@@ -449,8 +449,8 @@ static void suite_attention_decode_one(suite *s, int Tk, int H, int Hkv, int D)
     pair q = pair_rand(s, nq, 1.5), k = pair_rand(s, nk, 1.5), v = pair_rand(s, nk, 1);
     pair out = pair_new(s, NULL, nq * 4);
     FOR_SIDES (be)
-        be->ops->attention_decode(be, PF(out, side), PF(q, side), PF(k, side), PF(v, side), Tk, H,
-                                  Hkv, D);
+        backend_attention_decode(be, PF(out, side), PF(q, side), PF(k, side), PF(v, side), Tk, H,
+                                 Hkv, D);
     char name[96];
     snprintf(name, sizeof name, "attention_decode Tk%d H%d Hkv%d D%d", Tk, H, Hkv, D);
     /* the forward's bound for Tk keys (a single query row: the same dots and softmax) */
@@ -460,9 +460,10 @@ static void suite_attention_decode_one(suite *s, int Tk, int H, int Hkv, int D)
 
 static void suite_attention_decode(suite *s)
 {
-    if (!s->t->ops->attention_decode || !s->r->ops->attention_decode) {
+    int t_has = backend_has(s->t, BACKEND_OP_ATTENTION_DECODE);
+    if (!t_has || !backend_has(s->r, BACKEND_OP_ATTENTION_DECODE)) {
         printf("op_suite skip attention_decode (not implemented by %s)\n",
-               s->t->ops->attention_decode ? s->r->description : s->t->description);
+               backend_description(t_has ? s->r : s->t));
         return;
     }
     suite_attention_decode_one(s, 1, 2, 1, 16);    /* the first generated token */
@@ -476,8 +477,10 @@ static void suite_attention_decode(suite *s)
  * rows the op stores into and the attention output, and rope at per-row positions. */
 static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int D)
 {
-    if (!s->t->ops->attention_decode_rows || !s->t->ops->rope_rows) {
-        printf("op_suite FAIL %s: attention_decode_rows / rope_rows missing\n", s->t->description);
+    if (!backend_has(s->t, BACKEND_OP_ATTENTION_DECODE_ROWS) ||
+        !backend_has(s->t, BACKEND_OP_ROPE_ROWS)) {
+        printf("op_suite FAIL %s: attention_decode_rows / rope_rows missing\n",
+               backend_description(s->t));
         s->failed++;
         return;
     }
@@ -489,8 +492,8 @@ static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int 
     pair kc = pair_rand(s, nc, 1.5), vc = pair_rand(s, nc, 1), out = pair_new(s, NULL, nq * 4);
     char name[96];
     FOR_SIDES (be) {
-        be->ops->rope_rows(be, PF(q, side), PI(pos, side), R, H, D, 10000.0f);
-        be->ops->rope_rows(be, PF(kn, side), PI(pos, side), R, Hkv, D, 10000.0f);
+        backend_rope_rows(be, PF(q, side), PI(pos, side), R, H, D, 10000.0f);
+        backend_rope_rows(be, PF(kn, side), PI(pos, side), R, Hkv, D, 10000.0f);
     }
     snprintf(name, sizeof name, "rope_rows R%d H%d D%d", R, H, D);
     /* as suite_rope: cos, sin, two products and a cancelling sum; a side computing the angle
@@ -499,8 +502,8 @@ static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int 
     if (s->u_dot != 0.0) rope_tol.atol += 2 * cap * CHECK_U_FP32;
     pair_check(s, name, &q, rope_tol);
     FOR_SIDES (be)
-        be->ops->attention_decode_rows(be, PF(out, side), PF(q, side), PF(kn, side), PF(vn, side),
-                                       PF(kc, side), PF(vc, side), PI(pos, side), R, cap, H, Hkv, D);
+        backend_attention_decode_rows(be, PF(out, side), PF(q, side), PF(kn, side), PF(vn, side),
+                                      PF(kc, side), PF(vc, side), PI(pos, side), R, cap, H, Hkv, D);
     snprintf(name, sizeof name, "attention_decode_rows R%d cap%d H%d Hkv%d D%d out", R, cap, H, Hkv, D);
     /* one query row per head over its row's keys: the forward's bound for cap keys, on inputs
      * that already carry the rope difference; the caches only store: the v cache exactly, the k
@@ -532,8 +535,8 @@ static void suite_xent_one(suite *s, int N, int V, int Vr)
         tgt[n] = n % 5 == 2 ? -1 : (int32_t)((suite_rnd(s) + 1) * 0.5 * Vr) % Vr;
     pair tg = pair_new(s, tgt, N * sizeof(int32_t));
     FOR_SIDES (be)
-        be->ops->softmax_xent(be, PF(logits, side), PF(losses, side), PI(tg, side), N, V, Vr,
-                              1.0f / N);
+        backend_softmax_xent(be, PF(logits, side), PF(losses, side), PI(tg, side), N, V, Vr,
+                             1.0f / N);
     char name[96];
     snprintf(name, sizeof name, "softmax_xent N%d V%d V_real%d losses", N, V, Vr);
     /* Not a matmul (fp32 on every side): loss = log(sum of Vr positive exps) - (x_y - m) is
@@ -562,8 +565,8 @@ static void suite_adamw(suite *s)
     for (int t = 1; t <= 3; t++) {
         pair g = pair_rand(s, n, 3);
         FOR_SIDES (be)
-            be->ops->adamw(be, PF(p, side), PF(g, side), PF(m, side), PF(v, side), n, 1e-2f, 0.9f,
-                           0.95f, 1e-8f, 0.1f, t, 0.5f);
+            backend_adamw(be, PF(p, side), PF(g, side), PF(m, side), PF(v, side), n, 1e-2f, 0.9f,
+                          0.95f, 1e-8f, 0.1f, t, 0.5f);
         pair_free(s, &g);
     }
     /* 3 steps of ~10 roundings on |p| < 1 (moving by lr = 1e-2); m sums 3 signed terms of
@@ -591,7 +594,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_decode_rows(&s);
     suite_xent(&s);
     suite_adamw(&s);
-    printf("op_suite: %s vs %s: %d failing check%s\n", test->description, ref->description,
-           s.failed, s.failed == 1 ? "" : "s");
+    printf("op_suite: %s vs %s: %d failing check%s\n", backend_description(test),
+           backend_description(ref), s.failed, s.failed == 1 ? "" : "s");
     return s.failed;
 }

@@ -81,7 +81,7 @@ static model *load_model(const char *dir, backend *be, hf_model **out)
         CHECK(hf_read(h, m->tensors[i].name, buf + m->tensors[i].offset, m->tensors[i].numel) == 0,
               "%s: %s: %s", dir, m->tensors[i].name, loom_error());
     if (m) check_pieces(dir, h, m, buf);
-    if (m) be->ops->copy_h2d(be, m->params, buf, m->nparams * sizeof(float));
+    if (m) backend_copy_h2d(be, m->params, buf, m->nparams * sizeof(float));
     free(buf);
     *out = h;
     return m;
@@ -171,7 +171,7 @@ static void check_roundtrip(const char *dir, const char *tmp, backend *be, st_dt
     model *m = load_model(dir, be, &h);
     if (!m) return;
     float *host = malloc(m->nparams * sizeof(float)), *back = malloc(m->nparams * sizeof(float));
-    be->ops->copy_d2h(be, host, m->params, m->nparams * sizeof(float));
+    backend_copy_d2h(be, host, m->params, m->nparams * sizeof(float));
     mkdir(tmp, 0755);
     get_ctx g = {m, host};
     char *mj = config_model_to_json(&m->cfg);

@@ -146,7 +146,7 @@ int main(int argc, char **argv)
         CHECK(model_load_base_range(m, buf, bt[i].offset, bt[i].offset + bt[i].numel) == 0, "%s", loom_error());
     }
     for (int i = 0; i < m->ntensors; i++) lora_values(m->tensors[i].name, host + m->tensors[i].offset, m->tensors[i].numel);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
 
     /* loom's LoRA logits, row by row through prefill, against PeftModel's */
     int V = mc.vocab;

@@ -84,7 +84,7 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
                  Hkv,
                  D};
     ref_attention(&c);
-    be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
     char name[96];
     snprintf(name, sizeof name, "attention fwd B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
     /* lse = m + log(sum) carries p's relative error absolutely, as out does (att_out_tol) */
@@ -93,7 +93,7 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     check_close(name, out, c.out, nq, out_tol);
     check_close("  lse", lse, c.lse, nl, out_tol);
     float *dq = frand(nq, 1), *dk = frand(nk, 1), *dv = frand(nk, 1); /* overwritten */
-    be->ops->attention_backward(be, dq, dk, dv, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq, dk, dv, w, q, k, v, out, lse, B, T, H, Hkv, D);
     /* Backward: dP_ij = dout_i . v_j and delta_i = dout_i . out_i are D-term dots (terms of
      * E 1/4, cancelling), dS = p (dP - delta) inherits p's relative error on |dP - delta| <
      * sqrt(D) typical; dv_j sums p_ij dout_i over the queries of every head sharing kv head j
@@ -111,14 +111,14 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     check_grad("  bwd dv", att_f, &c, c.v, nk, dv, NULL, samples, dv_tol);
     /* deterministic: a second backward gives the same bits */
     float *dk2 = frand(nk, 1), *dv2 = frand(nk, 1), *dq2 = frand(nq, 1);
-    be->ops->attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
     check_equal("  bwd deterministic dk", dk2, dk, nk);
     /* and independent of the thread count (each output row has one writer, fixed order) */
     backend *one = test_backend(1);
-    one->ops->attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
     check_equal("  bwd 1 thread == 2 threads (dq)", dq2, dq, nq);
     check_equal("  bwd 1 thread == 2 threads (dv)", dv2, dv, nk);
-    one->ops->destroy(one);
+    backend_destroy(one);
     free(q), free(k), free(v), free(w), free(out), free(lse), free(dq), free(dk), free(dv);
     free(dq2), free(dk2), free(dv2);
     free(c.q), free(c.k), free(c.v), free(c.w), free(c.out), free(c.lse), free(c.p);
@@ -165,7 +165,7 @@ static void test_decode_rows(backend *be, int R, int cap, int H, int Hkv, int D)
     float *kn = frand(R * ldk, 1.5), *vn = frand(R * ldk, 1), *out = frand(R * ldq, 1);
     int32_t *pos = malloc((size_t)R * sizeof(int32_t));
     for (int r = 0; r < R; r++) pos[r] = r == 0 ? 0 : r == R - 1 ? cap - 1 : (int32_t)(r * 37 % cap);
-    be->ops->attention_decode_rows(be, out, q, kn, vn, kc, vc, pos, R, cap, H, Hkv, D);
+    backend_attention_decode_rows(be, out, q, kn, vn, kc, vc, pos, R, cap, H, Hkv, D);
     for (int r = 0; r < R; r++) {
         int T = pos[r] + 1;
         const float *kr = kc + (size_t)r * cap * ldk, *vr = vc + (size_t)r * cap * ldk;
@@ -204,6 +204,6 @@ int main(int argc, char **argv)
     test_decode(be, 50, 4, 2, 24);    /* D 24: AVX2's kernel, AVX-512 declines */
     test_decode(be, 9, 2, 1, 20);     /* D 20: sgemm only */
     test_decode_rows(be, 5, 300, 9, 3, 64);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return test_finish("test_cpu_attention");
 }

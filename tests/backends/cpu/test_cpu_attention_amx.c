@@ -128,9 +128,9 @@ static void test_shape(backend *be, backend *one, int B, int T, int H, int Hkv, 
     ref_forward(&s, q, k, v, ro, rl, ob, lb);
     check_within(name, out, ro, ob, s.nq);
     check_within("  lse", lse, rl, lb, s.nl);
-    be->ops->attention_forward(be, out2, lse2, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(be, out2, lse2, q, k, v, B, T, H, Hkv, D);
     check_equal("  the op is the AMX kernel (out)", out2, out, s.nq);
-    one->ops->attention_forward(one, out2, lse2, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(one, out2, lse2, q, k, v, B, T, H, Hkv, D);
     check_equal("  1 thread == 2 threads (out)", out2, out, s.nq);
     check_equal("  1 thread == 2 threads (lse)", lse2, lse, s.nl);
 
@@ -145,9 +145,9 @@ static void test_shape(backend *be, backend *one, int B, int T, int H, int Hkv, 
     check_within("  bwd dq", dq, rq, bq, s.nq);
     check_within("  bwd dk", dk, rk, bk, s.nk);
     check_within("  bwd dv", dv, rv, bv, s.nk);
-    be->ops->attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
     check_equal("  the op is the AMX kernel (dk)", dk2, dk, s.nk);
-    one->ops->attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
     check_equal("  1 thread == 2 threads (dq)", dq2, dq, s.nq);
     check_equal("  1 thread == 2 threads (dk)", dk2, dk, s.nk);
     check_equal("  1 thread == 2 threads (dv)", dv2, dv, s.nk);
@@ -173,13 +173,13 @@ int main(void)
     setenv("LOOM_CPU_PEAK_GFLOPS", "100", 0);
     backend *be = bf16_backend(2), *one = bf16_backend(1);
     float x[64 * 3] = {0}, o[64 * 3], l[3];
-    if (be->cfg.precision != BACKEND_BF16 ||
+    if (backend_cfg(be)->precision != BACKEND_BF16 ||
         !cpu_attention_amx_forward(be, o, l, x, x, x, 1, 1, 3, 1, 64)) {
         char why[160] = "bf16 runs here";
         cpu_bf16_ready(why, sizeof why);
         printf("skip: no AMX attention here (precision %s; %s)\n",
-               be->cfg.precision == BACKEND_BF16 ? "bf16, but no AMX tiles" : "fp32", why);
-        be->ops->destroy(be), one->ops->destroy(one);
+               backend_cfg(be)->precision == BACKEND_BF16 ? "bf16, but no AMX tiles" : "fp32", why);
+        backend_destroy(be), backend_destroy(one);
         return 77;
     }
     test_shape(be, one, 2, 37, 6, 2, 64);  /* 3-head groups, T off 16 and 32 */
@@ -191,6 +191,6 @@ int main(void)
     /* D 80 is not a multiple of 64: the kernels decline, and the op runs in fp32 */
     CHECK(cpu_attention_amx_forward(be, o, l, x, x, x, 1, 1, 2, 1, 80) == 0,
           "the AMX forward must decline D 80");
-    be->ops->destroy(be), one->ops->destroy(one);
+    backend_destroy(be), backend_destroy(one);
     return test_finish("test_cpu_attention_amx");
 }

@@ -5,7 +5,7 @@
  * operands misses that bound by far, so the check fails if the rounding was skipped. Decode-sized
  * NT products (M <= CPU_SKINNY_ROWS) and products with a dimension under CPU_BF16_MIN_DIM stay fp32
  * and are checked against the unrounded reference.
- * Where bf16 cannot run, the backend must say fp32 (be->cfg), and the reason is printed. */
+ * Where bf16 cannot run, the backend must say fp32 (backend_cfg), and the reason is printed. */
 #include "cpu_test.h"
 
 #include "backends/cpu/cpu_bf16.h"
@@ -20,7 +20,7 @@ static void check_case(backend *be, int M, int N, int K, int tA, int tB, int bet
     if (!beta)
         for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
     ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, round);
-    be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+    backend_matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
     char name[96];
     snprintf(name, sizeof name, "%s %dx%dx%d tA=%d tB=%d beta=%d", round ? "bf16" : "fp32", M, N,
              K, tA, tB, beta);
@@ -41,26 +41,26 @@ static void check_kept(backend *be)
     float *W = frand((size_t)N * K, 1), *X = frand((size_t)130 * K, 1);
     float *C = frand((size_t)130 * N, 1), *C2 = frand((size_t)130 * N, 1);
     double *want = malloc((size_t)130 * N * sizeof(double));
-    be->ops->weights_bf16(be, W, (size_t)N * K);
-    be->ops->matmul(be, C, X, W, MM, N, K, 0, 1, 0.7f, 0.0f);
+    backend_weights_bf16(be, W, (size_t)N * K);
+    backend_matmul(be, C, X, W, MM, N, K, 0, 1, 0.7f, 0.0f);
     ref_matmul(want, X, W, MM, N, K, 0, 1, 0.7, 0.0, 1);
     check_allclose_v("kept copy: 64-row NT product in bf16", C, want, (size_t)MM * N,
                      check_tol_sum(K, 0.35 * K, 3, CHECK_U_FP32), 1);
     static const int Ms[] = {1, 2, 3, 7, 16, 17, 32, 33, 63};
     for (size_t i = 0; i < sizeof Ms / sizeof *Ms; i++) {
-        be->ops->matmul(be, C2, X, W, Ms[i], N, K, 0, 1, 0.7f, 0.0f);
+        backend_matmul(be, C2, X, W, Ms[i], N, K, 0, 1, 0.7f, 0.0f);
         char name[64];
         snprintf(name, sizeof name, "kept copy: rows of a %d-row product", Ms[i]);
         check_equal_f32(name, C2, C, (size_t)Ms[i] * N);
     }
     float *G = frand((size_t)130 * K, 1); /* NN against the kept copy (a backward's dX = dY W) */
-    be->ops->matmul(be, C, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
-    be->ops->matmul(be, G, C, W, 130, K, N, 0, 0, 1.0f, 0.0f);
-    be->ops->weights_bf16(be, W, 0);
-    be->ops->matmul(be, C2, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
+    backend_matmul(be, C, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
+    backend_matmul(be, G, C, W, 130, K, N, 0, 0, 1.0f, 0.0f);
+    backend_weights_bf16(be, W, 0);
+    backend_matmul(be, C2, X, W, 130, N, K, 0, 1, 0.7f, 0.0f);
     check_equal_f32("kept copy == rounding per call (130 rows)", C, C2, (size_t)130 * N);
     float *G2 = frand((size_t)130 * K, 1);
-    be->ops->matmul(be, G2, C2, W, 130, K, N, 0, 0, 1.0f, 0.0f);
+    backend_matmul(be, G2, C2, W, 130, K, N, 0, 0, 1.0f, 0.0f);
     check_equal_f32("kept copy == rounding per call (NN)", G, G2, (size_t)130 * K);
     if (cpu_skinny_isa() != CPU_SKINNY_NONE) check_case(be, 32, N, K, 0, 1, 0, 0); /* dropped */
     free(W), free(X), free(C), free(C2), free(want), free(G), free(G2);
@@ -77,11 +77,11 @@ int main(void)
     if (!be) return check_exit_code("test_cpu_bf16");
     char why[160] = "";
     int ready = cpu_bf16_ready(why, sizeof why);
-    CHECK(be->cfg.precision == (ready ? BACKEND_BF16 : BACKEND_FP32),
+    CHECK(backend_cfg(be)->precision == (ready ? BACKEND_BF16 : BACKEND_FP32),
           "be->cfg.precision must say what runs (%s)", ready ? "bf16" : "fp32");
     if (!ready) {
         printf("skip: bf16 cannot run here (%s); the backend says fp32\n", why);
-        be->ops->destroy(be);
+        backend_destroy(be);
         int rc = check_exit_code("test_cpu_bf16");
         return rc ? rc : 77; /* the fallback checked, bf16 itself not: ctest reports it skipped */
     }
@@ -97,7 +97,7 @@ int main(void)
      * a new shape, and the first one met (given up for room), still multiply in bf16 */
     int kept = cpu_bf16_shapes_kept();
     float *A = frand(700 * 64, 1), *B = frand(64 * 64, 1), *C = frand(700 * 64, 1);
-    for (int M = 64; M < 700; M++) be->ops->matmul(be, C, A, B, M, 64, 64, 0, 0, 1.0f, 0.0f);
+    for (int M = 64; M < 700; M++) backend_matmul(be, C, A, B, M, 64, 64, 0, 0, 1.0f, 0.0f);
     free(A), free(B), free(C);
     CHECK(cpu_bf16_shapes_kept() > kept && cpu_bf16_shapes_kept() < kept + 636,
           "636 new shapes: %d primitives kept, %d before (none given up?)",
@@ -118,6 +118,6 @@ int main(void)
         printf("done fp32: a %d-row NT product stays fp32\n", 32);
     }
     check_kept(be);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return check_exit_code("test_cpu_bf16");
 }

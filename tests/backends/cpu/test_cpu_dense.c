@@ -15,7 +15,7 @@ static void test_matmul(backend *be, int M, int N, int K)
                     for (int i = 0; i < M * N; i++) C[i] = NAN;
                 for (int i = 0; i < M * N; i++) want[i] = C0[i];
                 ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, 0);
-                be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+                backend_matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
                 char name[80];
                 snprintf(name, sizeof name, "matmul %dx%dx%d tA=%d tB=%d beta=%d", M, N, K, tA, tB,
                          beta);
@@ -35,50 +35,50 @@ static void test_vector_ops(backend *be, size_t n)
     float *a = frand(n, 2), *b = frand(n, 2), *out = frand(n, 1), *y = frand(n, 1);
     double *want = malloc(n * sizeof(double));
     char name[80];
-    be->ops->add(be, out, a, b, n);
+    backend_add(be, out, a, b, n);
     for (size_t i = 0; i < n; i++) want[i] = (double)a[i] + b[i];
     snprintf(name, sizeof name, "add n=%zu", n);
     check_close(name, out, want, n, tol32(1, 0, 1)); /* one rounding of the exact sum */
     for (size_t i = 0; i < n; i++) want[i] = y[i] + 0.3 * (double)a[i];
-    be->ops->axpy(be, y, 0.3f, a, n);
+    backend_axpy(be, y, 0.3f, a, n);
     snprintf(name, sizeof name, "axpy n=%zu", n);
     /* 0.3f vs 0.3, the product and the sum round once each; |y| + |0.3a| < 1.6 cancels */
     check_close(name, y, want, n, tol32(2, 1.6, 2));
     for (size_t i = 0; i < n; i++) want[i] = -1.7 * (double)y[i];
-    be->ops->scale(be, y, -1.7f, n);
+    backend_scale(be, y, -1.7f, n);
     snprintf(name, sizeof name, "scale n=%zu", n);
     check_close(name, y, want, n, tol32(1, 0, 2)); /* -1.7f vs -1.7, the product */
     double ss = 0.0;
     for (size_t i = 0; i < n; i++) ss += (double)a[i] * a[i];
-    double got = be->ops->sumsq(be, a, n);
+    double got = backend_sumsq(be, a, n);
     int ok = fabs(got - ss) <= 1e-12 * ss;
     printf("%s sumsq n=%zu %.15g vs %.15g\n", ok ? "ok  " : "FAIL", n, got, ss);
     failures += !ok;
     a[n / 2] = NAN;
-    ok = isnan(be->ops->sumsq(be, a, n));
+    ok = isnan(backend_sumsq(be, a, n));
     printf("%s sumsq propagates NaN\n", ok ? "ok  " : "FAIL");
     failures += !ok;
-    be->ops->fill(be, out, 2.5f, n);
+    backend_fill(be, out, 2.5f, n);
     for (size_t i = 0; i < n; i++) b[i] = 2.5f;
     check_equal("fill", out, b, n);
     /* 0 takes memset, -0.0 the store loop: both keep their sign bit */
     size_t zero_bits = 0, neg_zero = 0;
-    be->ops->fill(be, out, 0.0f, n);
+    backend_fill(be, out, 0.0f, n);
     for (size_t i = 0; i < n; i++) zero_bits += out[i] == 0.0f && !signbit(out[i]);
-    be->ops->fill(be, out, -0.0f, n);
+    backend_fill(be, out, -0.0f, n);
     for (size_t i = 0; i < n; i++) neg_zero += out[i] == 0.0f && signbit(out[i]);
     printf("%s fill 0 and -0 n=%zu\n", zero_bits == n && neg_zero == n ? "ok  " : "FAIL", n);
     failures += zero_bits != n || neg_zero != n;
-    float *dev = be->ops->alloc(be, n * sizeof(float)), *back = frand(n, 1);
+    float *dev = backend_alloc(be, n * sizeof(float)), *back = frand(n, 1);
     size_t zeros = 0;
     for (size_t i = 0; i < n; i++) zeros += dev[i] == 0.0f;
     printf("%s alloc zero-filled\n", zeros == n ? "ok  " : "FAIL");
     failures += zeros != n;
-    be->ops->copy_h2d(be, dev, y, n * sizeof(float));
-    be->ops->copy_d2d(be, out, dev, n * sizeof(float));
-    be->ops->copy_d2h(be, back, out, n * sizeof(float));
+    backend_copy_h2d(be, dev, y, n * sizeof(float));
+    backend_copy_d2d(be, out, dev, n * sizeof(float));
+    backend_copy_d2h(be, back, out, n * sizeof(float));
     check_equal("copy h2d, d2d, d2h", back, y, n);
-    be->ops->free(be, dev);
+    backend_free(be, dev);
     free(a), free(b), free(out), free(y), free(back), free(want);
 }
 
@@ -105,11 +105,11 @@ static void test_bias(backend *be, int N, int C)
     bias_ctx ctx = {todbl(out, nc), todbl(bias, (size_t)C), todbl(w, nc), N, C};
     double *want = malloc(nc * sizeof(double));
     for (size_t i = 0; i < nc; i++) want[i] = ctx.base[i] + ctx.bias[i % C];
-    be->ops->bias_add(be, out, bias, N, C);
+    backend_bias_add(be, out, bias, N, C);
     char name[80];
     snprintf(name, sizeof name, "bias_add N=%d C=%d", N, C);
     check_close(name, out, want, nc, tol32(1, 0, 1)); /* one rounding */
-    be->ops->bias_backward(be, db, w, N, C);
+    backend_bias_backward(be, db, w, N, C);
     snprintf(name, sizeof name, "bias_backward N=%d C=%d (+=)", N, C);
     /* db0 + N terms of U(-1,1) (E|w| = 1/2, taken x2) */
     check_grad(name, bias_f, &ctx, ctx.bias, (size_t)C, db, db0, 0, tol32(N + 1, N + 1, 1));
@@ -124,8 +124,8 @@ static void test_adamw(backend *be, size_t n)
     const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
     for (int t = 1; t <= 5; t++) {
         float *g = frand(n, 3);
-        be->ops->adamw(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
-                       (float)gs);
+        backend_adamw(be, p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, t,
+                      (float)gs);
         for (size_t i = 0; i < n; i++) {
             double gi = g[i] * gs;
             md[i] = b1 * md[i] + (1 - b1) * gi;
@@ -152,25 +152,25 @@ static void test_adamw(backend *be, size_t n)
 static void test_events(backend *be)
 {
     const size_t n = 4099;
-    float *a = be->ops->alloc(be, n * sizeof(float)), *b = be->ops->alloc(be, n * sizeof(float));
+    float *a = backend_alloc(be, n * sizeof(float)), *b = backend_alloc(be, n * sizeof(float));
     float *host = malloc(n * sizeof(float));
-    backend_event *ev = be->ops->event_create(be), *ev2 = be->ops->event_create(be);
+    backend_event *ev = backend_event_create(be), *ev2 = backend_event_create(be);
     CHECK(ev != NULL && ev2 != NULL && ev != ev2, "event_create: %p %p", (void *)ev, (void *)ev2);
-    be->ops->fill(be, a, 1.5f, n);
-    be->ops->fill(be, b, -0.25f, n);
-    be->ops->add(be, b, a, b, n);
-    if (ev) be->ops->event_record(be, ev);
-    if (ev) be->ops->event_sync(be, ev);
-    be->ops->copy_d2h(be, host, b, n * sizeof(float));
+    backend_fill(be, a, 1.5f, n);
+    backend_fill(be, b, -0.25f, n);
+    backend_add(be, b, a, b, n);
+    if (ev) backend_event_record(be, ev);
+    if (ev) backend_event_sync(be, ev);
+    backend_copy_d2h(be, host, b, n * sizeof(float));
     size_t wrong = 0;
     for (size_t i = 0; i < n; i++) wrong += host[i] != 1.25f;
     CHECK(wrong == 0, "%zu of %zu results not visible after event_sync", wrong, n);
-    CHECK(be->ops->native_stream(be, 0) == NULL && be->ops->native_stream(be, 1) == NULL,
+    CHECK(backend_native_stream(be, 0) == NULL && backend_native_stream(be, 1) == NULL,
           "the cpu backend reports a native stream");
-    if (ev) be->ops->event_destroy(be, ev);
-    if (ev2) be->ops->event_destroy(be, ev2);
-    be->ops->free(be, a);
-    be->ops->free(be, b);
+    if (ev) backend_event_destroy(be, ev);
+    if (ev2) backend_event_destroy(be, ev2);
+    backend_free(be, a);
+    backend_free(be, b);
     free(host);
     printf("%s events and streams\n", wrong == 0 && ev && ev2 && ev != ev2 ? "ok  " : "FAIL");
 }
@@ -194,6 +194,6 @@ int main(int argc, char **argv)
     test_adamw(be, 1001);
     test_adamw(be, 70001);
     test_events(be);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return test_finish("test_cpu_dense");
 }

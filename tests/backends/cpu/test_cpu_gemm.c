@@ -19,7 +19,7 @@ static void check_case(int lib, backend *be, int M, int N, int K, int tA, int tB
     for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C0[i];
     ref_matmul(want, A, B, M, N, K, tA, tB, 0.7, beta, 0);
     if (be)
-        be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
+        backend_matmul(be, C, A, B, M, N, K, tA, tB, 0.7f, (float)beta);
     else
         cpu_gemm_lib(lib, tA, tB, M, N, K, 0.7f, A, tA ? M : K, B, tB ? K : N, (float)beta, C, N);
     char name[96];
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
     if (probe_run) {
         printf("%s\n", cpu_gemm_lib_name(cpu_gemm_choose(2)));
         fflush(stdout); /* before a leak report at exit could end the process unflushed */
-        be->ops->destroy(be);
+        backend_destroy(be);
         return 0;
     }
     int libs = 0;
@@ -219,6 +219,6 @@ int main(int argc, char **argv)
         printf("done %s: 4 shapes x 8 cases against the sgemm bound\n", cpu_gemm_lib_name(lib));
     }
     test_forced();
-    be->ops->destroy(be);
+    backend_destroy(be);
     return check_exit_code("test_cpu_gemm");
 }

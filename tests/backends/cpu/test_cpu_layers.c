@@ -52,9 +52,9 @@ static void test_norm(backend *be, int N, int C, int rms, size_t samples)
     char name[96];
     const char *kind = rms ? "rmsnorm" : "layernorm";
     if (rms)
-        be->ops->rmsnorm_forward(be, out, rstd, x, w, N, C, 1e-5f);
+        backend_rmsnorm_forward(be, out, rstd, x, w, N, C, 1e-5f);
     else
-        be->ops->layernorm_forward(be, out, mean, rstd, x, w, b, N, C, 1e-5f);
+        backend_layernorm_forward(be, out, mean, rstd, x, w, b, N, C, 1e-5f);
     snprintf(name, sizeof name, "%s fwd N=%d C=%d", kind, N, C);
     /* x in (-2, 2) (+3 in column 0), w, b in (-1, 1). The mean sums C terms of |x| <= 5
      * (cancelling; its error is g_C * E|x|, E|x| < 2), the variance C positive terms (relative);
@@ -66,9 +66,9 @@ static void test_norm(backend *be, int N, int C, int rms, size_t samples)
     float *dx0 = frand(nc, 1), *dw0 = frand((size_t)C, 1), *db0 = frand((size_t)C, 1);
     float *dx = fcopy(dx0, nc), *dw = fcopy(dw0, (size_t)C), *db = fcopy(db0, (size_t)C);
     if (rms)
-        be->ops->rmsnorm_backward(be, dx, dw, wo, x, w, rstd, N, C);
+        backend_rmsnorm_backward(be, dx, dw, wo, x, w, rstd, N, C);
     else
-        be->ops->layernorm_backward(be, dx, dw, db, wo, x, w, mean, rstd, N, C);
+        backend_layernorm_backward(be, dx, dw, db, wo, x, w, mean, rstd, N, C);
     snprintf(name, sizeof name, "%s bwd dinp (+=)", kind);
     /* dinp = rstd (g - mean(g) - xhat mean(g xhat)) with g = w dout: two C-term sums of |g xhat|
      * < 5 / 0.9 (cancelling), scaled by rstd, plus dx0 (|dx0| < 1) */
@@ -82,9 +82,9 @@ static void test_norm(backend *be, int N, int C, int rms, size_t samples)
     /* frozen weights: dweight/dbias NULL, dinp unchanged */
     float *dx2 = fcopy(dx0, nc);
     if (rms)
-        be->ops->rmsnorm_backward(be, dx2, NULL, wo, x, w, rstd, N, C);
+        backend_rmsnorm_backward(be, dx2, NULL, wo, x, w, rstd, N, C);
     else
-        be->ops->layernorm_backward(be, dx2, NULL, NULL, wo, x, w, mean, rstd, N, C);
+        backend_layernorm_backward(be, dx2, NULL, NULL, wo, x, w, mean, rstd, N, C);
     check_equal("  bwd with NULL dweight/dbias: same dinp", dx2, dx, nc);
     free(dx2);
     free(x), free(w), free(b), free(wo), free(out), free(mean), free(rstd), free(rm), free(rr);
@@ -127,9 +127,9 @@ static void test_act(backend *be, size_t n, int swiglu, size_t samples)
     char name[80];
     const char *kind = swiglu ? "swiglu" : "gelu";
     if (swiglu)
-        be->ops->swiglu_forward(be, out, x, u, n);
+        backend_swiglu_forward(be, out, x, u, n);
     else
-        be->ops->gelu_forward(be, out, x, n);
+        backend_gelu_forward(be, out, x, n);
     snprintf(name, sizeof name, "%s fwd n=%zu", kind, n);
     /* element-wise, ~10 roundings (the cube, tanh or exp, products); gelu's 1 + tanh(z) cancels
      * for x < 0 (and silu's x * sigmoid(x) is tiny there): an absolute u per unit of |x| < 6
@@ -138,9 +138,9 @@ static void test_act(backend *be, size_t n, int swiglu, size_t samples)
     check_close(name, out, want, n, act_tol);
     float *dx = frand(n, 1), *du = frand(n, 1); /* garbage: the backward overwrites */
     if (swiglu)
-        be->ops->swiglu_backward(be, dx, du, w, x, u, n);
+        backend_swiglu_backward(be, dx, du, w, x, u, n);
     else
-        be->ops->gelu_backward(be, dx, x, w, n);
+        backend_gelu_backward(be, dx, x, w, n);
     snprintf(name, sizeof name, "%s bwd dinp/dgate", kind);
     /* the derivative's ~15 roundings, and its cancellations times |dout| < 1: gelu' =
      * 0.5 (1 + t) + 0.5 x (1 - t^2) z' with t = tanh(z) -> -1 for x < 0 holds tanh's absolute
@@ -203,17 +203,17 @@ static void test_rope(backend *be, int B, int T, int H, int D, size_t samples)
         }
     ref_rope(&c);
     char name[80];
-    be->ops->rope(be, y, B, T, H, D, 10000.0f, 0);
+    backend_rope(be, y, B, T, H, D, 10000.0f, 0);
     snprintf(name, sizeof name, "rope fwd B=%d T=%d H=%d D=%d", B, T, H, D);
     /* x0 cos - x1 sin: cos and sin rounded to fp32 from double (u each), two products and a
      * cancelling sum of terms |x| < 1: S = 2, 3 roundings */
     const check_tol rope_tol = tol32(2, 2, 3);
     check_close(name, y, c.out, n, rope_tol);
-    be->ops->rope(be, y, B, T, H, D, 10000.0f, 1);
+    backend_rope(be, y, B, T, H, D, 10000.0f, 1);
     const check_tol twice = {2 * rope_tol.atol, 2 * rope_tol.rtol};
     check_close("rope inverse undoes forward", y, c.x, n, twice);
     /* rope is linear and orthogonal: its backward is the inverse rotation applied to dout */
-    be->ops->rope(be, w, B, T, H, D, 10000.0f, 1);
+    backend_rope(be, w, B, T, H, D, 10000.0f, 1);
     check_grad("rope bwd = inverse(dout)", rope_f, &c, c.x, n, w, NULL, samples, rope_tol);
     free(x), free(w), free(y), free(c.x), free(c.w), free(c.out), free(c.cs);
 }
@@ -238,17 +238,17 @@ static void test_rope_freqs(backend *be, int B, int T, int H, int D, size_t samp
     char name[80];
     /* as test_rope: cos, sin rounded once from double, two products, a cancelling sum */
     const check_tol rope_tol = tol32(2, 2, 3), twice = {2 * rope_tol.atol, 2 * rope_tol.rtol};
-    be->ops->rope_freqs(be, y, B, T, H, D, f, 0);
+    backend_rope_freqs(be, y, B, T, H, D, f, 0);
     snprintf(name, sizeof name, "rope_freqs fwd B=%d T=%d H=%d D=%d", B, T, H, D);
     check_close(name, y, c.out, n, rope_tol);
-    be->ops->rope_freqs(be, y, B, T, H, D, f, 1);
+    backend_rope_freqs(be, y, B, T, H, D, f, 1);
     check_close("rope_freqs inverse undoes forward", y, c.x, n, twice);
-    be->ops->rope_freqs(be, w, B, T, H, D, f, 1);
+    backend_rope_freqs(be, w, B, T, H, D, f, 1);
     check_grad("rope_freqs bwd = inverse(dout)", rope_f, &c, c.x, n, w, NULL, samples, rope_tol);
     free(y);
     y = fcopy(x, n);
-    be->ops->rope(be, y, B, T, H, D, 500000.0f, 0);
-    be->ops->rope_freqs(be, y, B, T, H, D, f, 1); /* differs: the tables must not be confused */
+    backend_rope(be, y, B, T, H, D, 500000.0f, 0);
+    backend_rope_freqs(be, y, B, T, H, D, f, 1); /* differs: the tables must not be confused */
     double diff = 0;
     for (size_t i = 0; i < n; i++) diff = fmax(diff, fabs((double)y[i] - x[i]));
     int stale = T >= 2 && diff <= 1e-3;
@@ -289,14 +289,14 @@ static void test_embedding(backend *be, int B, int T, int C, int V, int with_wpe
         for (int j = 0; j < C; j++)
             want[(size_t)i * C + j] =
                 wte[(size_t)tok[i] * C + j] + (with_wpe ? wpe[(size_t)(i % T) * C + j] : 0.0);
-    be->ops->embedding_forward(be, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
+    backend_embedding_forward(be, out, tok, wte, with_wpe ? wpe : NULL, B, T, C);
     char name[96];
     snprintf(name, sizeof name, "embedding fwd B=%d T=%d C=%d wpe=%d", B, T, C, with_wpe);
     /* wte + wpe: one rounding (a gather alone would be exact) */
     check_close(name, out, want, n, tol32(1, 0, 1));
     float *dwte0 = frand(nv, 1), *dwpe0 = frand(np, 1);
     float *dwte = fcopy(dwte0, nv), *dwpe = fcopy(dwpe0, np);
-    be->ops->embedding_backward(be, dwte, with_wpe ? dwpe : NULL, w, tok, B, T, C, V);
+    backend_embedding_backward(be, dwte, with_wpe ? dwpe : NULL, w, tok, B, T, C, V);
     /* dwte0 plus one term per occurrence of the token (at most B*T, |w| < 1); dwpe0 plus B */
     check_grad("embedding bwd dwte (+=, repeated tokens)", emb_f, &c, c.wte, nv, dwte, dwte0,
                samples, tol32(B * T + 1, B * T + 1, 1));
@@ -330,6 +330,6 @@ int main(int argc, char **argv)
     test_embedding(be, 2, 5, 9, 7, 1, 0);
     test_embedding(be, 2, 5, 9, 7, 0, 0);
     test_embedding(be, 4, 64, 256, 50, 1, 200);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return test_finish("test_cpu_layers");
 }

@@ -28,14 +28,17 @@ int main(int argc, char **argv)
     backend_config cfg = {0, 0, BACKEND_FP32, 1};
     char why[256] = "";
     backend *be = backend_select("cpu", &cfg, why, sizeof why);
-    expect(be && strcmp(be->ops->name, "cpu") == 0 && strstr(why, "--backend"),
+    expect(be && strcmp(backend_name(be), "cpu") == 0 && strstr(why, "--backend"),
            "select --backend cpu");
     if (be) {
-        printf("     %s, peak %.1f GFLOP/s, why: %s\n", be->description, backend_peak_flops(be) / 1e9, why);
-        expect(strncmp(be->description, "cpu (", 5) == 0 && strstr(be->description, "thread"),
+        printf("     %s, peak %.1f GFLOP/s, why: %s\n", backend_description(be),
+               backend_peak_flops(be) / 1e9, why);
+        expect(strncmp(backend_description(be), "cpu (", 5) == 0 &&
+                   strstr(backend_description(be), "thread"),
                "description names the BLAS kernel and threads");
-        expect(be->peak_flops > 1e9, "calibrated peak above 1 GFLOP/s");
-        expect(be->cfg.threads == (int)sysconf(_SC_NPROCESSORS_ONLN), "threads 0 = online CPUs");
+        expect(backend_peak_flops(be) > 1e9, "calibrated peak above 1 GFLOP/s");
+        expect(backend_cfg(be)->threads == (int)sysconf(_SC_NPROCESSORS_ONLN),
+               "threads 0 = online CPUs");
     }
     backend_destroy(be);
 
@@ -46,7 +49,8 @@ int main(int argc, char **argv)
     low.allow_tf32 = 1;
     be = backend_select("cpu", &low, why, sizeof why);
     int bf16 = cpu_bf16_ready(NULL, 0);
-    expect(be && be->cfg.precision == (bf16 ? BACKEND_BF16 : BACKEND_FP32) && !be->cfg.allow_tf32,
+    expect(be && backend_cfg(be)->precision == (bf16 ? BACKEND_BF16 : BACKEND_FP32) &&
+               !backend_cfg(be)->allow_tf32,
            bf16 ? "precision bf16 asked: the cpu backend's cfg says bf16, no TF32"
                 : "precision bf16 asked: the cpu backend's cfg says fp32 (bf16 cannot run here)");
     backend_destroy(be);
@@ -60,15 +64,15 @@ int main(int argc, char **argv)
     setenv("LOOM_CPU_PEAK_GFLOPS", "123.5", 1);
     cfg.threads = 1;
     be = backend_select(NULL, &cfg, why, sizeof why);
-    expect(be && strstr(why, "LOOM_BACKEND") && fabs(be->peak_flops - 123.5e9) < 1.0 &&
-               strstr(be->description, "1 thread)"),
+    expect(be && strstr(why, "LOOM_BACKEND") && fabs(backend_peak_flops(be) - 123.5e9) < 1.0 &&
+               strstr(backend_description(be), "1 thread)"),
            "LOOM_BACKEND=cpu, LOOM_CPU_PEAK_GFLOPS override, 1 thread");
     backend_destroy(be);
 
     unsetenv("LOOM_BACKEND");
     be = backend_select("", &cfg, why, sizeof why);
     expect(be != NULL, "auto-detection finds a backend");
-    if (be) printf("     auto picked %s (%s)\n", be->ops->name, why);
+    if (be) printf("     auto picked %s (%s)\n", backend_name(be), why);
     backend_destroy(be);
     return test_finish("test_cpu_registry");
 }

@@ -43,8 +43,8 @@ static const cuda_mode modes[] = {
 
 static float *upload(backend *be, const float *h, size_t n)
 {
-    float *d = be->ops->alloc(be, n * sizeof(float));
-    if (d) be->ops->copy_h2d(be, d, h, n * sizeof(float));
+    float *d = backend_alloc(be, n * sizeof(float));
+    if (d) backend_copy_h2d(be, d, h, n * sizeof(float));
     return d;
 }
 
@@ -67,31 +67,31 @@ static int check_determinism(backend *be)
     const size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nc = (size_t)B * T * C;
     float *q = upload_rand(be, nq, 1), *k = upload_rand(be, nk, 2), *v = upload_rand(be, nk, 3);
     float *dout = upload_rand(be, nq, 4), *x = upload_rand(be, nc, 5), *w = upload_rand(be, C, 6);
-    float *o = be->ops->alloc(be, nq * 4), *lse = be->ops->alloc(be, (size_t)B * H * T * 4);
-    float *mean = be->ops->alloc(be, (size_t)B * T * 4), *rstd = be->ops->alloc(be, (size_t)B * T * 4);
+    float *o = backend_alloc(be, nq * 4), *lse = backend_alloc(be, (size_t)B * H * T * 4);
+    float *mean = backend_alloc(be, (size_t)B * T * 4), *rstd = backend_alloc(be, (size_t)B * T * 4);
     int32_t tok[B * T];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % 13; /* heavy repeats */
-    int32_t *dtok = be->ops->alloc(be, sizeof tok);
-    be->ops->copy_h2d(be, dtok, tok, sizeof tok);
-    be->ops->attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
-    float *y = be->ops->alloc(be, nc * 4);
-    be->ops->layernorm_forward(be, y, mean, rstd, x, w, w, B * T, C, 1e-5f);
-    be->ops->free(be, y);
+    int32_t *dtok = backend_alloc(be, sizeof tok);
+    backend_copy_h2d(be, dtok, tok, sizeof tok);
+    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
+    float *y = backend_alloc(be, nc * 4);
+    backend_layernorm_forward(be, y, mean, rstd, x, w, w, B * T, C, 1e-5f);
+    backend_free(be, y);
     size_t sizes[6] = {nq, nk, nk, (size_t)V * C, (size_t)C, (size_t)C};
     float *res[2][6];
     int bad = 0;
     for (int r = 0; r < 2; r++) {
-        for (int j = 0; j < 6; j++) res[r][j] = be->ops->alloc(be, sizes[j] * 4);
-        be->ops->attention_backward(be, res[r][0], res[r][1], res[r][2], dout, q, k, v, o, lse, B, T, H, Hkv, D);
-        be->ops->embedding_backward(be, res[r][3], NULL, x, dtok, B, T, C, V);
-        float *dx = be->ops->alloc(be, nc * 4); /* inputs stay untouched between the runs */
-        be->ops->layernorm_backward(be, dx, res[r][4], res[r][5], x, x, w, mean, rstd, B * T, C);
-        be->ops->free(be, dx);
+        for (int j = 0; j < 6; j++) res[r][j] = backend_alloc(be, sizes[j] * 4);
+        backend_attention_backward(be, res[r][0], res[r][1], res[r][2], dout, q, k, v, o, lse, B, T, H, Hkv, D);
+        backend_embedding_backward(be, res[r][3], NULL, x, dtok, B, T, C, V);
+        float *dx = backend_alloc(be, nc * 4); /* inputs stay untouched between the runs */
+        backend_layernorm_backward(be, dx, res[r][4], res[r][5], x, x, w, mean, rstd, B * T, C);
+        backend_free(be, dx);
     }
     for (int j = 0; j < 6; j++) {
         float *a = malloc(sizes[j] * 4), *b = malloc(sizes[j] * 4);
-        be->ops->copy_d2h(be, a, res[0][j], sizes[j] * 4);
-        be->ops->copy_d2h(be, b, res[1][j], sizes[j] * 4);
+        backend_copy_d2h(be, a, res[0][j], sizes[j] * 4);
+        backend_copy_d2h(be, b, res[1][j], sizes[j] * 4);
         if (memcmp(a, b, sizes[j] * 4) != 0) {
             static const char *names[6] = {"attention dq", "attention dk", "attention dv",
                                            "embedding dwte", "layernorm dweight", "layernorm dbias"};
@@ -99,10 +99,10 @@ static int check_determinism(backend *be)
             bad++;
         }
         free(a), free(b);
-        be->ops->free(be, res[0][j]), be->ops->free(be, res[1][j]);
+        backend_free(be, res[0][j]), backend_free(be, res[1][j]);
     }
     float *all[] = {q, k, v, dout, x, w, o, lse, mean, rstd, (float *)dtok};
-    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) backend_free(be, all[j]);
     return bad;
 }
 
@@ -112,31 +112,31 @@ static int check_unaligned(backend *be)
 {
     enum { B = 1, T = 100, H = 2, D = 64 };
     const size_t n = (size_t)B * T * H * D;
-    float *x = upload_rand(be, n, 7), *big = be->ops->alloc(be, (n + 1) * 3 * 4);
-    float *o1 = be->ops->alloc(be, n * 4), *o2 = be->ops->alloc(be, (n + 1) * 4);
-    float *l1 = be->ops->alloc(be, (size_t)B * H * T * 4), *l2 = be->ops->alloc(be, (size_t)B * H * T * 4);
+    float *x = upload_rand(be, n, 7), *big = backend_alloc(be, (n + 1) * 3 * 4);
+    float *o1 = backend_alloc(be, n * 4), *o2 = backend_alloc(be, (n + 1) * 4);
+    float *l1 = backend_alloc(be, (size_t)B * H * T * 4), *l2 = backend_alloc(be, (size_t)B * H * T * 4);
     float *qa = big + 1, *ka = big + n + 2, *va = big + 2 * n + 3; /* all 4 bytes off */
-    be->ops->copy_d2d(be, qa, x, n * 4);
-    be->ops->copy_d2d(be, ka, x, n * 4);
-    be->ops->copy_d2d(be, va, x, n * 4);
-    be->ops->attention_forward(be, o1, l1, x, x, x, B, T, H, H, D);
-    be->ops->attention_forward(be, o2 + 1, l2, qa, ka, va, B, T, H, H, D);
+    backend_copy_d2d(be, qa, x, n * 4);
+    backend_copy_d2d(be, ka, x, n * 4);
+    backend_copy_d2d(be, va, x, n * 4);
+    backend_attention_forward(be, o1, l1, x, x, x, B, T, H, H, D);
+    backend_attention_forward(be, o2 + 1, l2, qa, ka, va, B, T, H, H, D);
     float *a = malloc(n * 4), *b = malloc(n * 4);
-    be->ops->copy_d2h(be, a, o1, n * 4);
-    be->ops->copy_d2h(be, b, o2 + 1, n * 4);
+    backend_copy_d2h(be, a, o1, n * 4);
+    backend_copy_d2h(be, b, o2 + 1, n * 4);
     int bad = memcmp(a, b, n * 4) != 0;
     if (bad) fprintf(stderr, "FAIL: attention_forward on unaligned q/k/v/out differs from aligned\n");
     free(a), free(b);
     float *all[] = {x, big, o1, o2, l1, l2};
-    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) backend_free(be, all[j]);
     return bad;
 }
 
 /* C = x W^T on the device, back on the host. */
 static void matmul_host(backend *be, float *host, float *C, const float *x, const float *W, int M, int N, int K)
 {
-    be->ops->matmul(be, C, x, W, M, N, K, 0, 1, 1.0f, 0.0f);
-    be->ops->copy_d2h(be, host, C, (size_t)M * N * 4);
+    backend_matmul(be, C, x, W, M, N, K, 0, 1, 1.0f, 0.0f);
+    backend_copy_d2h(be, host, C, (size_t)M * N * 4);
 }
 
 /* bf16 mode: a matmul reading registered weights gives the same bits as one casting them per
@@ -146,28 +146,28 @@ static int check_bf16_weights(backend *be)
 {
     enum { M = 32, N = 48, K = 64 };
     float *x = upload_rand(be, (size_t)M * K, 11), *W = upload_rand(be, (size_t)2 * N * K, 12);
-    float *W2 = upload_rand(be, (size_t)N * K, 13), *C = be->ops->alloc(be, (size_t)M * N * 4);
+    float *W2 = upload_rand(be, (size_t)N * K, 13), *C = backend_alloc(be, (size_t)M * N * 4);
     float *want = malloc(M * N * 4), *want2 = malloc(M * N * 4), *got = malloc(M * N * 4);
     float *second = W + (size_t)N * K; /* the second half of the registered buffer */
     int bad = 0;
     matmul_host(be, want, C, x, second, M, N, K);
     matmul_host(be, want2, C, x, W2, M, N, K);
-    be->ops->weights_bf16(be, W, (size_t)2 * N * K);
+    backend_weights_bf16(be, W, (size_t)2 * N * K);
     matmul_host(be, got, C, x, second, M, N, K);
     if (memcmp(got, want, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: registered copy differs from the per-call cast\n");
-    be->ops->copy_d2d(be, second, W2, (size_t)N * K * 4); /* changed behind the registration */
+    backend_copy_d2d(be, second, W2, (size_t)N * K * 4); /* changed behind the registration */
     matmul_host(be, got, C, x, second, M, N, K);
     if (memcmp(got, want, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: the matmul recast the weights instead of reading the copy\n");
-    be->ops->weights_bf16(be, W, (size_t)2 * N * K); /* re-registered: the new values */
+    backend_weights_bf16(be, W, (size_t)2 * N * K); /* re-registered: the new values */
     matmul_host(be, got, C, x, second, M, N, K);
     if (memcmp(got, want2, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: re-registering did not refresh the copy\n");
-    be->ops->copy_d2d(be, second, W2 + 1, (size_t)(N * K - 1) * 4);
-    be->ops->weights_bf16(be, W, 0); /* dropped: per-call casts of the current values again */
+    backend_copy_d2d(be, second, W2 + 1, (size_t)(N * K - 1) * 4);
+    backend_weights_bf16(be, W, 0); /* dropped: per-call casts of the current values again */
     matmul_host(be, got, C, x, second, M, N, K);
     if (!memcmp(got, want2, M * N * 4)) bad++, fprintf(stderr, "FAIL: bf16 weights: a dropped copy is still read\n");
     free(want), free(want2), free(got);
     float *all[] = {x, W, W2, C};
-    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) be->ops->free(be, all[j]);
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) backend_free(be, all[j]);
     if (!bad) printf("bf16 weights: registered copy read, refreshed only on registration, dropped\n");
     return bad;
 }
@@ -276,25 +276,25 @@ static int check_bf16_attention_one(backend *be, const att_shape *a)
             }
         }
     float *gq = upload(be, q, nq), *gk = upload(be, k, nk), *gv = upload(be, v, nk), *gdo = upload(be, dO, nq);
-    float *go = be->ops->alloc(be, nq * 4), *gl = be->ops->alloc(be, nl * 4);
-    float *gdq = be->ops->alloc(be, nq * 4), *gdk = be->ops->alloc(be, nk * 4), *gdv = be->ops->alloc(be, nk * 4);
-    be->ops->attention_forward(be, go, gl, gq, gk, gv, B, T, H, Hkv, D);
-    be->ops->attention_backward(be, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, D);
+    float *go = backend_alloc(be, nq * 4), *gl = backend_alloc(be, nl * 4);
+    float *gdq = backend_alloc(be, nq * 4), *gdk = backend_alloc(be, nk * 4), *gdv = backend_alloc(be, nk * 4);
+    backend_attention_forward(be, go, gl, gq, gk, gv, B, T, H, Hkv, D);
+    backend_attention_backward(be, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, D);
     float *h = malloc(nq * 4);
     int bad = 0;
     u_bound(mout, nq), u_bound(mdq, nq), u_bound(mdk, nk), u_bound(mdv, nk);
-    be->ops->copy_d2h(be, h, go, nq * 4);
+    backend_copy_d2h(be, h, go, nq * 4);
     bad += bound_check("out", a, h, out, mout, nq);
-    be->ops->copy_d2h(be, h, gl, nl * 4);
+    backend_copy_d2h(be, h, gl, nl * 4);
     bad += bound_check("lse", a, h, lse, mlse, nl);
-    be->ops->copy_d2h(be, h, gdq, nq * 4);
+    backend_copy_d2h(be, h, gdq, nq * 4);
     bad += bound_check("dq", a, h, dq, mdq, nq);
-    be->ops->copy_d2h(be, h, gdk, nk * 4);
+    backend_copy_d2h(be, h, gdk, nk * 4);
     bad += bound_check("dk", a, h, dk, mdk, nk);
-    be->ops->copy_d2h(be, h, gdv, nk * 4);
+    backend_copy_d2h(be, h, gdv, nk * 4);
     bad += bound_check("dv", a, h, dv, mdv, nk);
     float *dev[] = {gq, gk, gv, gdo, go, gl, gdq, gdk, gdv};
-    for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) be->ops->free(be, dev[j]);
+    for (size_t j = 0; j < sizeof dev / sizeof dev[0]; j++) backend_free(be, dev[j]);
     free(h), free(q), free(k), free(v), free(dO), free(out), free(mout), free(lse), free(mlse);
     free(dq), free(mdq), free(dk), free(mdk), free(dv), free(mdv), free(p), free(ds);
     return bad;
@@ -319,21 +319,21 @@ static int check_uploads(backend *be)
     int bad = 0;
     for (int c = 0; c < COPIES; c++) {
         size_t n = c % 5 == 4 ? big : SMALL;
-        d[c] = be->ops->alloc(be, n * 4);
+        d[c] = backend_alloc(be, n * 4);
         for (size_t i = 0; i < n; i++) h[i] = (float)(c * 100000 + (int)(i % 99991));
-        be->ops->copy_h2d(be, d[c], h, n * 4);
+        backend_copy_h2d(be, d[c], h, n * 4);
         memset(h, 0xff, n * 4); /* the caller may reuse its buffer at once */
     }
     for (int c = 0; c < COPIES; c++) {
         size_t n = c % 5 == 4 ? big : SMALL;
-        be->ops->copy_d2h(be, back, d[c], n * 4);
+        backend_copy_d2h(be, back, d[c], n * 4);
         for (size_t i = 0; i < n; i++)
             if (back[i] != (float)(c * 100000 + (int)(i % 99991))) {
                 fprintf(stderr, "FAIL: upload %d (%zu floats): element %zu = %g\n", c, n, i, back[i]);
                 bad++;
                 break;
             }
-        be->ops->free(be, d[c]);
+        backend_free(be, d[c]);
     }
     free(h), free(back);
     return bad;
@@ -368,7 +368,8 @@ int main(int argc, char **argv)
             failed_modes++;
             continue;
         }
-        printf("== %s: %s, inner products at u = %g\n", modes[i].name, gpu->description, modes[i].u_dot);
+        printf("== %s: %s, inner products at u = %g\n", modes[i].name, backend_description(gpu),
+               modes[i].u_dot);
         int bad = op_suite_run(gpu, cpu, modes[i].u_dot, 1);
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);

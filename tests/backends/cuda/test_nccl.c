@@ -39,10 +39,10 @@ static void check_close(const char *what, int rank, const float *got, const floa
 /* Device buffer from host values; the event orders the comm stream after the upload. */
 static float *upload(backend *be, backend_event *ev, const float *h, size_t n)
 {
-    float *d = be->ops->alloc(be, n * sizeof(float));
+    float *d = backend_alloc(be, n * sizeof(float));
     if (!d) return NULL;
-    be->ops->copy_h2d(be, d, h, n * sizeof(float));
-    be->ops->event_record(be, ev);
+    backend_copy_h2d(be, d, h, n * sizeof(float));
+    backend_event_record(be, ev);
     return d;
 }
 
@@ -62,10 +62,10 @@ static void test_allreduce(backend *be, comm *c, backend_event *ev, comm_op op, 
         fprintf(stderr, "FAIL: rank %d: allreduce: %s\n", c->rank, loom_error());
         g_fail++;
     } else {
-        be->ops->copy_d2h(be, h, d, n * sizeof(float));
+        backend_copy_d2h(be, h, d, n * sizeof(float));
         check_close(op == COMM_AVG ? "allreduce avg" : "allreduce sum", c->rank, h, want, n);
     }
-    be->ops->free(be, d);
+    backend_free(be, d);
     free(h);
     free(want);
 }
@@ -79,18 +79,18 @@ static void test_reduce_scatter(backend *be, comm *c, backend_event *ev)
     double ranks = c->size * (c->size - 1) / 2.0;
     for (size_t i = 0; i < count; i++)
         want[i] = (float)(1000.0 * ranks + (double)c->size * (double)((size_t)c->rank * count + i));
-    float *send = upload(be, ev, h, total), *recv = be->ops->alloc(be, count * sizeof(float));
+    float *send = upload(be, ev, h, total), *recv = backend_alloc(be, count * sizeof(float));
     comm_request *req = NULL;
     if (!send || !recv || comm_reduce_scatter(c, recv, send, count, COMM_SUM, &req) != 0 ||
         comm_wait(c, req) != 0) {
         fprintf(stderr, "FAIL: rank %d: reduce_scatter: %s\n", c->rank, loom_error());
         g_fail++;
     } else {
-        be->ops->copy_d2h(be, h, recv, count * sizeof(float));
+        backend_copy_d2h(be, h, recv, count * sizeof(float));
         check_close("reduce_scatter", c->rank, h, want, count);
     }
-    be->ops->free(be, send);
-    be->ops->free(be, recv);
+    backend_free(be, send);
+    backend_free(be, recv);
     free(h);
     free(want);
 }
@@ -109,11 +109,11 @@ static void test_allgather(backend *be, comm *c, backend_event *ev, int in_place
         fprintf(stderr, "FAIL: rank %d: allgather: %s\n", c->rank, loom_error());
         g_fail++;
     } else {
-        be->ops->copy_d2h(be, h, recv, total * sizeof(float));
+        backend_copy_d2h(be, h, recv, total * sizeof(float));
         check_close(in_place ? "allgather in place" : "allgather", c->rank, h, want, total);
     }
-    if (!in_place) be->ops->free(be, send);
-    be->ops->free(be, recv);
+    if (!in_place) backend_free(be, send);
+    backend_free(be, recv);
     free(h);
     free(want);
 }
@@ -121,18 +121,18 @@ static void test_allgather(backend *be, comm *c, backend_event *ev, int in_place
 static void test_broadcast(backend *be, comm *c, backend_event *ev)
 {
     const int root = c->size - 1;
-    unsigned char h[13], *d = be->ops->alloc(be, sizeof h);
+    unsigned char h[13], *d = backend_alloc(be, sizeof h);
     for (int i = 0; i < 13; i++) h[i] = (unsigned char)(c->rank == root ? 200 + i : 0);
     comm_request *req = NULL;
     if (d) {
-        be->ops->copy_h2d(be, d, h, sizeof h);
-        be->ops->event_record(be, ev);
+        backend_copy_h2d(be, d, h, sizeof h);
+        backend_event_record(be, ev);
     }
     if (!d || comm_broadcast(c, d, sizeof h, root, &req) != 0 || comm_wait(c, req) != 0) {
         fprintf(stderr, "FAIL: rank %d: broadcast: %s\n", c->rank, loom_error());
         g_fail++;
     } else {
-        be->ops->copy_d2h(be, h, d, sizeof h);
+        backend_copy_d2h(be, h, d, sizeof h);
         for (int i = 0; i < 13; i++)
             if (h[i] != 200 + i) {
                 fprintf(stderr, "FAIL: rank %d: broadcast byte %d = %d, want %d\n", c->rank, i, h[i], 200 + i);
@@ -140,7 +140,7 @@ static void test_broadcast(backend *be, comm *c, backend_event *ev)
                 break;
             }
     }
-    be->ops->free(be, d);
+    backend_free(be, d);
 }
 
 static void test_host_ops(comm *c)
@@ -207,14 +207,14 @@ int main(int argc, char **argv)
     int own = argc > 1 && strcmp(argv[1], "own") == 0;
     int stall = argc > 1 && strcmp(argv[1], "stall") == 0;
     comm *c = comm_init("nccl", &argc, &argv, "cuda");
-    comm_device dev = {be->ops->native_stream(be, 1), NULL, NULL};
+    comm_device dev = {backend_native_stream(be, 1), NULL, NULL};
     if (!c || (!own && comm_attach_device(c, &dev) != 0)) {
         fprintf(stderr, "FAIL: comm_init(nccl): %s\n", loom_error());
         backend_destroy(be);
         return 1;
     }
     c->timeout_s = 60;
-    backend_event *ev = be->ops->event_create(be);
+    backend_event *ev = backend_event_create(be);
     if (stall) return test_stall(be, c, ev);
     test_allreduce(be, c, ev, COMM_SUM, 0);
     test_allreduce(be, c, ev, COMM_AVG, 0);
@@ -224,7 +224,7 @@ int main(int argc, char **argv)
     test_allgather(be, c, ev, 1);
     test_broadcast(be, c, ev);
     test_host_ops(c);
-    be->ops->event_destroy(be, ev);
+    backend_event_destroy(be, ev);
     int rank = c->rank, size = c->size;
     comm_destroy(c);
     backend_destroy(be);

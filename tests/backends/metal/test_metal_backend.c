@@ -17,23 +17,23 @@ extern const backend_entry metal_backend_entry;
 static int check_events(backend *be)
 {
     const size_t n = 1 << 20;
-    float *x = be->ops->alloc(be, n * sizeof(float)), host[4];
-    backend_event *ev = be->ops->event_create(be);
+    float *x = backend_alloc(be, n * sizeof(float)), host[4];
+    backend_event *ev = backend_event_create(be);
     if (!x || !ev) return 1;
-    be->ops->fill(be, x, 3.0f, n);
-    be->ops->scale(be, x, 0.5f, n);
-    be->ops->event_record(be, ev);
-    be->ops->event_sync(be, ev);
-    be->ops->copy_d2h(be, host, x + n - 4, sizeof host);
+    backend_fill(be, x, 3.0f, n);
+    backend_scale(be, x, 0.5f, n);
+    backend_event_record(be, ev);
+    backend_event_sync(be, ev);
+    backend_copy_d2h(be, host, x + n - 4, sizeof host);
     int bad = host[3] != 1.5f;
     if (bad) printf("FAIL events: x[n-1] = %g after fill 3, scale 0.5 (want 1.5)\n", host[3]);
-    double ss = be->ops->sumsq(be, x, n);
+    double ss = backend_sumsq(be, x, n);
     if (ss != 2.25 * (double)n) {
         printf("FAIL sumsq = %.17g, want %.17g\n", ss, 2.25 * (double)n);
         bad = 1;
     }
-    be->ops->event_destroy(be, ev);
-    be->ops->free(be, x);
+    backend_event_destroy(be, ev);
+    backend_free(be, x);
     return bad;
 }
 
@@ -52,7 +52,7 @@ int main(void)
         printf("FAIL: cannot create backends: %s\n", loom_error());
         return 1;
     }
-    printf("%s\n", mtl->description);
+    printf("%s\n", backend_description(mtl));
     int bad = check_events(mtl);
     bad += op_suite_run(mtl, cpu, CHECK_U_FP32, 1);
     backend_destroy(mtl);

@@ -154,12 +154,13 @@ int main(void)
     backend *cpu = cpu_backend_entry.create(&cfg);
     CHECK(shim && cpu, "backends created (shim %p, cpu %p)", (void *)shim, (void *)cpu);
     if (shim && cpu) {
-        CHECK(strcmp(shim->ops->name, "metal-shim") == 0, "shim backend name '%s'", shim->ops->name);
+        CHECK(strcmp(backend_name(shim), "metal-shim") == 0, "shim backend name '%s'",
+              backend_name(shim));
         int bad = op_suite_run(shim, cpu, CHECK_U_FP32, 1);
         CHECK(bad == 0, "op suite: %d failing checks", bad);
     }
-    if (shim) shim->ops->destroy(shim);
-    if (cpu) cpu->ops->destroy(cpu);
+    if (shim) backend_destroy(shim);
+    if (cpu) backend_destroy(cpu);
     CHECK(metal_shim_error_count() == 0, "the shim device saw %d misuses (see stderr)", metal_shim_error_count());
     if (failures) {
         printf("metal_kernels_shim: %d failure%s\n", failures, failures == 1 ? "" : "s");

@@ -47,7 +47,7 @@ static void load_weights(model *m, const model *plain)
         /* qk_norm models: perturb everything so the biases and norm weights are not 0 and 1 */
         for (size_t j = 0; m->cfg.qk_norm && j < m->nparams; j++) h[j] += 0.1f * rng_normal(9, j);
     }
-    be->ops->copy_h2d(be, m->params, h, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, h, m->nparams * sizeof(float));
     free(h);
 }
 

@@ -38,8 +38,8 @@ static double fwd(model *m, float grad_scale)
 
 static double loss_of(model *m) { return fwd(m, 0.0f); }
 
-static float get1(model *m, float *p) { float v; m->be->ops->copy_d2h(m->be, &v, p, sizeof v); return v; }
-static void set1(model *m, float *p, float v) { m->be->ops->copy_h2d(m->be, p, &v, sizeof v); }
+static float get1(model *m, float *p) { float v; backend_copy_d2h(m->be, &v, p, sizeof v); return v; }
+static void set1(model *m, float *p, float v) { backend_copy_h2d(m->be, p, &v, sizeof v); }
 
 /* Central differences of the fp32 model's loss sum L (h = 1e-2) against the analytic gradient,
  * element-wise (tests/check.h). The difference quotient is off by
@@ -100,16 +100,16 @@ static void check_gradients(int llama)
     CHECK(m != NULL, "model_create");
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 7, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     int32_t tok[16], tgt[16];
     make_batch(B, T, mc.vocab, tok, tgt, 11);
     model_set_batch(m, tok, tgt);
 
-    be->ops->fill(be, m->grads, 0.0f, m->nparams);
+    backend_fill(be, m->grads, 0.0f, m->nparams);
     double base = fwd(m, 1.0f); /* grad of the loss SUM */
     model_backward(m);
     float *grad = malloc(m->nparams * sizeof(float));
-    be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
+    backend_copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
     CHECK(isfinite(base) && base > 0, "loss %g", base);
 
     const char *worst_name = "";
@@ -133,7 +133,7 @@ static void check_overfit(int llama)
     model *m = model_create(&mc, be, B, T, 1, 1, 0, NULL);
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 3, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     optim_piece piece = {0, m->nparams, 0};
     optim *o = optim_create(be, m, &piece, 1, m->nparams);
     job_config cfg;
@@ -146,7 +146,7 @@ static void check_overfit(int llama)
     double first = 0, loss = 0;
     float *pa[1] = {m->params}, *ga[1] = {m->grads};
     for (int step = 0; step < 300; step++) {
-        be->ops->fill(be, m->grads, 0.0f, m->nparams);
+        backend_fill(be, m->grads, 0.0f, m->nparams);
         loss = fwd(m, 1.0f / 15.0f) / 15.0; /* 15 unmasked targets */
         model_backward(m);
         if (step == 0) first = loss;
@@ -172,11 +172,11 @@ static void check_lora(void)
     model *m = model_create(&mc, be, B, T, 1, 1, 0, &ls);
     float *base = malloc(plain->nparams * sizeof(float));
     model_init_values(plain, 7, base);
-    be->ops->copy_h2d(be, plain->params, base, plain->nparams * sizeof(float));
+    backend_copy_h2d(be, plain->params, base, plain->nparams * sizeof(float));
     CHECK(model_load_base_range(m, base, 0, m->nbase_params) == 0, "load base: %s", loom_error());
     float *ad = malloc(m->nparams * sizeof(float));
     model_init_values(m, 9, ad);
-    be->ops->copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
     int32_t tok[16], tgt[16];
     make_batch(B, T, mc.vocab, tok, tgt, 11);
     model_set_batch(plain, tok, tgt);
@@ -188,12 +188,12 @@ static void check_lora(void)
     for (int i = 0; i < m->ntensors; i++)
         if (strstr(m->tensors[i].name, "lora_B"))
             for (size_t j = 0; j < m->tensors[i].numel; j++) ad[m->tensors[i].offset + j] = 0.2f * rng_normal(5, j + 100 * (size_t)i);
-    be->ops->copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
-    be->ops->fill(be, m->grads, 0.0f, m->nparams);
+    backend_copy_h2d(be, m->params, ad, m->nparams * sizeof(float));
+    backend_fill(be, m->grads, 0.0f, m->nparams);
     fwd(m, 1.0f);
     model_backward(m);
     float *grad = malloc(m->nparams * sizeof(float));
-    be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
+    backend_copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
     double worst = fd_check(m, grad, 4, 3, "LoRA", NULL);
     printf("LoRA: B = 0 equals base bitwise; adapter gradients worst error %.2f of its bound\n", worst);
 
@@ -202,7 +202,7 @@ static void check_lora(void)
     float *merged = malloc(plain->nparams * sizeof(float));
     memcpy(merged, base, plain->nparams * sizeof(float));
     CHECK(model_lora_merge(m, merged, ad) == 0, "merge failed");
-    be->ops->copy_h2d(be, plain->params, merged, plain->nparams * sizeof(float));
+    backend_copy_h2d(be, plain->params, merged, plain->nparams * sizeof(float));
     double folded = loss_of(plain);
     CHECK(fabs(folded - adapted) < 1e-4 * fabs(adapted), "merged loss %.7g != adapted loss %.7g", folded, adapted);
     printf("LoRA merge: merged model loss %.7f, adapted %.7f\n", folded, adapted);
@@ -214,13 +214,13 @@ static void check_lora(void)
     config_defaults(&cfg);
     float *pa[1] = {m->params}, *ga[1] = {m->grads};
     for (int step = 0; step < 5; step++) {
-        be->ops->fill(be, m->grads, 0.0f, m->nparams);
+        backend_fill(be, m->grads, 0.0f, m->nparams);
         fwd(m, 1.0f / 15.0f);
         model_backward(m);
         optim_step(o, &cfg.train, pa, ga, 1e-2f, 1.0f);
     }
     float *after = malloc(m->nbase_params * sizeof(float));
-    be->ops->copy_d2h(be, after, m->base, m->nbase_params * sizeof(float));
+    backend_copy_d2h(be, after, m->base, m->nbase_params * sizeof(float));
     CHECK(memcmp(after, base, m->nbase_params * sizeof(float)) == 0, "LoRA training changed the frozen base weights");
     optim_destroy(o);
     free(after); free(merged); free(grad); free(ad); free(base);
@@ -238,7 +238,7 @@ static void check_decode(int llama)
     model *m = model_create(&mc, be, 2, T, 1, 0, 0, NULL);
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 7, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     int32_t tok[8];
     for (int i = 0; i < T; i++) tok[i] = (int32_t)(rng_u64(21, (uint64_t)i) % (uint64_t)mc.vocab);
     float *full = malloc((size_t)mc.vocab * sizeof(float)), *inc = malloc((size_t)mc.vocab * sizeof(float));
@@ -309,7 +309,7 @@ static void check_forward_errors(void)
     if (!m) { backend_destroy(be); return; }
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 3, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     int32_t tok[16], tgt[16];
     make_batch(2, 8, mc.vocab, tok, tgt, 21);
     model_set_batch(m, tok, tgt);
@@ -354,7 +354,7 @@ static void check_bind_regions(int llama, int lora)
     float *host = malloc(whole->nparams * sizeof(float)), *base = NULL;
     model_init_values(whole, 3, host);
     for (size_t j = 0; lora && j < whole->nparams; j++) host[j] = 0.1f * rng_normal(9, j); /* B != 0 */
-    be->ops->copy_h2d(be, whole->params, host, whole->nparams * sizeof(float));
+    backend_copy_h2d(be, whole->params, host, whole->nparams * sizeof(float));
     if (lora) {
         base = calloc(whole->nbase_params, sizeof(float));
         for (size_t j = 0; j < whole->nbase_params; j++) base[j] = 0.3f * rng_normal(8, j);
@@ -364,8 +364,8 @@ static void check_bind_regions(int llama, int lora)
     float **buf = calloc((size_t)parts->nregions, sizeof(float *));
     for (int r = parts->nregions - 1; r >= 0; r--) {
         size_t lo = parts->region_offset[r], n = parts->region_offset[r + 1] - lo;
-        buf[r] = be->ops->alloc(be, (n ? n : 1) * sizeof(float));
-        if (n) be->ops->copy_h2d(be, buf[r], host + lo, n * sizeof(float));
+        buf[r] = backend_alloc(be, (n ? n : 1) * sizeof(float));
+        if (n) backend_copy_h2d(be, buf[r], host + lo, n * sizeof(float));
         model_bind_region(parts, r, buf[r], NULL);
     }
     int32_t tok[16], tgt[16];
@@ -375,7 +375,7 @@ static void check_bind_regions(int llama, int lora)
     double a = loss_of(whole), b = loss_of(parts);
     CHECK(a == b, "region-bound model loss %.9g != whole-buffer loss %.9g (%s%s)", b, a,
           llama ? "llama" : "gpt2", lora ? " + LoRA" : "");
-    for (int r = 0; r < parts->nregions; r++) be->ops->free(be, buf[r]);
+    for (int r = 0; r < parts->nregions; r++) backend_free(be, buf[r]);
     free(buf); free(host); free(base);
     model_destroy(whole);
     model_destroy(parts);
@@ -408,8 +408,8 @@ static void same_weights(model *a, model *b, int lora)
     } else {
         model_init_values(b, 7, host);
     }
-    be->ops->copy_h2d(be, a->params, host, n * sizeof(float));
-    be->ops->copy_h2d(be, b->params, host, n * sizeof(float));
+    backend_copy_h2d(be, a->params, host, n * sizeof(float));
+    backend_copy_h2d(be, b->params, host, n * sizeof(float));
     free(host);
 }
 
@@ -421,14 +421,14 @@ static double same_pass(model *ref, model *m, int rows, const char *what, double
 {
     backend *be = m->be;
     size_t n = m->nparams;
-    be->ops->fill(be, ref->grads, 0.0f, n);
-    be->ops->fill(be, m->grads, 0.0f, n);
+    backend_fill(be, ref->grads, 0.0f, n);
+    backend_fill(be, m->grads, 0.0f, n);
     CHECK(model_forward(ref, 1.0f, lr) == 0 && model_backward(ref) == 0, "%s: reference pass", what);
     CHECK(model_forward(m, 1.0f, lm) == 0 && model_backward(m) == 0, "%s: pass", what);
     float *gr = malloc(n * sizeof(float)), *gm = malloc(n * sizeof(float));
     double gmax = 0, worst = 0, *want = malloc(n * sizeof(double));
-    be->ops->copy_d2h(be, gr, ref->grads, n * sizeof(float));
-    be->ops->copy_d2h(be, gm, m->grads, n * sizeof(float));
+    backend_copy_d2h(be, gr, ref->grads, n * sizeof(float));
+    backend_copy_d2h(be, gm, m->grads, n * sizeof(float));
     for (size_t j = 0; j < n; j++) {
         want[j] = gr[j];
         gmax = fabs(gr[j]) > gmax ? fabs(gr[j]) : gmax;

@@ -227,10 +227,10 @@ static void run(model *m, int B, int T, const int32_t *tok, const int32_t *tgt, 
     backend *be = m->be;
     CHECK(model_set_shape(m, B, T) == 0, "shape %d x %d: %s", B, T, loom_error());
     model_set_batch(m, tok, tgt);
-    be->ops->fill(be, m->grads, 0.0f, m->nparams);
+    backend_fill(be, m->grads, 0.0f, m->nparams);
     CHECK(model_forward(m, 1.0f / (float)targets, NULL) == 0 && model_backward(m) == 0, "pass at T %d", T);
     *loss = model_take_loss(m);
-    be->ops->copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
+    backend_copy_d2h(be, grad, m->grads, m->nparams * sizeof(float));
 }
 
 /* Rows of lengths 9, 23 and 14 of a bucketed batch: at T' = 32 (their batch length) and at the
@@ -256,7 +256,7 @@ static void check_model_shape(int llama)
     if (!m) { CHECK(0, "model_create: %s", loom_error()); backend_destroy(be); return; }
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 7, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     int32_t tf[B * TF], gf[B * TF], ts[B * TS], gs[B * TS];
     long targets = 0;
     for (int b = 0; b < B; b++)
