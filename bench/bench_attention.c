@@ -23,7 +23,7 @@ extern const backend_entry cpu_backend_entry;
 
 static float *buf(backend *be, size_t n)
 {
-    float *p = be->ops->alloc(be, n * sizeof(float));
+    float *p = backend_alloc(be, n * sizeof(float));
     if (!p) {
         fprintf(stderr, "bench_attention: %s\n", loom_error());
         exit(1);
@@ -62,13 +62,13 @@ int main(int argc, char **argv)
     BENCH_SET_THREADS(threads);
     double prod = 2.0 * B * H * ((double)T * (T + 1) / 2) * D; /* one causal product's FLOPs */
     double tf[100], tb[100], ts[100];
-    be->ops->attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D); /* warm-up: scratch */
-    be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
+    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D); /* warm-up: scratch */
+    backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
     for (int r = 0; r < rounds; r++) {
         double t0 = bench_now();
-        be->ops->attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
+        backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
         double t1 = bench_now();
-        be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
+        backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
         double t2 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, sa, S, sb, S, 0.0f,
                     sc, S);
@@ -85,6 +85,6 @@ int main(int argc, char **argv)
            2 * prod / f * 1e-9 / sg);
     printf("%-10s %10.2f %10.1f %16.1f %8.2f\n", "backward", b * 1e3, 5 * prod / b * 1e-9, sg,
            5 * prod / b * 1e-9 / sg);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return 0;
 }

@@ -32,18 +32,18 @@ static backend *be;
 static void mm(float *C, const float *A, const float *B, int M, int N, int K, int tA, int tB,
                float beta)
 {
-    TIMED(F_MATMUL, be->ops->matmul(be, C, A, B, M, N, K, tA, tB, 1.0f, beta));
+    TIMED(F_MATMUL, backend_matmul(be, C, A, B, M, N, K, tA, tB, 1.0f, beta));
     mm_flops += 2.0 * M * (double)N * K;
 }
 
 static float *buf(size_t n)
 {
-    float *p = be->ops->alloc(be, n * sizeof(float));
+    float *p = backend_alloc(be, n * sizeof(float));
     if (!p) {
         fprintf(stderr, "bench_cpu_step: %s\n", loom_error());
         exit(1);
     }
-    be->ops->fill(be, p, 0.01f, n);
+    backend_fill(be, p, 0.01f, n);
     return p;
 }
 
@@ -86,37 +86,37 @@ static void step_alloc(step_bufs *s, int L, int C, int H, int B, int T)
     s->lnw = buf(s->C), s->lnb = buf(s->C), s->glnw = buf(s->C), s->glnb = buf(s->C);
     s->bias = buf(4 * (size_t)s->C), s->gb = buf(4 * (size_t)s->C), s->losses = buf(s->N);
     s->p = buf(s->chunk), s->m = buf(s->chunk), s->vv = buf(s->chunk);
-    s->tok = be->ops->alloc(be, s->N * sizeof(int32_t));
-    s->tgt = be->ops->alloc(be, s->N * sizeof(int32_t));
+    s->tok = backend_alloc(be, s->N * sizeof(int32_t));
+    s->tgt = backend_alloc(be, s->N * sizeof(int32_t));
     for (int i = 0; i < s->N; i++) s->tok[i] = (i * 7919) % s->Vr, s->tgt[i] = (i * 104729) % s->Vr;
 }
 
 static void step_forward(step_bufs *s)
 {
     int N = s->N, C = s->C;
-    TIMED(F_EMB, be->ops->embedding_forward(be, s->x, s->tok, s->wte, s->wpe, s->B, s->T, C));
+    TIMED(F_EMB, backend_embedding_forward(be, s->x, s->tok, s->wte, s->wpe, s->B, s->T, C));
     for (int l = 0; l < s->L; l++) {
-        TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
-                                                 N, C, 1e-5f));
+        TIMED(F_NORM, backend_layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
+                                                N, C, 1e-5f));
         mm(s->qkv, s->ln, s->wqkv, N, 3 * C, C, 0, 1, 0.0f);
-        TIMED(F_ELEM, be->ops->bias_add(be, s->qkv, s->bias, N, 3 * C));
-        TIMED(F_ATTN, be->ops->attention_forward(be, s->att, s->lse, s->q, s->k, s->v, s->B, s->T,
-                                                 s->H, s->H, s->D));
+        TIMED(F_ELEM, backend_bias_add(be, s->qkv, s->bias, N, 3 * C));
+        TIMED(F_ATTN, backend_attention_forward(be, s->att, s->lse, s->q, s->k, s->v, s->B, s->T,
+                                                s->H, s->H, s->D));
         mm(s->ln, s->att, s->wproj, N, C, C, 0, 1, 0.0f);
-        TIMED(F_ELEM, be->ops->add(be, s->x, s->x, s->ln, s->NC));
-        TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
-                                                 N, C, 1e-5f));
+        TIMED(F_ELEM, backend_add(be, s->x, s->x, s->ln, s->NC));
+        TIMED(F_NORM, backend_layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
+                                                N, C, 1e-5f));
         mm(s->fc, s->ln, s->wfc, N, 4 * C, C, 0, 1, 0.0f);
-        TIMED(F_ELEM, be->ops->bias_add(be, s->fc, s->bias, N, 4 * C));
-        TIMED(F_ELEM, be->ops->gelu_forward(be, s->gl, s->fc, 4 * s->NC));
+        TIMED(F_ELEM, backend_bias_add(be, s->fc, s->bias, N, 4 * C));
+        TIMED(F_ELEM, backend_gelu_forward(be, s->gl, s->fc, 4 * s->NC));
         mm(s->ln, s->gl, s->wfp, N, C, 4 * C, 0, 1, 0.0f);
-        TIMED(F_ELEM, be->ops->add(be, s->x, s->x, s->ln, s->NC));
+        TIMED(F_ELEM, backend_add(be, s->x, s->x, s->ln, s->NC));
     }
-    TIMED(F_NORM, be->ops->layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb, N,
-                                             C, 1e-5f));
+    TIMED(F_NORM, backend_layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb, N,
+                                            C, 1e-5f));
     mm(s->logits, s->ln, s->wte, N, s->V, C, 0, 1, 0.0f);
     TIMED(F_XENT,
-          be->ops->softmax_xent(be, s->logits, s->losses, s->tgt, N, s->V, s->Vr, 1.0f / N));
+          backend_softmax_xent(be, s->logits, s->losses, s->tgt, N, s->V, s->Vr, 1.0f / N));
 }
 
 static void step_backward(step_bufs *s, int t)
@@ -124,35 +124,35 @@ static void step_backward(step_bufs *s, int t)
     int N = s->N, C = s->C;
     mm(s->dln, s->logits, s->wte, N, C, s->V, 0, 0, 0.0f);
     mm(s->gwte, s->logits, s->ln, s->V, C, N, 1, 0, 1.0f);
-    TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
-                                              s->mean, s->rstd, N, C));
+    TIMED(F_NORM, backend_layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                             s->mean, s->rstd, N, C));
     for (int l = 0; l < s->L; l++) {
         mm(s->dfc, s->dx, s->wfp, N, 4 * C, C, 0, 0, 0.0f);
         mm(s->gfp, s->dx, s->gl, C, 4 * C, N, 1, 0, 1.0f);
-        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dx, N, C));
-        TIMED(F_ELEM, be->ops->gelu_backward(be, s->dfc, s->fc, s->dfc, 4 * s->NC));
+        TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dx, N, C));
+        TIMED(F_ELEM, backend_gelu_backward(be, s->dfc, s->fc, s->dfc, 4 * s->NC));
         mm(s->dln, s->dfc, s->wfc, N, C, 4 * C, 0, 0, 0.0f);
         mm(s->gfc, s->dfc, s->ln, 4 * C, C, N, 1, 0, 1.0f);
-        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dfc, N, 4 * C));
-        TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
-                                                  s->mean, s->rstd, N, C));
+        TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dfc, N, 4 * C));
+        TIMED(F_NORM, backend_layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                                 s->mean, s->rstd, N, C));
         mm(s->att, s->dx, s->wproj, N, C, C, 0, 0, 0.0f);
         mm(s->gproj, s->dx, s->att, C, C, N, 1, 0, 1.0f);
-        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dx, N, C));
-        TIMED(F_ATTN, be->ops->attention_backward(be, s->dq, s->dk, s->dv, s->att, s->q, s->k, s->v,
-                                                  s->att, s->lse, s->B, s->T, s->H, s->H, s->D));
+        TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dx, N, C));
+        TIMED(F_ATTN, backend_attention_backward(be, s->dq, s->dk, s->dv, s->att, s->q, s->k, s->v,
+                                                 s->att, s->lse, s->B, s->T, s->H, s->H, s->D));
         mm(s->dln, s->dqkv, s->wqkv, N, C, 3 * C, 0, 0, 0.0f);
         mm(s->gqkv, s->dqkv, s->ln, 3 * C, C, N, 1, 0, 1.0f);
-        TIMED(F_ELEM, be->ops->bias_backward(be, s->gb, s->dqkv, N, 3 * C));
-        TIMED(F_NORM, be->ops->layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
-                                                  s->mean, s->rstd, N, C));
+        TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dqkv, N, 3 * C));
+        TIMED(F_NORM, backend_layernorm_backward(be, s->dx, s->glnw, s->glnb, s->dln, s->x, s->lnw,
+                                                 s->mean, s->rstd, N, C));
     }
     TIMED(F_EMB,
-          be->ops->embedding_backward(be, s->gwte, s->gwpe, s->dx, s->tok, s->B, s->T, C, s->V));
+          backend_embedding_backward(be, s->gwte, s->gwpe, s->dx, s->tok, s->B, s->T, C, s->V));
     for (int c = 0; c < 10; c++) {
-        TIMED(F_ADAM, (void)be->ops->sumsq(be, s->vv, s->chunk));
-        TIMED(F_ADAM, be->ops->adamw(be, s->p, s->m, s->m, s->vv, s->chunk, 1e-4f, 0.9f, 0.95f,
-                                     1e-8f, 0.1f, t, 1.0f));
+        TIMED(F_ADAM, (void)backend_sumsq(be, s->vv, s->chunk));
+        TIMED(F_ADAM, backend_adamw(be, s->p, s->m, s->m, s->vv, s->chunk, 1e-4f, 0.9f, 0.95f,
+                                    1e-8f, 0.1f, t, 1.0f));
     }
 }
 
@@ -161,15 +161,15 @@ static double shape_rate(int M, int N, int K, int tA, int tB, float beta, double
 {
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     float *a = buf(na), *b = buf(nb), *c = buf(nc);
-    be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta); /* warm-up */
+    backend_matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta); /* warm-up */
     double best = 1e30, t_all = bench_now();
     for (int it = 0; it < 2 || bench_now() - t_all < min_s; it++) {
         double t0 = bench_now();
-        be->ops->matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta);
+        backend_matmul(be, c, a, b, M, N, K, tA, tB, 1.0f, beta);
         double dt = bench_now() - t0;
         if (dt < best) best = dt;
     }
-    be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);
+    backend_free(be, a), backend_free(be, b), backend_free(be, c);
     return 2.0 * M * (double)N * K / best / 1e9;
 }
 
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
     }
     double peak = backend_peak_flops(be);
     printf("bench_cpu_step: %s, %d step(s) of a GPT-2 (%d layers, width %d, %d heads) at B %d x T %d\n",
-           be->description, steps, L, C, H, B, T);
+           backend_description(be), steps, L, C, H, B, T);
     for (int f = 0; f < F_COUNT; f++)
         printf("  %-14s %8.1f ms/step %5.1f%%\n", fam_name[f], 1e3 * fam_t[f] / steps,
                100 * fam_t[f] / t_total);

@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     }
     float *host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 1, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     free(host);
     int32_t *tok = malloc((size_t)B * P * sizeof(int32_t)), *next = malloc((size_t)B * sizeof(int32_t));
     const int32_t **prompts = malloc((size_t)B * sizeof *prompts);
@@ -70,7 +70,7 @@ int main(int argc, char **argv)
     }
     if (rc == 0) rc = model_gen_step(g, next, logits);
     int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
-    if (profile) prof_threads = be->cfg.threads, prof_install(be);
+    if (profile) prof_threads = backend_cfg(be)->threads, prof_install(be);
     double t0 = bench_now();
     if (rc == 0) rc = model_gen_prefill(g, prompts, lens, B, logits);
     double t1 = bench_now();
@@ -87,7 +87,8 @@ int main(int argc, char **argv)
     }
     printf("loom batch %d: %zu params, prefill %d x %d..%d (%d tokens) in %.2f s, %d steps in %.2f s, "
            "%.1f generated tokens/s, context %.0f MB (%s)\n", B, m->nparams, B, pmin, P, sum, t1 - t0,
-           N - 1, t2 - t1, (double)B * N / (t2 - t0), model_gen_bytes(g) / 1e6, be->description);
+           N - 1, t2 - t1, (double)B * N / (t2 - t0), model_gen_bytes(g) / 1e6,
+           backend_description(be));
     model_gen_destroy(g);
     model_destroy(m);
     backend_destroy(be);

@@ -50,8 +50,8 @@ static double bench_median(double *x, int n)
 
 static float *dev_zeros(backend *be, size_t n)
 {
-    float *p = be->ops->alloc(be, n * sizeof(float));
-    if (p) be->ops->fill(be, p, 0.0f, n);
+    float *p = backend_alloc(be, n * sizeof(float));
+    if (p) backend_fill(be, p, 0.0f, n);
     return p;
 }
 
@@ -64,7 +64,7 @@ static void bench_lora_weights(model *m, const model_config *mc)
     if (m->lora.rank == 0) { /* a full model: its own seeded init */
         float *w = malloc(m->nparams * sizeof(float));
         model_init_values(m, 1, w);
-        be->ops->copy_h2d(be, m->params, w, m->nparams * sizeof(float));
+        backend_copy_h2d(be, m->params, w, m->nparams * sizeof(float));
         free(w);
         return;
     }
@@ -77,7 +77,7 @@ static void bench_lora_weights(model *m, const model_config *mc)
     free(host);
     host = malloc(m->nparams * sizeof(float));
     model_init_values(m, 2, host);
-    be->ops->copy_h2d(be, m->params, host, m->nparams * sizeof(float));
+    backend_copy_h2d(be, m->params, host, m->nparams * sizeof(float));
     free(host);
 }
 
@@ -127,10 +127,10 @@ int main(int argc, char **argv)
     int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     double *dt = malloc(2 * (size_t)steps * sizeof(double)), *dc = dt + steps, loss = 0.0;
     for (int s = 0; s < steps; s++) {
-        if (profile && s == 1) prof_threads = be->cfg.threads, prof_install(be); /* the first step pays the page faults */
+        if (profile && s == 1) prof_threads = backend_cfg(be)->threads, prof_install(be); /* the first step pays the page faults */
         double t0 = bench_now(), c0 = cpu_now();
         long f0 = minor_faults();
-        be->ops->fill(be, m->grads, 0.0f, m->nparams);
+        backend_fill(be, m->grads, 0.0f, m->nparams);
         model_weights_bf16(m, 1); /* as trainer_step: bf16 copies for the step's matmuls */
         model_set_batch(m, tok, tgt);
         if (model_forward(m, targets ? 1.0f / (float)targets : 0.0f, NULL) || model_backward(m)) {
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
             return 1;
         }
         model_weights_bf16(m, 0);
-        be->ops->adamw(be, m->params, m->grads, mom, vel, m->nparams, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1, 1.0f);
+        backend_adamw(be, m->params, m->grads, mom, vel, m->nparams, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f, s + 1, 1.0f);
         loss = model_take_loss(m) / (targets ? targets : 1);
         dt[s] = bench_now() - t0;
         dc[s] = cpu_now() - c0;
@@ -151,10 +151,10 @@ int main(int argc, char **argv)
     printf("loom lora: %zu base + %zu adapter params, B %d T %d r %d, %d loss positions, "
            "median %.3f s/step, %.1f tokens/s, cpu %.3f s/step, activations %.0f MB (%s)\n",
            m->nbase_params, m->nparams, B, T, r, targets, med, B * T / med, cmed,
-           m->activation_bytes / 1e6, be->description);
+           m->activation_bytes / 1e6, backend_description(be));
     model_destroy(m);
-    be->ops->free(be, mom);
-    be->ops->free(be, vel);
+    backend_free(be, mom);
+    backend_free(be, vel);
     backend_destroy(be);
     free(tok), free(tgt), free(dt);
     return 0;

@@ -1,9 +1,10 @@
 /* bench_prof.h: PROFILE=1 for the benchmarks (bench_lora, bench_generate): every op timed
  * through a copy of the backend's op table whose entries wrap the real ones; matmuls by shape
  * (M N K tA tB, += when beta != 0) with the library its race picked (CPU). On a device backend
- * each timed op waits for the queue before and after (ops->sync), so the figures are the ops'
- * own times without overlap. Benchmarks only, one backend per process, host thread only; static
- * functions, so each benchmark has its own table. */
+ * each timed op waits for the queue before and after (the real table's sync), so the figures are
+ * the ops' own times without overlap. Benchmarks only, one backend per process, host thread only;
+ * static functions, so each benchmark has its own table. The one place outside backends/ that
+ * looks inside a backend (backend_impl.h): a profiler has to swap its table. */
 #ifndef LOOM_BENCH_PROF_H
 #define LOOM_BENCH_PROF_H
 
@@ -12,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "bench/bench_clock.h"
 

@@ -26,23 +26,23 @@ typedef struct {
 static double bench_shape(backend *be, const shape *s, double min_s)
 {
     size_t na = (size_t)s->M * s->K, nb = (size_t)s->K * s->N, nc = (size_t)s->M * s->N;
-    float *a = be->ops->alloc(be, na * 4), *b = be->ops->alloc(be, nb * 4),
-          *c = be->ops->alloc(be, nc * 4);
+    float *a = backend_alloc(be, na * 4), *b = backend_alloc(be, nb * 4),
+          *c = backend_alloc(be, nc * 4);
     if (!a || !b || !c) {
         fprintf(stderr, "bench_sgemm: %s\n", loom_error());
         exit(1);
     }
-    be->ops->fill(be, a, 0.01f, na);
-    be->ops->fill(be, b, 0.02f, nb);
-    be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta); /* warm-up */
+    backend_fill(be, a, 0.01f, na);
+    backend_fill(be, b, 0.02f, nb);
+    backend_matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta); /* warm-up */
     double best = 1e30, t_all = bench_now();
     for (int it = 0; it < 2 || bench_now() - t_all < min_s; it++) {
         double t0 = bench_now();
-        be->ops->matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta);
+        backend_matmul(be, c, a, b, s->M, s->N, s->K, s->tA, s->tB, 1.0f, s->beta);
         double dt = bench_now() - t0;
         if (dt < best) best = dt;
     }
-    be->ops->free(be, a), be->ops->free(be, b), be->ops->free(be, c);
+    backend_free(be, a), backend_free(be, b), backend_free(be, c);
     return 2.0 * s->M * (double)s->N * s->K / best / 1e9;
 }
 
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     }
     if (peak_only) {
         printf("sgemm_gflops %.1f\n", backend_peak_flops(be) / 1e9);
-        be->ops->destroy(be);
+        backend_destroy(be);
         return 0;
     }
     const int T = 1024, L = 12; /* tokens per step, layers */
@@ -92,8 +92,9 @@ int main(int argc, char **argv)
     }
     /* the peak (MFU reference) of the library the race or LOOM_GEMM picks, before any forcing */
     double peak = backend_peak_flops(be) / 1e9;
-    printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s (%s)\n", be->description,
-           cpu_blas_corename(), peak, cpu_gemm_lib_name(cpu_gemm_choose(be->cfg.threads)));
+    printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s (%s)\n",
+           backend_description(be), cpu_blas_corename(), peak,
+           cpu_gemm_lib_name(cpu_gemm_choose(backend_cfg(be)->threads)));
     shape sq = {"square", 2048, 2048, 2048, 0, 0, 0.0f, 0};
     double sq_rate[CPU_GEMM_COUNT];
     for (int l = 0; l < nl; l++) cpu_gemm_force(libs[l]), sq_rate[l] = bench_shape(be, &sq, min_s);
@@ -121,6 +122,6 @@ int main(int argc, char **argv)
         printf("%s: one step's matmuls: %.1f GFLOP in %.3f s = %.1f GFLOP/s, %.2f of square\n",
                cpu_gemm_lib_name(libs[l]), flops / 1e9, secs[l], flops / secs[l] / 1e9,
                flops / secs[l] / 1e9 / sq_rate[l]);
-    be->ops->destroy(be);
+    backend_destroy(be);
     return 0;
 }
