@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "core/text/chat_needle.h"
 
 static char *chat_strdup(const char *s)
 {
@@ -289,6 +290,8 @@ int chat_example_parse(const char *text, size_t n, sft_example *ex, int flags)
         rc = loom_fail("invalid JSON (extra text after the object at column %ld)", (long)(end - text) + 1);
     else if (!cJSON_IsObject(root))
         rc = loom_fail("line is not a JSON object");
+    else if (flags & CHAT_PARSE_NEEDLE)
+        rc = chat_needle_parse(root, text, n, ex) ? -1 : chat_needle_msgs(ex);
     else if (cJSON_GetObjectItemCaseSensitive(root, "messages"))
         rc = chat_parse_messages(root, ex, flags);
     else

@@ -49,7 +49,8 @@ typedef struct sft_example {
 } sft_example;            /* owns every pointer; free with chat_example_free */
 
 enum {
-    CHAT_PARSE_PROMPT_ONLY = 1 /* 'answers' may be absent (generation from a query + tools) */
+    CHAT_PARSE_PROMPT_ONLY = 1, /* 'answers' may be absent (generation from a query + tools) */
+    CHAT_PARSE_NEEDLE = 2       /* the line as Needle reads it (chat format "needle"; see below) */
 };
 
 /* Parse one JSON object (text of n bytes) into ex: a Needle row {"query", "tools", "answers",
@@ -68,19 +69,21 @@ void chat_example_free(sft_example *ex);
 typedef struct chat_template {
     tokenizer *tok;          /* not owned */
     const struct chat_format *fmt;
-    const char *format;      /* its name: "loom", "qwen2.5", "chatml", "llama3", "mistral" */
+    const char *format;      /* its name: "loom", "qwen2.5", "chatml", "llama3", "mistral", "needle" */
     int32_t system, user, assistant, end, tools, call, think; /* loom's markers */
     int32_t im_start, im_end; /* ChatML's */
     int32_t bos, inst, inst_end, tools_end, results, results_end; /* Mistral's ([TOOL_CALLS] is call,
-                             [AVAILABLE_TOOLS] tools) */
+                             [AVAILABLE_TOOLS] tools); bos is also Needle's BOS */
     int32_t eot;             /* generation stops at this id (end of the assistant turn) */
     int32_t pad;             /* padding id (never a target) */
 } chat_template;
 
 /* Resolve format on tok: "loom", "qwen2.5" (ChatML, Hermes tools, Qwen2.5's default system),
  * "chatml" (the same without a default system: Qwen3, SmolLM), "llama3" (Llama 3.1+), "mistral"
- * (Mistral-7B-Instruct-v0.3: [AVAILABLE_TOOLS], [INST], [TOOL_CALLS], [TOOL_RESULTS]), or "" =
- * picked from the model folder's chat_template by its markers, else loom's. -1 + loom_fail naming a marker the
+ * (Mistral-7B-Instruct-v0.3: [AVAILABLE_TOOLS], [INST], [TOOL_CALLS], [TOOL_RESULTS]), "needle"
+ * (Needle's finetune.py: [BOS] prompt target [EOS], prompt and target encoded apart; its eot is
+ * EOS), or "" = "needle" for a SentencePiece tokenizer with Needle's chat markers, else picked
+ * from the model folder's chat_template by its markers, else loom's. -1 + loom_fail naming a marker the
  * tokenizer lacks or an unknown format. */
 int chat_template_init(chat_template *ct, tokenizer *tok, const char *format);
 
@@ -97,7 +100,8 @@ int chat_render_prompt(const chat_template *ct, const sft_example *ex, int32_t *
 /* The calls of generated tokens (what followed the assistant opener) as a JSON array text in
  * out (NUL-terminated, cut before cap): loom: the text after <|call|> up to the next special
  * token; ChatML: the <tool_call> blocks joined into "[..,..]" ("[]" when there are none);
- * Mistral: the array after [TOOL_CALLS] with each call's "id" dropped ("[]" without one).
+ * Mistral: the array after [TOOL_CALLS] with each call's "id" dropped ("[]" without one); Needle:
+ * the text between <tool_call> and </tool_call> ("[]" without one, as Needle's _calls_of).
  * Returns its length, or -1 when loom's <|call|> is missing. */
 int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap);
 

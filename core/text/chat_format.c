@@ -1,7 +1,9 @@
 /* chat_format.c: the table of chat formats (loom's own; ChatML with the Hermes tool format of
- * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+; Mistral v0.3), each a renderer with its loss mask and call
- * extractor. Must never turn data text into a marker: markers are special ids placed here. */
+ * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+; Mistral v0.3; Needle's, rendered by chat_needle.c), each
+ * a renderer with its loss mask and call extractor. Must never turn data text into a marker:
+ * markers are special ids placed here (Needle's are text its SentencePiece model matches). */
 #include "core/text/chat.h"
+#include "core/text/chat_needle.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -584,6 +586,7 @@ static const chat_format chat_formats[] = {
     {"chatml", chatml_render},
     {"llama3", llama3_render},
     {"mistral", mistral_render},
+    {"needle", NULL}, /* chat_needle_render: two encodes, no writer */
 };
 
 /* ---- the template ---- */
@@ -596,10 +599,14 @@ static int chat_need(chat_template *ct, int32_t *id, const char *name)
                      tokenizer_describe(ct->tok), name);
 }
 
-/* The format a model folder's chat_template asks for, recognised by its markers. */
+/* The format a model folder's chat_template asks for, recognised by its markers; Needle's for a
+ * SentencePiece model with Needle's markers. */
 static const char *chat_detect(const tokenizer *tok)
 {
     const char *t = tokenizer_chat_template(tok);
+    if (strcmp(tokenizer_kind(tok), "sentencepiece") == 0 && tokenizer_special(tok, "<|im_start|>") >= 0 &&
+        tokenizer_special(tok, "<tool_call>") >= 0 && tokenizer_special(tok, "<tools>") >= 0)
+        return "needle";
     if (t && strstr(t, "<|im_start|>")) return strstr(t, "You are Qwen, created by Alibaba Cloud") ? "qwen2.5" : "chatml";
     if (t && strstr(t, "<|start_header_id|>")) return "llama3";
     if (t && strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]")) return "mistral";
@@ -613,9 +620,22 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
     if (!format || !format[0]) format = chat_detect(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];
-    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3, mistral)", format);
+    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3, mistral, needle)", format);
     ct->format = ct->fmt->name;
     ct->pad = tokenizer_pad(tok);
+    if (!ct->fmt->render) { /* Needle's: BOS, EOS and the markers as user-defined pieces */
+        int32_t id;
+        ct->bos = tokenizer_bos(tok);
+        ct->eot = tokenizer_eos(tok);
+        ct->call = -1;
+        if (ct->bos < 0 || ct->eot < 0)
+            return loom_fail("chat format needle: the tokenizer (%s) has no BOS or EOS (Needle's SentencePiece "
+                             "model has <s> and </s>)", tokenizer_describe(tok));
+        return chat_need(ct, &id, "<|im_start|>") || chat_need(ct, &id, "<|im_end|>") || chat_need(ct, &id, "<tools>") ||
+                       chat_need(ct, &id, "<tool_call>") || chat_need(ct, &id, "</tool_call>")
+                   ? -1
+                   : 0;
+    }
     if (ct->fmt->render == loom_render) {
         if (chat_need(ct, &ct->system, "<|system|>") || chat_need(ct, &ct->user, "<|user|>") ||
             chat_need(ct, &ct->assistant, "<|assistant|>") || chat_need(ct, &ct->end, "<|end|>") ||
@@ -651,6 +671,7 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
 static int chat_render_any(const chat_template *ct, const sft_example *ex, int32_t *tokens, uint8_t *mask,
                            int cap, int prompt_only)
 {
+    if (!ct->fmt->render) return chat_needle_render(ct, ex, tokens, mask, cap, prompt_only);
     chat_writer w = {ct, tokens, mask, cap, 0, 0, NULL, 0, 0, 0};
     int rc = ct->fmt->render(&w, ex, prompt_only);
     chat_flush(&w);
@@ -725,6 +746,7 @@ int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, ch
 {
     if (cap) out[0] = '\0';
     if (cap == 0) return -1;
+    if (!ct->fmt->render) return chat_needle_extract(ct, tokens, n, out, cap);
     if (ct->fmt->render == loom_render) {
         int start = -1, end;
         for (int i = 0; i < n && start < 0; i++)

@@ -158,8 +158,8 @@ static int sft_bad_line(const char *path, int line, int skip, sft_bad_lines *bad
     return 0;
 }
 
-/* Parse every non-blank line of path into out. */
-static int sft_parse_file(const char *path, int skip, sft_list *out, sft_bad_lines *bad)
+/* Parse every non-blank line of path into out (flags: chat_example_parse's). */
+static int sft_parse_file(const char *path, int skip, int flags, sft_list *out, sft_bad_lines *bad)
 {
     size_t len;
     char *buf = sft_read_file(path, &len);
@@ -172,7 +172,7 @@ static int sft_parse_file(const char *path, int skip, sft_list *out, sft_bad_lin
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
         if (!sft_blank(p, n)) {
             sft_example ex;
-            if (sft_check_line(p, n) == 0 && chat_example_parse(p, n, &ex, 0) == 0) {
+            if (sft_check_line(p, n) == 0 && chat_example_parse(p, n, &ex, flags) == 0) {
                 ex.line = line;
                 if ((rc = sft_list_push(out, &ex)) != 0) chat_example_free(&ex);
             } else {
@@ -294,9 +294,10 @@ int sft_data_load(sft_data *d, const data_config *cfg, const chat_template *ct, 
     memset(d, 0, sizeof *d);
     d->chat = ct;
     sft_list all = {0}, train = {0}, val = {0};
-    int rc = sft_parse_file(cfg->train, cfg->skip_bad_lines, &all, &d->bad);
+    int flags = ct->format && strcmp(ct->format, "needle") == 0 ? CHAT_PARSE_NEEDLE : 0; /* as Needle reads */
+    int rc = sft_parse_file(cfg->train, cfg->skip_bad_lines, flags, &all, &d->bad);
     if (rc == 0 && cfg->val[0]) {
-        rc = sft_parse_file(cfg->val, cfg->skip_bad_lines, &val, &d->bad_val);
+        rc = sft_parse_file(cfg->val, cfg->skip_bad_lines, flags, &val, &d->bad_val);
         if (rc == 0) { train = all; memset(&all, 0, sizeof all); }
     } else if (rc == 0) {
         rc = sft_split(&all, &train, &val, seed, cfg->val_split);

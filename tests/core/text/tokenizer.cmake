@@ -1,4 +1,4 @@
-# tests/core/text/tokenizer.cmake: the tokenizers (byte and tokenizer.json BPE) against the fixtures
+# tests/core/text/tokenizer.cmake: the tokenizers (byte, tokenizer.json BPE, SentencePiece) against the fixtures
 # tests/fixtures/tokenizers/make_fixtures.py made with the `tokenizers` library (no Python here).
 loom_add_test(test_tokenizer ${CMAKE_CURRENT_SOURCE_DIR}/test_tokenizer.c loom_text)
 set_tests_properties(test_tokenizer PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
@@ -15,6 +15,15 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/wordpiece.json "{\"model\": {\"type\": \"
 add_test(NAME cli_tokenizer_unsupported COMMAND ${TOK_EXPECT} "wordpiece.json: unsupported model type"
          $<TARGET_FILE:loom> tokenize ${PROJECT_SOURCE_DIR}/configs/data/corpus.txt tok_out.bin
          --tokenizer ${CMAKE_CURRENT_BINARY_DIR}/wordpiece.json)
+# A .model that is not a SentencePiece proto (here a JSON file), and one cut short: one line each.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/notspm.model "{\"model\": {\"type\": \"BPE\"}}")
+add_test(NAME cli_tokenizer_spm_bad COMMAND ${TOK_EXPECT} "notspm.model: not a SentencePiece model"
+         $<TARGET_FILE:loom> tokenize ${PROJECT_SOURCE_DIR}/configs/data/corpus.txt tok_out.bin
+         --tokenizer ${CMAKE_CURRENT_BINARY_DIR}/notspm.model)
+add_test(NAME cli_tokenizer_spm_cut COMMAND sh -c
+         "head -c 3000 \"$1\" > cut.model && shift && exec \"$@\"" sh ${PROJECT_SOURCE_DIR}/tests/fixtures/needle/plain.model
+         ${TOK_EXPECT} "cut.model: truncated SentencePiece model"
+         $<TARGET_FILE:loom> tokenize ${PROJECT_SOURCE_DIR}/configs/data/corpus.txt tok_out.bin --tokenizer cut.model)
 add_test(NAME cli_tokenizer_mismatch COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer_mismatch.sh
          $<TARGET_FILE:loom> ${PROJECT_SOURCE_DIR})
 

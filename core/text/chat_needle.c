@@ -1,0 +1,588 @@
+/* chat_needle.c: Needle's fine-tune data (needle/model/finetune.py 3.2.8): its two line forms
+ * read as read_examples and from_chat read them, the JSON re-printed as json.dumps(separators=
+ * (",", ":"), ensure_ascii=False) prints it, and the row rendered and masked as _encode does.
+ * Must never differ from Needle on a line Needle renders, and never accept one it cannot. */
+#include "core/text/chat_needle.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+/* ---- small pieces ---- */
+
+typedef struct nd_buf {
+    char *s;
+    size_t n, cap;
+    int err;
+} nd_buf;
+
+static void nd_add(nd_buf *b, const char *s, size_t n)
+{
+    if (b->err) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) { b->err = 1; return; }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+static void nd_str(nd_buf *b, const char *s) { nd_add(b, s, strlen(s)); }
+
+static char *nd_dup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* obj[key] as a Python dict built by json.loads holds it: the last of duplicate keys. */
+static cJSON *nd_get(const cJSON *obj, const char *key)
+{
+    cJSON *last = NULL, *c;
+    if (!cJSON_IsObject(obj)) return NULL;
+    for (c = obj->child; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0) last = c;
+    return last;
+}
+
+/* Python's truth of a JSON value (a missing one is falsy). */
+static int nd_truthy(const cJSON *v)
+{
+    if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) return 0;
+    if (cJSON_IsNumber(v)) return v->valuedouble != 0;
+    if (cJSON_IsString(v)) return v->valuestring[0] != '\0';
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) return v->child != NULL;
+    return 1;
+}
+
+/* The code point at s (valid UTF-8: lines are checked before parsing) and its length. */
+static unsigned nd_cp(const unsigned char *s, size_t *len)
+{
+    unsigned c = s[0];
+    *len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (*len == 1) return c;
+    unsigned cp = c & (*len == 2 ? 0x1F : *len == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < *len && s[k]; k++) cp = cp << 6 | (s[k] & 0x3F);
+    return cp;
+}
+
+/* Python's str.isspace, which str.strip() strips. */
+static int nd_space(unsigned cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+           (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+           cp == 0x3000;
+}
+
+/* s.strip() as a malloc'd string, NULL when nothing is left; *err on OOM. */
+static char *nd_strip(const char *s, int *err)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s), *last = p;
+    size_t len;
+    while (p < end && nd_space(nd_cp(p, &len))) p += len;
+    for (const unsigned char *q = p; q < end; q += len)
+        if (!nd_space(nd_cp(q, &len))) last = q + len;
+    if (last <= p) return NULL;
+    char *o = malloc((size_t)(last - p) + 1);
+    if (!o) { *err = 1; return NULL; }
+    memcpy(o, p, (size_t)(last - p));
+    o[last - p] = '\0';
+    return o;
+}
+
+/* ---- numbers as written: json.loads keeps an integer's digits and a float's value ---- */
+
+/* JSON's number grammar (what json.loads accepts), the whole of s[0..n). */
+static int nd_number_ok(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    if (i >= n) return 0;
+    if (s[i] == '0') i++;
+    else if (s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    else return 0;
+    if (i < n && s[i] == '.') {
+        if (++i >= n || s[i] < '0' || s[i] > '9') return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+    }
+    return i == n;
+}
+
+typedef struct nd_nums {
+    cJSON **v;
+    size_t n, cap;
+} nd_nums;
+
+static int nd_collect(cJSON *v, nd_nums *l)
+{
+    for (; v; v = v->next) {
+        if (cJSON_IsNumber(v)) {
+            if (l->n == l->cap) {
+                size_t cap = l->cap ? 2 * l->cap : 64;
+                cJSON **p = realloc(l->v, cap * sizeof *p);
+                if (!p) return -1;
+                l->v = p;
+                l->cap = cap;
+            }
+            l->v[l->n++] = v;
+        }
+        if (v->child && nd_collect(v->child, l)) return -1;
+    }
+    return 0;
+}
+
+/* Give each number of root (parsed from text) its literal text in valuestring, in document order;
+ * refuse what Python's json.loads refuses but cJSON takes (01, 1., a raw control character
+ * inside a string). */
+static int nd_numbers(cJSON *root, const char *text, size_t n)
+{
+    nd_nums l = {0};
+    cJSON *next = root->next;
+    root->next = NULL; /* root alone, not its siblings */
+    int rc = nd_collect(root, &l) ? loom_fail("out of memory") : 0;
+    root->next = next;
+    size_t k = 0;
+    for (size_t i = 0, in_str = 0; rc == 0 && i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (in_str) {
+            if (c == '\\') i++;
+            else if (c == '"') in_str = 0;
+            else if (c < 0x20) rc = loom_fail("a raw control character (0x%02x) inside a JSON string", c);
+            continue;
+        }
+        if (c == '"') { in_str = 1; continue; }
+        if (c != '-' && (c < '0' || c > '9')) continue;
+        size_t j = i;
+        while (j < n && strchr("0123456789+-.eE", text[j]) && text[j]) j++;
+        if (!nd_number_ok(text + i, j - i)) rc = loom_fail("invalid JSON number '%.*s'", (int)(j - i), text + i);
+        else if (k >= l.n) rc = loom_fail("invalid JSON");
+        else {
+            cJSON *v = l.v[k++];
+            free(v->valuestring);
+            v->valuestring = malloc(j - i + 1);
+            if (!v->valuestring) rc = loom_fail("out of memory");
+            else { memcpy(v->valuestring, text + i, j - i); v->valuestring[j - i] = '\0'; }
+        }
+        i = j - 1;
+    }
+    free(l.v);
+    return rc;
+}
+
+/* repr(float(x)): the shortest digits that read back, fixed notation for 1e-4 <= |x| < 1e16
+ * (with ".0" when integral), else d.ddde+XX; json.dumps writes inf as Infinity. */
+static void nd_float(nd_buf *b, double v)
+{
+    if (isinf(v)) { nd_str(b, v < 0 ? "-Infinity" : "Infinity"); return; }
+    if (isnan(v)) { nd_str(b, "NaN"); return; }
+    char t[40], d[24];
+    int p, e = 0;
+    for (p = 1; p <= 17; p++) {
+        snprintf(t, sizeof t, "%.*e", p - 1, v);
+        if (strtod(t, NULL) == v) break;
+    }
+    size_t nd = 0;
+    for (const char *q = t; *q && *q != 'e'; q++) if (*q >= '0' && *q <= '9') d[nd++] = *q;
+    while (nd > 1 && d[nd - 1] == '0') nd--;
+    d[nd] = '\0';
+    e = atoi(strchr(t, 'e') + 1);
+    if (signbit(v)) nd_str(b, "-");
+    int decpt = e + 1;
+    if (v == 0) decpt = 1;
+    if (decpt > -4 && decpt <= 16) {
+        if (decpt <= 0) {
+            nd_str(b, "0.");
+            for (int z = 0; z < -decpt; z++) nd_str(b, "0");
+            nd_str(b, d);
+        } else if ((size_t)decpt >= nd) {
+            nd_str(b, d);
+            for (size_t z = nd; z < (size_t)decpt; z++) nd_str(b, "0");
+            nd_str(b, ".0");
+        } else {
+            nd_add(b, d, (size_t)decpt);
+            nd_str(b, ".");
+            nd_str(b, d + decpt);
+        }
+        return;
+    }
+    nd_add(b, d, 1);
+    if (nd > 1) { nd_str(b, "."); nd_str(b, d + 1); }
+    snprintf(t, sizeof t, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
+    nd_str(b, t);
+}
+
+/* A number as Python prints what json.loads made of it: an integer's digits ("-0" is 0), a
+ * float's repr. Without its text (a row not read by chat_needle_parse) an integral value under
+ * 2^53 prints as an integer. */
+static void nd_number(nd_buf *b, const cJSON *v)
+{
+    const char *s = v->valuestring;
+    if (s && !strpbrk(s, ".eE")) { nd_str(b, strcmp(s, "-0") == 0 ? "0" : s); return; }
+    double x = s ? strtod(s, NULL) : v->valuedouble;
+    char t[32];
+    if (!s && x == floor(x) && fabs(x) < 9007199254740992.0) {
+        snprintf(t, sizeof t, "%.0f", x);
+        nd_str(b, strcmp(t, "-0") == 0 ? "0" : t);
+        return;
+    }
+    nd_float(b, x);
+}
+
+/* ---- json.dumps(v, separators=(",", ":"), ensure_ascii=False) ---- */
+
+static void nd_string(nd_buf *b, const char *s)
+{
+    nd_str(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; nd_add(b, esc, 2); }
+        else if (c == '\n') nd_str(b, "\\n");
+        else if (c == '\r') nd_str(b, "\\r");
+        else if (c == '\t') nd_str(b, "\\t");
+        else if (c == '\b') nd_str(b, "\\b");
+        else if (c == '\f') nd_str(b, "\\f");
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); nd_str(b, esc); }
+        else nd_add(b, (const char *)&c, 1);
+    }
+    nd_str(b, "\"");
+}
+
+static void nd_dump(nd_buf *b, const cJSON *v)
+{
+    if (cJSON_IsString(v)) nd_string(b, v->valuestring);
+    else if (cJSON_IsNumber(v)) nd_number(b, v);
+    else if (cJSON_IsTrue(v)) nd_str(b, "true");
+    else if (cJSON_IsFalse(v)) nd_str(b, "false");
+    else if (cJSON_IsNull(v) || !v) nd_str(b, "null");
+    else if (cJSON_IsArray(v)) {
+        nd_str(b, "[");
+        for (const cJSON *c = v->child; c; c = c->next) {
+            nd_dump(b, c);
+            if (c->next) nd_str(b, ",");
+        }
+        nd_str(b, "]");
+    } else { /* a dict: each key once, where it first came, with its last value */
+        nd_str(b, "{");
+        int first = 1;
+        for (const cJSON *c = v->child; c; c = c->next) {
+            const cJSON *d = v->child;
+            while (d != c && strcmp(d->string, c->string) != 0) d = d->next;
+            if (d != c) continue;
+            if (!first) nd_str(b, ",");
+            first = 0;
+            nd_string(b, c->string);
+            nd_str(b, ":");
+            nd_dump(b, nd_get(v, c->string));
+        }
+        nd_str(b, "}");
+    }
+}
+
+/* A value as render_example writes it: a string verbatim, anything else dumped. */
+static char *nd_text(const cJSON *v)
+{
+    if (cJSON_IsString(v)) return nd_dup(v->valuestring);
+    nd_buf b = {0};
+    nd_dump(&b, v);
+    if (b.err) { free(b.s); return NULL; }
+    return b.s;
+}
+
+/* The value as a cJSON array for grading: itself, a string holding one, else [value]. */
+static cJSON *nd_array(const cJSON *v)
+{
+    if (cJSON_IsArray(v)) return cJSON_Duplicate(v, 1);
+    cJSON *p = cJSON_IsString(v) ? cJSON_Parse(v->valuestring) : NULL;
+    if (cJSON_IsArray(p)) return p;
+    cJSON_Delete(p);
+    cJSON *a = cJSON_CreateArray();
+    if (a && v) cJSON_AddItemToArray(a, cJSON_Duplicate(v, 1));
+    return a;
+}
+
+/* ---- the two forms ---- */
+
+/* (example.get(key) or "").strip(): NULL when falsy or blank; a truthy non-string is refused
+ * (Needle fails on it). */
+static int nd_opt_text(const cJSON *v, const char *what, char **out)
+{
+    int err = 0;
+    *out = NULL;
+    if (!nd_truthy(v)) return 0;
+    if (!cJSON_IsString(v)) return loom_fail("'%s' must be a string", what);
+    *out = nd_strip(v->valuestring, &err);
+    return err ? loom_fail("out of memory") : 0;
+}
+
+/* A native row: query, tools (default []), answers or else function_calls (default []),
+ * reasoning, system. */
+static int nd_native(const cJSON *root, sft_example *ex)
+{
+    const cJSON *query = nd_get(root, "query"), *tools = nd_get(root, "tools");
+    const cJSON *answers = nd_get(root, "answers");
+    if (!answers) answers = nd_get(root, "function_calls");
+    if (!cJSON_IsString(query)) return loom_fail("'query' must be a string");
+    if (nd_opt_text(nd_get(root, "reasoning"), "reasoning", &ex->reasoning) ||
+        nd_opt_text(nd_get(root, "system"), "system", &ex->system))
+        return -1;
+    cJSON *empty = cJSON_CreateArray();
+    ex->query = nd_dup(query->valuestring);
+    ex->tools_json = nd_text(tools ? tools : empty);
+    ex->answers_json = nd_text(answers ? answers : empty);
+    ex->tools = cJSON_IsArray(tools) ? cJSON_Duplicate(tools, 1) : cJSON_IsString(tools) ? cJSON_Parse(tools->valuestring) : NULL;
+    if (!cJSON_IsArray(ex->tools)) { cJSON_Delete(ex->tools); ex->tools = cJSON_CreateArray(); }
+    ex->answers = nd_array(answers ? answers : empty);
+    cJSON_Delete(empty);
+    return ex->query && ex->tools_json && ex->answers_json && ex->tools && ex->answers ? 0 : loom_fail("out of memory");
+}
+
+/* from_chat's tools: [t.get("function", t) if a dict else t for t in tools or []], iterating
+ * a dict's keys or a string's characters as Python does; a number or true cannot be iterated. */
+static cJSON *nd_chat_tools(const cJSON *tools)
+{
+    cJSON *out = cJSON_CreateArray();
+    if (!out || !nd_truthy(tools)) return out;
+    if (cJSON_IsString(tools)) {
+        size_t len;
+        for (const char *s = tools->valuestring; *s; s += len) {
+            char ch[5] = {0};
+            nd_cp((const unsigned char *)s, &len);
+            memcpy(ch, s, len);
+            cJSON_AddItemToArray(out, cJSON_CreateString(ch));
+        }
+        return out;
+    }
+    if (!cJSON_IsArray(tools) && !cJSON_IsObject(tools)) {
+        cJSON_Delete(out);
+        loom_fail("'tools' must be an array");
+        return NULL;
+    }
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        if (cJSON_IsObject(tools)) { /* a dict iterates its keys, each once */
+            if (nd_get(tools, t->string) != t) continue;
+            cJSON_AddItemToArray(out, cJSON_CreateString(t->string));
+            continue;
+        }
+        const cJSON *f = cJSON_IsObject(t) ? nd_get(t, "function") : NULL;
+        cJSON_AddItemToArray(out, cJSON_Duplicate(f ? f : t, 1));
+    }
+    return out;
+}
+
+/* One tool call of the assistant turn as from_chat takes it: {"name": .., "arguments": ..}. */
+static cJSON *nd_chat_call(const cJSON *call, int j)
+{
+    if (!cJSON_IsObject(call)) { loom_fail("tool_calls[%d] must be an object", j); return NULL; }
+    const cJSON *fn = nd_get(call, "function");
+    if (!nd_truthy(fn)) fn = call;
+    if (!cJSON_IsObject(fn)) { loom_fail("tool_calls[%d]: 'function' must be an object", j); return NULL; }
+    const cJSON *args = nd_get(fn, "arguments"), *name = nd_get(fn, "name");
+    cJSON *parsed = NULL, *c = cJSON_CreateObject();
+    int err = 0;
+    char *blank = cJSON_IsString(args) ? nd_strip(args->valuestring, &err) : NULL;
+    if (cJSON_IsString(args) && blank) { /* json.loads(arguments) */
+        const char *s = args->valuestring, *end = NULL;
+        parsed = cJSON_ParseWithOpts(s, &end, 0);
+        while (parsed && end && *end && strchr(" \t\n\r", *end)) end++; /* JSON's whitespace */
+        if (!parsed || (end && *end) || nd_numbers(parsed, s, strlen(s))) {
+            if (!parsed || (end && *end)) loom_fail("tool_calls[%d]: 'arguments' is a string but not JSON", j);
+            free(blank);
+            cJSON_Delete(parsed);
+            cJSON_Delete(c);
+            return NULL;
+        }
+    }
+    free(blank);
+    cJSON *a = parsed ? parsed : args && !cJSON_IsString(args) ? cJSON_Duplicate(args, 1) : cJSON_CreateObject();
+    cJSON_AddItemToObject(c, "name", name ? cJSON_Duplicate(name, 1) : cJSON_CreateNull());
+    cJSON_AddItemToObject(c, "arguments", a);
+    return c;
+}
+
+/* The single turn of a chat: system turns aside, one user turn then one assistant turn. */
+static int nd_chat_turns(const cJSON *msgs, const cJSON **user, const cJSON **asst, const cJSON **sys)
+{
+    int i = 0, turns = 0;
+    const cJSON *t[2] = {NULL, NULL};
+    for (const cJSON *m = msgs->child; m; m = m->next, i++) {
+        if (!cJSON_IsObject(m)) return loom_fail("messages[%d] must be an object", i);
+        const cJSON *role = nd_get(m, "role");
+        if (cJSON_IsString(role) && strcmp(role->valuestring, "system") == 0) {
+            if (!*sys) *sys = m;
+            continue;
+        }
+        if (turns < 2) t[turns] = m;
+        turns++;
+    }
+    const cJSON *r0 = t[0] ? nd_get(t[0], "role") : NULL, *r1 = t[1] ? nd_get(t[1], "role") : NULL;
+    if (turns != 2 || !cJSON_IsString(r0) || strcmp(r0->valuestring, "user") != 0 || !cJSON_IsString(r1) ||
+        strcmp(r1->valuestring, "assistant") != 0)
+        return loom_fail("'messages' must be one user turn answered by one assistant turn (system turns aside), as "
+                         "Needle's from_chat reads a chat; this line has %d other turns", turns);
+    *user = t[0];
+    *asst = t[1];
+    return 0;
+}
+
+static int nd_chat(const cJSON *root, sft_example *ex)
+{
+    const cJSON *msgs = nd_get(root, "messages"), *user = NULL, *asst = NULL, *sys = NULL;
+    if (!msgs) return loom_fail("missing field 'query' (a Needle row) or 'messages' (a single-turn chat)");
+    if (!cJSON_IsArray(msgs)) return loom_fail("'messages' must be an array");
+    if (nd_chat_turns(msgs, &user, &asst, &sys)) return -1;
+    const cJSON *content = nd_get(user, "content"), *calls = nd_get(asst, "tool_calls");
+    if (nd_truthy(content) && !cJSON_IsString(content)) return loom_fail("the user turn's 'content' must be a string");
+    if (nd_truthy(calls) && !cJSON_IsArray(calls)) return loom_fail("the assistant turn's 'tool_calls' must be an array");
+    if (sys && nd_opt_text(nd_get(sys, "content"), "content' of the system turn", &ex->system)) return -1;
+    ex->answers = cJSON_CreateArray();
+    int j = 0;
+    for (const cJSON *c = nd_truthy(calls) ? calls->child : NULL; c && ex->answers; c = c->next, j++) {
+        cJSON *one = nd_chat_call(c, j);
+        if (!one) return -1;
+        cJSON_AddItemToArray(ex->answers, one);
+    }
+    cJSON *tools = nd_chat_tools(nd_get(root, "tools"));
+    if (!tools) return -1;
+    ex->query = nd_dup(nd_truthy(content) ? content->valuestring : "");
+    ex->tools_json = nd_text(tools);
+    ex->answers_json = ex->answers ? nd_text(ex->answers) : NULL;
+    ex->tools = tools;
+    return ex->query && ex->tools_json && ex->answers_json ? 0 : loom_fail("out of memory");
+}
+
+int chat_needle_parse(cJSON *root, const char *text, size_t n, sft_example *ex)
+{
+    if (!cJSON_IsObject(root)) return loom_fail("line is not a JSON object");
+    if (nd_numbers(root, text, n)) return -1;
+    return nd_get(root, "query") ? nd_native(root, ex) : nd_chat(root, ex);
+}
+
+/* ---- rendering (render_example, _encode) ---- */
+
+/* The fields of a row render_example reads; for a conversation parsed the loom way (no query),
+ * its [system] user [assistant] turns. */
+typedef struct nd_row {
+    const char *system, *query, *tools, *reasoning, *answers;
+} nd_row;
+
+static int nd_row_of(const sft_example *ex, nd_row *r)
+{
+    *r = (nd_row){ex->system, ex->query, ex->tools_json ? ex->tools_json : "[]", ex->reasoning,
+                  ex->answers_json ? ex->answers_json : "[]"};
+    if (ex->query) return 0;
+    int i = 0, k = ex->n_msgs;
+    if (i < k && ex->msgs[i].role == CHAT_SYSTEM) r->system = ex->msgs[i++].content;
+    if (i < k && ex->msgs[i].role == CHAT_USER) r->query = ex->msgs[i].content ? ex->msgs[i].content : "", i++;
+    if (i < k && ex->msgs[i].role == CHAT_ASSISTANT) r->reasoning = ex->msgs[i++].reasoning;
+    if (!r->query || i != k)
+        return loom_fail("chat format needle renders one user turn answered by one assistant turn (Needle's from_chat); "
+                         "this conversation has %d turns", k);
+    return 0;
+}
+
+/* prompt: [<|im_start|>system\nSYSTEM<|im_end|>\n]<|im_start|>user\n<tools>TOOLS</tools>\nQUERY
+ * <|im_end|>\n<|im_start|>assistant\n; target: [<think>\nREASONING\n</think>\n]<tool_call>
+ * ANSWERS</tool_call><|im_end|>. The markers are text: the tokenizer matches them. */
+static int nd_texts(const nd_row *r, nd_buf *prompt, nd_buf *target)
+{
+    int err = 0;
+    char *sys = r->system ? nd_strip(r->system, &err) : NULL, *why = r->reasoning ? nd_strip(r->reasoning, &err) : NULL;
+    if (sys) { nd_str(prompt, "<|im_start|>system\n"); nd_str(prompt, sys); nd_str(prompt, "<|im_end|>\n"); }
+    nd_str(prompt, "<|im_start|>user\n<tools>");
+    nd_str(prompt, r->tools);
+    nd_str(prompt, "</tools>\n");
+    nd_str(prompt, r->query);
+    nd_str(prompt, "<|im_end|>\n<|im_start|>assistant\n");
+    if (why) { nd_str(target, "<think>\n"); nd_str(target, why); nd_str(target, "\n</think>\n"); }
+    nd_str(target, "<tool_call>");
+    nd_str(target, r->answers);
+    nd_str(target, "</tool_call><|im_end|>");
+    free(sys);
+    free(why);
+    return err || prompt->err || target->err ? loom_fail("out of memory") : 0;
+}
+
+typedef struct nd_out {
+    int32_t *tokens;
+    uint8_t *mask;
+    int cap, n;
+} nd_out;
+
+static void nd_emit(nd_out *o, int32_t id, uint8_t m)
+{
+    if (o->n < o->cap) {
+        if (o->tokens) o->tokens[o->n] = id;
+        if (o->mask) o->mask[o->n] = m;
+    }
+    o->n++;
+}
+
+/* One encode call of the tokenizer (its own dummy prefix), every id with mask m. */
+static int nd_encode(const chat_template *ct, const nd_buf *text, nd_out *o, uint8_t m)
+{
+    size_t count;
+    int32_t *ids = tokenizer_encode_alloc(ct->tok, text->s ? text->s : "", text->n, &count);
+    if (!ids) return -1;
+    for (size_t i = 0; i < count; i++) nd_emit(o, ids[i], m);
+    free(ids);
+    return 0;
+}
+
+int chat_needle_render(const chat_template *ct, const sft_example *ex, int32_t *tokens, uint8_t *mask, int cap,
+                       int prompt_only)
+{
+    nd_row r;
+    nd_buf prompt = {0}, target = {0};
+    nd_out o = {tokens, mask, cap, 0};
+    int rc = nd_row_of(ex, &r);
+    if (rc == 0) rc = nd_texts(&r, &prompt, &target);
+    if (rc == 0) {
+        nd_emit(&o, ct->bos, 0);
+        rc = nd_encode(ct, &prompt, &o, 0);
+        if (rc == 0 && !prompt_only) {
+            rc = nd_encode(ct, &target, &o, 1);
+            nd_emit(&o, ct->eot, 1);
+        }
+    }
+    free(prompt.s);
+    free(target.s);
+    return rc ? -1 : o.n;
+}
+
+int chat_needle_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap)
+{
+    int end = 0;
+    while (end < n && tokens[end] != ct->eot) end++;
+    size_t tcap = (size_t)end * 64 + 16;
+    char *text = malloc(tcap);
+    if (!text) return -1;
+    tokenizer_decode(ct->tok, tokens, (size_t)end, text, tcap, 1);
+    const char *p = strstr(text, "<tool_call>"), *q;
+    if (!p) p = "[]", q = p + 2;
+    else {
+        p += strlen("<tool_call>");
+        q = strstr(p, "</tool_call>");
+        if (!q) q = p + strlen(p);
+    }
+    size_t len = (size_t)(q - p) < cap ? (size_t)(q - p) : cap - 1;
+    memcpy(out, p, len);
+    out[len] = '\0';
+    free(text);
+    return (int)len;
+}
