@@ -255,7 +255,4 @@ void backend_prepare_process(char **argv);
 /* The host BLAS kernel that runs ("Zen", "SkylakeX", "Accelerate"): a static string. */
 const char *backend_blas_kernel(void);
 
-/* Transitional, until no caller outside backends/ reads a backend's fields: the definitions. */
-#include "backends/backend_impl.h"
-
 #endif
