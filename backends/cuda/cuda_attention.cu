@@ -34,18 +34,6 @@ static __device__ __forceinline__ void att_load_tile(float *dst, const float *sr
     }
 }
 
-static __device__ __forceinline__ float att_half_sum(float v)
-{
-    for (int off = 8; off > 0; off >>= 1) v += __shfl_xor_sync(CUDA_FULL_MASK, v, off);
-    return v;
-}
-
-static __device__ __forceinline__ float att_half_max(float v)
-{
-    for (int off = 8; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(CUDA_FULL_MASK, v, off));
-    return v;
-}
-
 /* Forward, one block per (query tile, b, h). With s_ij = (q_i . k_j) / sqrt(D) for j <= i:
  *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j / l_i,
  *   lse_i = m_i + log l_i.
@@ -101,7 +89,7 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
                 mx = fmaxf(mx, s[i][j]);
             }
             /* column k0 <= row and k0 < T in every visited tile, so m_new is finite */
-            const float m_new = fmaxf(m[i], att_half_max(mx));
+            const float m_new = fmaxf(m[i], cuda_lanes_reduce<16>(mx, cuda_max_op()));
             const float alpha = exp2f(m[i] - m_new); /* 0 on the first tile (m = -inf) */
             float psum = 0.0f;
             for (int j = 0; j < RI; j++) {
@@ -126,7 +114,7 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
     }
     for (int i = 0; i < RI; i++) {
         const int row = q0 + ty + 16 * i;
-        const float lt = att_half_sum(l[i]); /* every lane of the half-warp takes part */
+        const float lt = cuda_lanes_reduce<16>(l[i], cuda_sum_op()); /* every lane of the half-warp takes part */
         if (row >= T) continue;
         const float inv = 1.0f / lt;
         float *orow = out + ((size_t)b * T + row) * ldq + (size_t)h * D;
@@ -493,21 +481,6 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
 /* --- decoding with a KV cache: one query per head over Tk cached keys (batch row 0) ---
  * s_j = q . k_j / sqrt(D), out = sum_j e^(s_j - m) v_j / sum_j e^(s_j - m), m = max_j s_j.
  * One block per head; the Tk scores go through scratch. Block reductions add warps in order. */
-static __device__ float att_block_reduce(float v, float *red, int is_max)
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int off = 16; off > 0; off >>= 1) {
-        float o = __shfl_xor_sync(CUDA_FULL_MASK, v, off);
-        v = is_max ? fmaxf(v, o) : v + o;
-    }
-    __syncthreads(); /* red may still be read from a previous reduction */
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = red[0];
-    for (int w = 1; w < ATT_THREADS / 32; w++) t = is_max ? fmaxf(t, red[w]) : t + red[w];
-    return t;
-}
-
 /* One block, one query head over Tk keys/values of row stride ldk (scores through s). */
 static __device__ void att_decode_head(float *o, float *s, const float *qh, const float *kh,
                                        const float *vh, int Tk, size_t ldk, int D, float scale)
@@ -520,14 +493,14 @@ static __device__ void att_decode_head(float *o, float *s, const float *qh, cons
         s[j] = acc * scale;
         mx = fmaxf(mx, s[j]);
     }
-    mx = att_block_reduce(mx, red, 1);
+    mx = cuda_block_reduce<ATT_THREADS>(mx, red, cuda_max_op());
     float sum = 0.0f;
     for (int j = threadIdx.x; j < Tk; j += ATT_THREADS) {
         float p = expf(s[j] - mx);
         s[j] = p;
         sum += p;
     }
-    sum = att_block_reduce(sum, red, 0); /* its barriers also publish every s[j] */
+    sum = cuda_block_reduce<ATT_THREADS>(sum, red, cuda_sum_op()); /* its barriers publish s[j] */
     for (int d = threadIdx.x; d < D; d += ATT_THREADS) {
         float acc = 0.0f;
         for (int j = 0; j < Tk; j++) acc += s[j] * vh[(size_t)j * ldk + d];

@@ -205,10 +205,8 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
             x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
             x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
         }
-        x0 = fmaxf(x0, __shfl_xor_sync(CUDA_FULL_MASK, x0, 1));
-        x0 = fmaxf(x0, __shfl_xor_sync(CUDA_FULL_MASK, x0, 2));
-        x1 = fmaxf(x1, __shfl_xor_sync(CUDA_FULL_MASK, x1, 1));
-        x1 = fmaxf(x1, __shfl_xor_sync(CUDA_FULL_MASK, x1, 2));
+        x0 = cuda_lanes_reduce<4, true>(x0, cuda_max_op()); /* over the quad */
+        x1 = cuda_lanes_reduce<4, true>(x1, cuda_max_op());
         /* key k0 <= every row of the tile once kt = 0, so m is finite from the first tile on and
          * a tile whose keys are all masked for a row leaves m as it was */
         const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
@@ -224,10 +222,8 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
         for (int n = 0; n < DMAX / 8; n++) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
         fb_pm<DMAX>(o, s, Vt, Tp, D);
     }
-    l0 += __shfl_xor_sync(CUDA_FULL_MASK, l0, 1);
-    l0 += __shfl_xor_sync(CUDA_FULL_MASK, l0, 2);
-    l1 += __shfl_xor_sync(CUDA_FULL_MASK, l1, 1);
-    l1 += __shfl_xor_sync(CUDA_FULL_MASK, l1, 2);
+    l0 = cuda_lanes_reduce<4, true>(l0, cuda_sum_op());
+    l1 = cuda_lanes_reduce<4, true>(l1, cuda_sum_op());
     fb_store<DMAX>(out + (size_t)b * T * ldq + (size_t)h * D, ldq, r0, T, o, 1.0f / l0, 1.0f / l1, D);
     float *lrow = lse + ((size_t)b * H + h) * T;
     if (t == 0 && r0 + g < T) lrow[r0 + g] = (m0 + log2f(l0)) * FB_LN2;

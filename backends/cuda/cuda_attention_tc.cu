@@ -166,8 +166,7 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
     }
     /* merge the 32 lanes' (m, l) per row: m = max, l = sum l_lane 2^(m_lane - m) */
     for (int r = 0; r < 16; r++) {
-        float mx = m[r];
-        for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(CUDA_FULL_MASK, mx, off));
+        const float mx = cuda_warp_max(m[r]);
         float part = m[r] == -INFINITY ? 0.0f : l[r] * exp2f(m[r] - mx);
         m[r] = mx + log2f(cuda_warp_sum(part)); /* now lse_r in log2 units (key q0 is always in) */
     }

@@ -96,14 +96,8 @@ __global__ void cuda_sumsq_partial_kernel(double *partial, const float *x, size_
     const size_t lo = (size_t)blockIdx.x * chunk, hi = lo + chunk < n ? lo + chunk : n;
     double s = 0.0;
     for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)x[i] * (double)x[i];
-    s = cuda_warp_sum_d(s);
-    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < CUDA_BLOCK / 32; w++) t += warps[w];
-        partial[blockIdx.x] = t;
-    }
+    s = cuda_block_reduce<CUDA_BLOCK>(s, warps, cuda_sum_op());
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 /* out[0] = sum_b partial[b]: each thread a strided subset, then lanes and warps in order */
@@ -112,14 +106,8 @@ __global__ void cuda_sumsq_finish_kernel(double *out, const double *partial, int
     __shared__ double warps[CUDA_BLOCK / 32];
     double s = 0.0;
     for (int b = threadIdx.x; b < nb; b += blockDim.x) s += partial[b];
-    s = cuda_warp_sum_d(s);
-    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double t = 0.0;
-        for (int w = 0; w < CUDA_BLOCK / 32; w++) t += warps[w];
-        out[0] = t;
-    }
+    s = cuda_block_reduce<CUDA_BLOCK>(s, warps, cuda_sum_op());
+    if (threadIdx.x == 0) out[0] = s;
 }
 
 double cuda_sumsq(backend *be, const float *x, size_t n)

@@ -8,24 +8,65 @@
 
 #define CUDA_FULL_MASK 0xffffffffu
 
-/* Butterfly sum over the 32 lanes of a warp: after log2(32) xor-shuffles every lane holds the
- * total. All 32 lanes must call it. */
-static __device__ __forceinline__ float cuda_warp_sum(float v)
+/* A value from lane (this lane ^ off) of the warp; a float2 is shuffled as its two halves. */
+static __device__ __forceinline__ float cuda_shfl_xor(float v, int off)
 {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(CUDA_FULL_MASK, v, off);
+    return __shfl_xor_sync(CUDA_FULL_MASK, v, off);
+}
+
+static __device__ __forceinline__ double cuda_shfl_xor(double v, int off)
+{
+    return __shfl_xor_sync(CUDA_FULL_MASK, v, off);
+}
+
+static __device__ __forceinline__ float2 cuda_shfl_xor(float2 v, int off)
+{
+    return make_float2(__shfl_xor_sync(CUDA_FULL_MASK, v.x, off),
+                       __shfl_xor_sync(CUDA_FULL_MASK, v.y, off));
+}
+
+/* The combining steps of the reductions: op(own, other). */
+struct cuda_sum_op {
+    template <class T>
+    __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct cuda_max_op {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+/* op over each aligned group of LANES lanes (2, 4, 8, 16 or 32) by xor-shuffles (butterfly):
+ * offsets LANES/2, ..., 2, 1, or with UP 1, 2, ..., LANES/2 (the bf16 attention's row sums are
+ * added in that order). After log2(LANES) steps every lane of the group holds the result. All 32
+ * lanes of the warp must call it. */
+template <int LANES, bool UP = false, class T, class Op>
+static __device__ __forceinline__ T cuda_lanes_reduce(T v, Op op)
+{
+    if (UP)
+        for (int off = 1; off < LANES; off <<= 1) v = op(v, cuda_shfl_xor(v, off));
+    else
+        for (int off = LANES / 2; off > 0; off >>= 1) v = op(v, cuda_shfl_xor(v, off));
     return v;
 }
 
-static __device__ __forceinline__ double cuda_warp_sum_d(double v)
-{
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(CUDA_FULL_MASK, v, off);
-    return v;
-}
+/* Sum / max over the 32 lanes of a warp; every lane gets the result. */
+static __device__ __forceinline__ float cuda_warp_sum(float v) { return cuda_lanes_reduce<32>(v, cuda_sum_op()); }
+static __device__ __forceinline__ double cuda_warp_sum_d(double v) { return cuda_lanes_reduce<32>(v, cuda_sum_op()); }
+static __device__ __forceinline__ float cuda_warp_max(float v) { return cuda_lanes_reduce<32>(v, cuda_max_op()); }
 
-static __device__ __forceinline__ float cuda_warp_max(float v)
+/* op over the THREADS threads of a block (a multiple of 32; every thread calls it, and every
+ * thread gets the result): each warp reduces its lanes, lane 0 puts the warp's value in
+ * red[warp], then each thread combines red[0], red[1], ... in warp order. red: THREADS / 32
+ * shared slots; the leading barrier lets a block use the same red again right away. */
+template <int THREADS, class T, class Op>
+static __device__ __forceinline__ T cuda_block_reduce(T v, T *red, Op op)
 {
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(CUDA_FULL_MASK, v, off));
-    return v;
+    v = cuda_lanes_reduce<32>(v, op);
+    __syncthreads(); /* red may still be read by a previous reduction */
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    T t = red[0];
+    for (int w = 1; w < THREADS / 32; w++) t = op(t, red[w]);
+    return t;
 }
 
 /* Column sums over rows, in two deterministic stages:

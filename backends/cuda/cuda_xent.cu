@@ -23,15 +23,23 @@ static __device__ __forceinline__ void xent_merge(float &m, float &s, float m2, 
     m = mx;
 }
 
+/* xent_merge on (m, s) pairs, as a reduction step. */
+struct xent_merge_op {
+    __device__ __forceinline__ float2 operator()(float2 a, float2 b) const
+    {
+        xent_merge(a.x, a.y, b.x, b.y);
+        return a;
+    }
+};
+
 /* For row x with target y (0 <= y < Vr): m = max_j x_j, s = sum_j e^(x_j - m) over j < Vr,
  * loss = log s + m - x_y,  dx_j = g (e^(x_j - m) / s - [j == y]) for j < Vr, 0 for j >= Vr.
  * A masked row (y < 0 or y >= Vr) gets loss 0 and an all-zero gradient. */
 __global__ void __launch_bounds__(XENT_THREADS)
 cuda_xent_kernel(float *logits, float *losses, const int32_t *targets, int V, int Vr, float g)
 {
-    __shared__ float sm[XENT_THREADS / 32], ss[XENT_THREADS / 32];
-    __shared__ float row_m, row_s;
-    const int n = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __shared__ float2 red[XENT_THREADS / 32];
+    const int n = blockIdx.x, tid = threadIdx.x;
     float *x = logits + (size_t)n * V;
     const int y = targets[n];
     if (y < 0 || y >= Vr) { /* uniform across the block: no barrier below is skipped by some */
@@ -50,25 +58,10 @@ cuda_xent_kernel(float *logits, float *losses, const int32_t *targets, int V, in
             s += expf(v - m);
         }
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        float m2 = __shfl_xor_sync(CUDA_FULL_MASK, m, off);
-        float s2 = __shfl_xor_sync(CUDA_FULL_MASK, s, off);
-        xent_merge(m, s, m2, s2);
-    }
-    if (lane == 0) {
-        sm[warp] = m;
-        ss[warp] = s;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        float M = sm[0], S = ss[0];
-        for (int w = 1; w < XENT_THREADS / 32; w++) xent_merge(M, S, sm[w], ss[w]);
-        row_m = M;
-        row_s = S;
-        losses[n] = logf(S) + M - xy;
-    }
-    __syncthreads();
-    const float M = row_m, k = g / row_s;
+    /* lanes, then warps in order; every thread gets the row's (m, s) */
+    const float2 ms = cuda_block_reduce<XENT_THREADS>(make_float2(m, s), red, xent_merge_op());
+    if (tid == 0) losses[n] = logf(ms.y) + ms.x - xy;
+    const float M = ms.x, k = g / ms.y;
     for (int j = tid; j < V; j += blockDim.x)
         x[j] = j < Vr ? expf(x[j] - M) * k - (j == y ? g : 0.0f) : 0.0f;
 }
