@@ -3,10 +3,13 @@
 # each for a fixed number of executions from seeds taken from the repo:
 #   fuzz_config  job-config JSON (+ one --set override)   seeds: configs/*.json, configs/models/*
 #   fuzz_jsonl   fine-tuning JSONL files and lines         seeds: lines of configs/data/tools.jsonl
+#                and Needle's rows (tests/fixtures/needle/needle_rows.jsonl, flag bit 3: Needle's format)
 #   fuzz_ckpt    checkpoint files (open, state, groups, `ckpt info`)  seed: a small valid checkpoint
 #   fuzz_safetensors  .safetensors files (header, every tensor to fp32)  seeds: the HF fixtures'
 #   fuzz_tokenizer    tokenizer.json files (open, encode, decode, a chat prompt)  seeds: every
 #                     committed tokenizer.json
+#   fuzz_spm     SentencePiece .model files (open, encode, decode, Needle's rows)  seeds: the
+#                committed .model fixtures (tests/fixtures/needle)
 #   fuzz_text    text through the reference tokenizers and as a model's tool-call output
 #                (encode, decode round trip, call extraction and grading)  seeds: the tokenizer
 #                fixtures' text and chat rows, rendered tool calls
@@ -16,7 +19,7 @@
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
 # written to $FUZZ_OUT/crashes (FUZZ_OUT defaults to build-fuzz/out); exit 1 if any target found
 # one in loom's code (crashes inside libhdf5 are counted and reported, see in_hdf5). Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
-# FUZZ_TARGETS="config jsonl ckpt safetensors tokenizer text hf" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
+# FUZZ_TARGETS="config jsonl ckpt safetensors tokenizer spm text hf" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,13 +34,13 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 $san" \
       -DLOOM_CUDA=OFF -DCMAKE_PROJECT_loom_INCLUDE="$root/bench/fuzz/fuzz.cmake" >"$build.configure.log" 2>&1 ||
     { tail -20 "$build.configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_tokenizer fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_tokenizer fuzz_spm fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
     { grep -E "error" "$build.build.log" | head -20; exit 1; }
 
 # Seeds (fresh each run; the fuzzer's own finds go to corpus/, kept between runs)
 seeds=$out/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,tokenizer,text,hf} \
-    "$out"/corpus/{config,jsonl,ckpt,safetensors,tokenizer,text,hf} "$out/crashes"
+rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,tokenizer,spm,text,hf} \
+    "$out"/corpus/{config,jsonl,ckpt,safetensors,tokenizer,spm,text,hf} "$out/crashes"
 cp configs/*.json configs/models/*.json "$seeds/config/"
 i=0
 while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines, bit1 prompt-only
@@ -45,16 +48,23 @@ while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines,
     i=$((i + 1))
 done <configs/data/tools.jsonl
 { printf '\x05'; head -n 40 configs/data/tools.jsonl; } >"$seeds/jsonl/file40"
+i=0
+while IFS= read -r line; do   # Needle's rows, read the Needle way (bit 3)
+    { printf "\\$(printf %03o $((8 + i % 8)))"; printf '%s\n' "$line"; } >"$seeds/jsonl/needle$i"
+    i=$((i + 1))
+done <tests/fixtures/needle/needle_rows.jsonl
+{ printf '\x08'; cat tests/fixtures/needle/needle_rows.jsonl; } >"$seeds/jsonl/needle_file"
+cp tests/fixtures/needle/*.model "$seeds/spm/"
 "$build/tests/reliability/fuzz_replay" --ckpt-seed "$seeds/ckpt/full.h5"
 "$build/tests/reliability/fuzz_replay" --safetensors-seed "$seeds/safetensors"
 for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seeds/safetensors/$(basename "$(dirname "$f")").safetensors"; done
 for f in tests/fixtures/tokenizers/*.json tests/fixtures/hf/*/tokenizer.json configs/demo-tokenizer.json; do
     cp "$f" "$seeds/tokenizer/$(echo "$f" | tr / _)"
 done
-# text seeds: the first byte picks a tokenizer (fuzz_toks in fuzz_targets.c, 7 of them)
+# text seeds: the first byte picks a tokenizer (fuzz_toks in fuzz_targets.c, 8 of them)
 i=0
 while IFS= read -r line && [ $i -lt 48 ]; do
-    { printf "\\$(printf %03o $((i % 7)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
+    { printf "\\$(printf %03o $((i % 8)))"; printf '%s\n' "$line"; } >"$seeds/text/line$i"
     i=$((i + 1))
 done < <(grep -a -m 24 -v '^$' tests/fixtures/tokenizers/text.txt; head -n 24 tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
 call='{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}'
@@ -63,6 +73,7 @@ printf '\002<tool_call>\n%s\n</tool_call><|im_end|>' "$call" >"$seeds/text/call_
 printf '\001[%s]<|eot_id|>' "$call" >"$seeds/text/call_llama3"
 printf '\005[TOOL_CALLS] [%s]</s>' "$call" >"$seeds/text/call_mistral"
 printf '\006<|call|>[%s]<|end|>' "$call" >"$seeds/text/call_loom"
+printf '\007<tool_call>[%s]</tool_call><|im_end|>' "$call" >"$seeds/text/call_needle"
 # hf seeds: byte 3 * fixture + file (fuzz_hf_dirs, fuzz_hf_files in fuzz_targets.c)
 i=0
 for d in llama qwen2-chat gpt2 mistral qwen3 gpt2-sharded llama-sharded; do
@@ -136,7 +147,7 @@ run_target()
 }
 
 status=0
-for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors tokenizer text hf}; do
+for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors tokenizer spm text hf}; do
     if [ "$t" = ckpt ]; then run_target ckpt "$ckpt_runs"; else run_target "$t" "$runs"; fi
 done
 ls "$out/crashes" | sed 's/^/crash input: /'

@@ -85,6 +85,17 @@ static const chat_template *fuzz_chat(void)
     return &ct;
 }
 
+/* Needle's format on the committed Needle SentencePiece model (stateless, as fuzz_chat). */
+static const chat_template *fuzz_needle_chat(void)
+{
+    static chat_template ct;
+    static tokenizer *tok;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/needle/needle.model", LOOM_SOURCE_DIR);
+    if (!tok && ((tok = tokenizer_open(path)) == NULL || chat_template_init(&ct, tok, "needle"))) abort();
+    return &ct;
+}
+
 /* Each line on its own through chat.h on template ct, as `loom sample` and the evaluator use it. */
 static void fuzz_chat_lines(const chat_template *ct, const char *s, int flags)
 {
@@ -108,7 +119,9 @@ int fuzz_jsonl(const uint8_t *data, size_t n)
     if (n < 1) return 0;
     char *s = fuzz_str(data + 1, n - 1);
     if (!s) return 0;
-    fuzz_chat_lines(fuzz_chat(), s, (data[0] & 2) ? CHAT_PARSE_PROMPT_ONLY : 0);
+    int needle = data[0] & 8;
+    const chat_template *ct = needle ? fuzz_needle_chat() : fuzz_chat();
+    fuzz_chat_lines(ct, s, ((data[0] & 2) ? CHAT_PARSE_PROMPT_ONLY : 0) | (needle ? CHAT_PARSE_NEEDLE : 0));
     data_config dc;
     memset(&dc, 0, sizeof dc);
     fuzz_scratch(dc.train, sizeof dc.train, "jsonl");
@@ -117,7 +130,7 @@ int fuzz_jsonl(const uint8_t *data, size_t n)
     dc.skip_bad_lines = data[0] & 1;
     if (fuzz_write(dc.train, data + 1, n - 1) == 0) {
         sft_data d;
-        if (sft_data_load(&d, &dc, fuzz_chat(), 1234) == 0) {
+        if (sft_data_load(&d, &dc, ct, 1234) == 0) { /* reads the Needle way under its format */
             int32_t tok[2 * 256], tgt[2 * 256];
             sft_batch(&d, 1234, 0, 0, 2, d.T, tok, tgt);
             sft_data_free(&d);
@@ -241,25 +254,56 @@ static size_t fuzz_decode_check(const tokenizer *tok, const int32_t *ids, size_t
     return w;
 }
 
+/* A Needle row (native form, tools as a string, a float) for the needle format. */
+static const char fuzz_needle_row[] = "{\"query\": \"hi <tool_call>\", \"tools\": \"[{\\\"name\\\": \\\"f\\\"}]\", "
+                                      "\"answers\": [{\"name\": \"f\", \"arguments\": {\"x\": 1.0}}], \"reasoning\": \" r \"}";
+
+/* An opened tokenizer: the fixed text encoded and decoded, the special ids, and the example
+ * rendered in the chat format its markers pick (Needle's rows too under "needle"). */
+static void fuzz_tok_use(tokenizer *tok)
+{
+    size_t count = 0;
+    int32_t *ids = tokenizer_encode_alloc(tok, fuzz_text, sizeof fuzz_text - 1, &count);
+    if (ids) {
+        size_t cap = 64 * count + 64;
+        char *out = malloc(cap);
+        if (out) fuzz_decode_check(tok, ids, count, out, cap);
+        free(out);
+        free(ids);
+    }
+    tokenizer_special(tok, "<|im_end|>");
+    tokenizer_bos(tok), tokenizer_eos(tok), tokenizer_eot(tok), tokenizer_pad(tok);
+    chat_template ct;
+    if (chat_template_init(&ct, tok, "") == 0) {
+        fuzz_chat_lines(&ct, fuzz_example, 0);
+        if (strcmp(ct.format, "needle") == 0) {
+            fuzz_chat_lines(&ct, fuzz_example, CHAT_PARSE_NEEDLE);
+            fuzz_chat_lines(&ct, fuzz_needle_row, CHAT_PARSE_NEEDLE);
+        }
+    }
+}
+
+int fuzz_spm(const uint8_t *data, size_t n)
+{
+    char path[512];
+    if (fuzz_to_scratch(path, sizeof path, "model", data, n) != 0) return 0;
+    tokenizer *tok = tokenizer_open(path);
+    if (tok) {
+        if (strcmp(tokenizer_kind(tok), "sentencepiece") != 0) abort(); /* a .model is one or refused */
+        fuzz_tok_use(tok);
+        tokenizer_free(tok);
+    }
+    unlink(path);
+    return 0;
+}
+
 int fuzz_tokenizer(const uint8_t *data, size_t n)
 {
     char path[512];
     if (fuzz_to_scratch(path, sizeof path, "tokenizer.json", data, n) != 0) return 0;
     tokenizer *tok = tokenizer_open(path);
     if (tok) {
-        size_t count = 0;
-        int32_t *ids = tokenizer_encode_alloc(tok, fuzz_text, sizeof fuzz_text - 1, &count);
-        if (ids) {
-            size_t cap = 64 * count + 64;
-            char *out = malloc(cap);
-            if (out) fuzz_decode_check(tok, ids, count, out, cap);
-            free(out);
-            free(ids);
-        }
-        tokenizer_special(tok, "<|im_end|>");
-        tokenizer_eos(tok), tokenizer_eot(tok), tokenizer_pad(tok);
-        chat_template ct;
-        if (chat_template_init(&ct, tok, "") == 0) fuzz_chat_lines(&ct, fuzz_example, 0);
+        fuzz_tok_use(tok);
         tokenizer_free(tok);
     }
     unlink(path);
@@ -280,6 +324,7 @@ static const struct fuzz_tok {
     {"tests/fixtures/tokenizers/llama2.json", "", 0},
     {"tests/fixtures/tokenizers/mistral.json", "mistral", 0},
     {"configs/demo-tokenizer.json", "loom", 1},
+    {"tests/fixtures/needle/needle.model", "needle", 0},
 };
 #define FUZZ_NTOK ((int)(sizeof fuzz_toks / sizeof *fuzz_toks))
 
@@ -424,6 +469,7 @@ fuzz_target_fn fuzz_target_by_name(const char *name)
 {
     if (strcmp(name, "hf") == 0) return fuzz_hf_folder;
     if (strcmp(name, "tokenizer") == 0) return fuzz_tokenizer;
+    if (strcmp(name, "spm") == 0) return fuzz_spm;
     if (strcmp(name, "text") == 0) return fuzz_text_encode;
     if (strcmp(name, "safetensors") == 0) return fuzz_safetensors;
     if (strcmp(name, "config") == 0) return fuzz_config;

@@ -11,8 +11,10 @@
 /* Job config text (config_load_string); bytes after the first NUL are one --set override. */
 int fuzz_config(const uint8_t *data, size_t n);
 /* A fine-tuning JSONL file (sft_data_load: line splitting, chat_example_parse, rendering). The
- * first byte picks data.skip_bad_lines and the prompt-only parse flag; each line is also parsed
- * and rendered on its own through chat.h. */
+ * first byte picks data.skip_bad_lines, the prompt-only parse flag, the validation split and
+ * (bit 3) Needle's reading and format on the committed Needle tokenizer
+ * (tests/fixtures/needle/needle.model) instead of loom's on the byte tokenizer; each line is also
+ * parsed and rendered on its own through chat.h. */
 int fuzz_jsonl(const uint8_t *data, size_t n);
 /* A checkpoint file: ckpt_open (the whole-file seal first: a mutated file almost never gets past
  * it, which is the protection; HDF5 then never sees it), ckpt_read_state, ckpt_read_group over a
@@ -33,7 +35,12 @@ int fuzz_safetensors_seed(const char *dir);
  * an emoji, a bad UTF-8 sequence, chat markers) encoded and decoded (ids in the vocabulary, the
  * output within its buffer), and a prompt rendered when the file's markers pick a chat format. */
 int fuzz_tokenizer(const uint8_t *data, size_t n);
-/* Text through the committed reference tokenizers (tests/fixtures/tokenizers) and the demo's:
+/* A SentencePiece .model file: tokenizer_open (the protobuf reader and the model's checks), then
+ * the same fixed text encoded and decoded, and a prompt rendered (Needle's row and chat forms
+ * when the file's markers pick the needle format). */
+int fuzz_spm(const uint8_t *data, size_t n);
+/* Text through the committed reference tokenizers (tests/fixtures/tokenizers, Needle's
+ * SentencePiece model) and the demo's:
  * the first byte picks one, the rest is encoded (any bytes must encode), decoded (byte-level BPE without a
  * normalizer must give valid UTF-8 back exactly), and read as a model's generation: its tool
  * calls extracted in that model's chat format and graded, and the text itself parsed as calls. */
@@ -45,8 +52,8 @@ int fuzz_text_encode(const uint8_t *data, size_t n);
  * chat format picked from the chat template, and an example rendered. */
 int fuzz_hf_folder(const uint8_t *data, size_t n);
 
-/* Look a target up by name ("config", "jsonl", "ckpt", "safetensors", "tokenizer", "text",
- * "hf"); NULL if unknown. */
+/* Look a target up by name ("config", "jsonl", "ckpt", "safetensors", "tokenizer", "spm",
+ * "text", "hf"); NULL if unknown. */
 typedef int (*fuzz_target_fn)(const uint8_t *data, size_t n);
 fuzz_target_fn fuzz_target_by_name(const char *name);
 

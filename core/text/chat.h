@@ -101,8 +101,8 @@ int chat_render_prompt(const chat_template *ct, const sft_example *ex, int32_t *
  * out (NUL-terminated, cut before cap): loom: the text after <|call|> up to the next special
  * token; ChatML: the <tool_call> blocks joined into "[..,..]" ("[]" when there are none);
  * Mistral: the array after [TOOL_CALLS] with each call's "id" dropped ("[]" without one); Needle:
- * the text between <tool_call> and </tool_call> ("[]" without one, as Needle's _calls_of).
- * Returns its length, or -1 when loom's <|call|> is missing. */
+ * the text between <tool_call> and </tool_call>. Returns its length, or -1 when loom's <|call|>
+ * or Needle's <tool_call> is missing (Needle's own metric credits the latter as "[]"). */
 int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap);
 
 #endif

@@ -65,14 +65,21 @@ static int nd_truthy(const cJSON *v)
     return 1;
 }
 
-/* The code point at s (valid UTF-8: lines are checked before parsing) and its length. */
+/* The code point at s and its length. Lines reach here as valid UTF-8 from the loader, but a
+ * caller may hand any bytes: a malformed or cut sequence (the NUL is no continuation byte) is
+ * its lead byte alone, which is no space. */
 static unsigned nd_cp(const unsigned char *s, size_t *len)
 {
     unsigned c = s[0];
-    *len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (*len == 1) return c;
-    unsigned cp = c & (*len == 2 ? 0x1F : *len == 3 ? 0x0F : 0x07);
-    for (size_t k = 1; k < *len && s[k]; k++) cp = cp << 6 | (s[k] & 0x3F);
+    size_t want = c < 0x80 ? 1 : c >= 0xC0 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF8 ? 4 : 0;
+    *len = 1;
+    if (want <= 1) return want ? c : 0xFFFD;
+    unsigned cp = c & (want == 2 ? 0x1F : want == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < want; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0xFFFD;
+        cp = cp << 6 | (s[k] & 0x3F);
+    }
+    *len = want;
     return cp;
 }
 
@@ -574,12 +581,13 @@ int chat_needle_extract(const chat_template *ct, const int32_t *tokens, int n, c
     if (!text) return -1;
     tokenizer_decode(ct->tok, tokens, (size_t)end, text, tcap, 1);
     const char *p = strstr(text, "<tool_call>"), *q;
-    if (!p) p = "[]", q = p + 2;
-    else {
-        p += strlen("<tool_call>");
-        q = strstr(p, "</tool_call>");
-        if (!q) q = p + strlen(p);
+    if (!p) { /* no call block: a miss for loom's metric (Needle's credits it as "[]") */
+        free(text);
+        return -1;
     }
+    p += strlen("<tool_call>");
+    q = strstr(p, "</tool_call>");
+    if (!q) q = p + strlen(p);
     size_t len = (size_t)(q - p) < cap ? (size_t)(q - p) : cap - 1;
     memcpy(out, p, len);
     out[len] = '\0';

@@ -28,8 +28,9 @@ int chat_needle_render(const chat_template *ct, const sft_example *ex, int32_t *
                        int prompt_only);
 
 /* The calls of generated tokens as Needle's _calls_of reads them: the decoded text between the
- * first <tool_call> and the next </tool_call> (or the end), "[]" when there is no <tool_call>
- * (Needle credits that as an empty answer). Conventions of chat_extract_calls. */
+ * first <tool_call> and the next </tool_call> (or the end); -1 when there is no <tool_call>, a
+ * miss for loom's metric (Needle's _calls_of credits it as an empty answer: a caller computing
+ * Needle's metric reads -1 as "[]"). Conventions of chat_extract_calls. */
 int chat_needle_extract(const chat_template *ct, const int32_t *tokens, int n, char *out, size_t cap);
 
 #endif

@@ -111,37 +111,12 @@ static int spm_maybe_pair(spm_state *st, int left, int right)
     return 0;
 }
 
-/* The normalised text as symbols: each user-defined symbol whole (frozen), else one character
- * by its lead byte (the library's OneCharLen). Returns the count, -1 on OOM. */
-static int spm_split(spm_state *st)
-{
-    const char *s = st->norm.s;
-    size_t n = st->norm.n, count = 0;
-    if (n > st->sym_cap) {
-        spm_sym *y = realloc(st->sym, n * sizeof *y);
-        if (!y) return -1;
-        st->sym = y;
-        st->sym_cap = n;
-    }
-    for (size_t i = 0; i < n; count++) {
-        size_t len = spm_match_user(&st->m, s + i, n - i);
-        int freeze = len > 0;
-        if (!len) {
-            static const unsigned char one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-            len = one[(unsigned char)s[i] >> 4];
-            if (len > n - i) len = n - i;
-        }
-        st->sym[count] = (spm_sym){(int)count - 1, i + len < n ? (int)count + 1 : -1, (uint32_t)i, (uint32_t)len, freeze};
-        i += len;
-    }
-    return (int)count;
-}
-
 /* Merge symbols a .. b-1 (a stretch no piece spans out of): the best pair first, by score,
  * then the leftmost; pairs reaching outside the stretch are never looked up. */
 static int spm_merge_range(spm_state *st, int a, int b)
 {
     st->heap_n = 0;
+    if (b <= a) return 0;
     for (int i = a + 1; i < b; i++)
         if (spm_maybe_pair(st, i - 1, i)) return -1;
     while (st->heap_n) {
@@ -159,31 +134,50 @@ static int spm_merge_range(spm_state *st, int a, int b)
     return 0;
 }
 
-/* 1 when no merge can join symbol i-1 and symbol i: a user-defined symbol on either side, or a
- * U+2581 where the vocabulary has no piece spanning it. */
-static int spm_cut(const spm_state *st, int i)
+static int spm_is_space(const spm_state *st, const spm_sym *y)
 {
-    const spm_sym *y = &st->sym[i], *x = &st->sym[i - 1];
-    const char *s = st->norm.s;
-    if (y->freeze || x->freeze) return 1;
-    if (st->m.cut_before_ws && y->len == 3 && memcmp(s + y->start, "\xE2\x96\x81", 3) == 0) return 1;
-    return st->m.cut_after_ws && x->len == 3 && memcmp(s + x->start, "\xE2\x96\x81", 3) == 0;
+    return y->len == 3 && memcmp(st->norm.s + y->start, "\xE2\x96\x81", 3) == 0;
 }
 
-/* BPE over all symbols. Stretches that no piece spans merge alone, with the same result as one
- * agenda over the whole text (a stretch's merges never touch another's) and a small heap; with
- * UNUSED pieces the split-back table depends on the global order, so the text stays whole. */
-static int spm_merge(spm_state *st, int count)
+/* 1 when no merge can ever join symbols x and y: a user-defined symbol on either side, or a
+ * U+2581 where the vocabulary has no piece spanning it. */
+static int spm_cut(const spm_state *st, const spm_sym *x, const spm_sym *y)
 {
-    st->rev_n = 0;
-    if (st->m.any_unused) return spm_merge_range(st, 0, count);
-    int a = 0;
-    for (int i = 1; i <= count; i++)
-        if (i == count || spm_cut(st, i)) {
-            if (spm_merge_range(st, a, i)) return -1;
-            a = i;
+    if (y->freeze || x->freeze) return 1;
+    return (st->m.cut_before_ws && spm_is_space(st, y)) || (st->m.cut_after_ws && spm_is_space(st, x));
+}
+
+/* The normalised text from byte at as symbols 0, 1, ..: each user-defined symbol whole (frozen),
+ * else one character by its lead byte (the library's OneCharLen). With cuts, it stops before the
+ * first symbol no merge can join to the one before it: the stretches merge alone, with the same
+ * result as the library's one agenda over the whole text (a stretch's merges never touch
+ * another's) on small heaps and a bounded symbol array. Returns the count (-1 on OOM) and the
+ * byte after the last symbol in *end. */
+static int spm_split(spm_state *st, size_t at, int cuts, size_t *end)
+{
+    static const unsigned char one[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    const char *s = st->norm.s;
+    size_t n = st->norm.n, i = at;
+    int count = 0;
+    for (; i < n; count++) {
+        size_t len = spm_match_user(&st->m, s + i, n - i);
+        int freeze = len > 0;
+        if (!len) len = one[(unsigned char)s[i] >> 4] < n - i ? one[(unsigned char)s[i] >> 4] : n - i;
+        spm_sym y = {count - 1, -1, (uint32_t)i, (uint32_t)len, freeze};
+        if (cuts && count > 0 && spm_cut(st, &st->sym[count - 1], &y)) break;
+        if ((size_t)count == st->sym_cap) {
+            size_t cap = st->sym_cap ? 2 * st->sym_cap : 256;
+            spm_sym *p = realloc(st->sym, cap * sizeof *p);
+            if (!p) return -1;
+            st->sym = p;
+            st->sym_cap = cap;
         }
-    return 0;
+        if (count > 0) st->sym[count - 1].next = count;
+        st->sym[count] = y;
+        i += len;
+    }
+    *end = i;
+    return count;
 }
 
 /* One final piece's id, as PopulateSentencePieceText adds it: an unknown piece as its bytes under
@@ -249,14 +243,18 @@ static int spm_encode(tokenizer *t, const char *text, size_t n, tok_ids *out)
     if (n > INT_MAX / 4) return loom_fail("sentencepiece: %zu bytes of text in one piece is too long", n);
     if (spm_normalize(&st->m.norm, &st->m, text, n, t->cont, &st->norm))
         return loom_fail("tokenizer: out of memory");
-    int count = st->norm.n ? spm_split(st) : 0;
-    if (count < 0 || spm_merge(st, count)) return loom_fail("tokenizer: out of memory");
-    int prev_unk = 0;
-    for (int i = count ? 0 : -1; i >= 0; i = st->sym[i].next) {
-        const spm_sym *y = &st->sym[i];
-        int rc = st->m.any_unused ? spm_resegment(st, y->start, y->len, &prev_unk, out)
-                                  : spm_emit(st, st->norm.s + y->start, y->len, &prev_unk, out);
-        if (rc) return -1;
+    /* UNUSED pieces: the split-back table depends on the global order, so the text stays whole */
+    int prev_unk = 0, cuts = !st->m.any_unused;
+    st->rev_n = 0;
+    for (size_t at = 0; at < st->norm.n;) {
+        int count = spm_split(st, at, cuts, &at);
+        if (count < 0 || spm_merge_range(st, 0, count)) return loom_fail("tokenizer: out of memory");
+        for (int i = 0; i >= 0; i = st->sym[i].next) {
+            const spm_sym *y = &st->sym[i];
+            int rc = st->m.any_unused ? spm_resegment(st, y->start, y->len, &prev_unk, out)
+                                      : spm_emit(st, st->norm.s + y->start, y->len, &prev_unk, out);
+            if (rc) return -1;
+        }
     }
     return 0;
 }

@@ -32,8 +32,9 @@ loom_add_test(test_chat ${CMAKE_CURRENT_SOURCE_DIR}/test_chat.c loom_text)
 set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 
 # A fine-tune on OpenAI-style rows with a tokenizer.json, end to end, in ChatML (Hermes tool calls)
-# and in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]); each with a row it refuses.
-foreach(fmt chatml:qwen2.5 mistral:mistral)
+# and in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]), and on Needle's rows with its
+# SentencePiece model (the needle format picked by the tokenizer); each with a row it refuses.
+foreach(fmt chatml:qwen2.5 mistral:mistral needle:needle)
   string(REPLACE ":" ";" pair ${fmt})
   list(GET pair 0 name)
   list(GET pair 1 format)
