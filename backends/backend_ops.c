@@ -1,7 +1,8 @@
 /* backend_ops.c: the door's functions: what a backend is (name, description, config, peak,
  * health), backend_has (the one place that decides which optional ops a backend has) and one
  * forward per op into the backend's table. Nothing here may cost more than the call: no lookups,
- * no environment reads, no checks beyond the optional ops' NULL entries. */
+ * no environment reads, no checks beyond an optional op's NULL entry (and a NULL handle given to
+ * backend_destroy). */
 #include "backends/backend_impl.h"
 
 const char *backend_name(const backend *be) { return be->ops->name; }
