@@ -10,10 +10,9 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_reduce.cuh"
+#include "backends/cuda/cuda_attention.cuh"
 
 #define ATT_THREADS 256      /* 16 x 16: ty = threadIdx.x / 16 picks rows, tx = % 16 columns */
-#define ATT_LOG2E 1.4426950408889634f
-#define ATT_LN2 0.6931471805599453f
 
 /* Thread (ty, tx) of a TILE x TILE score block owns rows ty + 16 i and columns tx + 16 j
  * (i, j < TILE/16); of a TILE x D output block it owns rows ty + 16 i and columns tx + 16 jj
@@ -22,15 +21,64 @@
  * row stride Dp = D | 1 (resp. TILE + 1), so both row-wise and column-wise walks by 16 threads
  * hit 16 different banks. */
 
-/* Copy rows [r0, r0 + TILE) of one head (row stride ld floats, head offset folded into src)
- * into dst[TILE][Dp]; rows >= T become 0 so every later product with them is finite. */
-template <int TILE>
-static __device__ __forceinline__ void att_load_tile(float *dst, const float *src, size_t ld,
-                                                     int r0, int T, int D, int Dp)
+/* NP (1 or 2) score blocks sharing one walk over d (tiles of row stride Dp):
+ *   s0[i][j] = sum_{d < D} A0[ty + 16 i][d] B0[tx + 16 j][d],  s1 likewise from A1, B1
+ * (s1, A1, B1 unused when NP = 1). Plain arrays and pointers: an array of either would cost
+ * the kernels registers (ptxas spilled the 32 x 256 forward for sm_80). */
+template <int RI, int NP>
+static __device__ __forceinline__ void att_tile_dots(float (&s0)[RI][RI], float (&s1)[RI][RI],
+                                                     const float *A0, const float *B0,
+                                                     const float *A1, const float *B1, int D, int Dp)
 {
-    for (int idx = threadIdx.x; idx < TILE * D; idx += ATT_THREADS) {
-        int r = idx / D, d = idx - r * D;
-        dst[r * Dp + d] = (r0 + r < T) ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    for (int i = 0; i < RI; i++)
+        for (int j = 0; j < RI; j++) {
+            s0[i][j] = 0.0f;
+            if (NP == 2) s1[i][j] = 0.0f;
+        }
+    for (int d = 0; d < D; d++) {
+        float a0[RI], b0[RI], a1[RI], b1[RI];
+        for (int i = 0; i < RI; i++) {
+            a0[i] = A0[(ty + 16 * i) * Dp + d];
+            if (NP == 2) a1[i] = A1[(ty + 16 * i) * Dp + d];
+        }
+        for (int j = 0; j < RI; j++) {
+            b0[j] = B0[(tx + 16 * j) * Dp + d];
+            if (NP == 2) b1[j] = B1[(tx + 16 * j) * Dp + d];
+        }
+        for (int i = 0; i < RI; i++)
+            for (int j = 0; j < RI; j++) {
+                s0[i][j] += a0[i] * b0[j];
+                if (NP == 2) s1[i][j] += a1[i] * b1[j];
+            }
+    }
+}
+
+/* NP (1 or 2) output blocks sharing one walk over the TILE columns c of P (row stride Pp) and
+ * rows of M (row stride Dp):  acc0[i][jj] += sum_c P0[ty + 16 i][c] M0[c][tx + 16 jj]  (d < D),
+ * acc1 likewise from P1, M1 (unused when NP = 1). */
+template <int TILE, int RI, int DJ, int NP>
+static __device__ __forceinline__ void att_tile_accum(float (&acc0)[RI][DJ], float (&acc1)[RI][DJ],
+                                                      const float *P0, const float *M0,
+                                                      const float *P1, const float *M1, int Pp,
+                                                      int D, int Dp)
+{
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    for (int c = 0; c < TILE; c++) {
+        float p0[RI], p1[RI];
+        for (int i = 0; i < RI; i++) {
+            p0[i] = P0[(ty + 16 * i) * Pp + c];
+            if (NP == 2) p1[i] = P1[(ty + 16 * i) * Pp + c];
+        }
+        for (int jj = 0; jj < DJ; jj++) {
+            const int d = tx + 16 * jj;
+            const float m0 = d < D ? M0[c * Dp + d] : 0.0f;
+            const float m1 = NP == 2 && d < D ? M1[c * Dp + d] : 0.0f;
+            for (int i = 0; i < RI; i++) {
+                acc0[i][jj] += p0[i] * m0;
+                if (NP == 2) acc1[i][jj] += p1[i] * m1;
+            }
+        }
     }
 }
 
@@ -50,42 +98,26 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
     const int Dp = D | 1, Pp = TILE + 1;
     float *Qs = smem, *Ks = Qs + TILE * Dp, *Vs = Ks + TILE * Dp, *Ps = Vs + TILE * Dp;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest (last) query tiles start first */
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TILE;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D;
-    const float *qb = q + (size_t)b * T * ldq + (size_t)h * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
+    const att_qblock a = att_query_block(TILE, T, H, Hkv, D);
 
-    att_load_tile<TILE>(Qs, qb, ldq, q0, T, D, Dp);
+    att_load_tile<TILE, ATT_THREADS>(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
     float m[RI], l[RI], o[RI][DJ];
     for (int i = 0; i < RI; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
         for (int jj = 0; jj < DJ; jj++) o[i][jj] = 0.0f;
     }
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TILE;
-        __syncthreads(); /* the previous tile's Ks, Vs, Ps are no longer read */
-        att_load_tile<TILE>(Ks, kb, ldk, k0, T, D, Dp);
-        att_load_tile<TILE>(Vs, vb, ldk, k0, T, D, Dp);
-        __syncthreads();
+    att_key_tiles<TILE>(a, [&](int k0) {
+        att_load_tile<TILE, ATT_THREADS>(Ks, k + a.koff, a.ldk, k0, T, D, Dp);
+        att_load_tile<TILE, ATT_THREADS>(Vs, v + a.koff, a.ldk, k0, T, D, Dp);
+    }, [&](int k0) {
         float s[RI][RI];
-        for (int i = 0; i < RI; i++)
-            for (int j = 0; j < RI; j++) s[i][j] = 0.0f;
-        for (int d = 0; d < D; d++) {
-            float a[RI], c[RI];
-            for (int i = 0; i < RI; i++) a[i] = Qs[(ty + 16 * i) * Dp + d];
-            for (int j = 0; j < RI; j++) c[j] = Ks[(tx + 16 * j) * Dp + d];
-            for (int i = 0; i < RI; i++)
-                for (int j = 0; j < RI; j++) s[i][j] += a[i] * c[j];
-        }
+        att_tile_dots<RI, 1>(s, s, Qs, Ks, NULL, NULL, D, Dp);
         for (int i = 0; i < RI; i++) {
-            const int row = q0 + ty + 16 * i;
+            const int row = a.q0 + ty + 16 * i;
             float mx = -INFINITY;
             for (int j = 0; j < RI; j++) {
-                const int col = k0 + tx + 16 * j;
-                s[i][j] = (col <= row && col < T) ? s[i][j] * scale_log2 : -INFINITY;
+                s[i][j] = att_score(s[i][j], k0 + tx + 16 * j, row, T, scale_log2);
                 mx = fmaxf(mx, s[i][j]);
             }
             /* column k0 <= row and k0 < T in every visited tile, so m_new is finite */
@@ -102,27 +134,19 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
             for (int jj = 0; jj < DJ; jj++) o[i][jj] *= alpha;
         }
         __syncthreads();
-        for (int c = 0; c < TILE; c++) {
-            float p[RI];
-            for (int i = 0; i < RI; i++) p[i] = Ps[(ty + 16 * i) * Pp + c];
-            for (int jj = 0; jj < DJ; jj++) {
-                const int d = tx + 16 * jj;
-                const float vv = d < D ? Vs[c * Dp + d] : 0.0f;
-                for (int i = 0; i < RI; i++) o[i][jj] += p[i] * vv;
-            }
-        }
-    }
+        att_tile_accum<TILE, RI, DJ, 1>(o, o, Ps, Vs, NULL, NULL, Pp, D, Dp);
+    });
     for (int i = 0; i < RI; i++) {
-        const int row = q0 + ty + 16 * i;
-        const float lt = cuda_lanes_reduce<16>(l[i], cuda_sum_op()); /* every lane of the half-warp takes part */
+        const int row = a.q0 + ty + 16 * i;
+        const float lt = cuda_lanes_reduce<16>(l[i], cuda_sum_op()); /* every lane takes part */
         if (row >= T) continue;
         const float inv = 1.0f / lt;
-        float *orow = out + ((size_t)b * T + row) * ldq + (size_t)h * D;
+        float *orow = out + ((size_t)a.b * T + row) * a.ldq + (size_t)a.h * D;
         for (int jj = 0; jj < DJ; jj++) {
             const int d = tx + 16 * jj;
             if (d < D) orow[d] = o[i][jj] * inv;
         }
-        if (tx == 0) lse[((size_t)b * H + h) * T + row] = m[i] * ATT_LN2 + logf(lt);
+        if (tx == 0) lse[att_stats_at(a.b, a.h, H, T) + row] = m[i] * ATT_LN2 + logf(lt);
     }
 }
 
@@ -133,9 +157,6 @@ static __device__ __forceinline__ float att_tf32(float x)
     if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & ~0x1fffu;
     return __uint_as_float(u);
 }
-
-/* How the delta kernel rounds dO: as the tensor cores of the path that computes dp_ij do. */
-enum { ATT_ROUND_NONE = 0, ATT_ROUND_TF32 = 1, ATT_ROUND_BF16 = 2 };
 
 /* delta[b,h,t] = dO[b,t,h,:] . O[b,t,h,:]  (= sum_j p_ij dp_ij, used by both backward kernels).
  * One warp per (b, t, h) row. dO is rounded as the tensor cores round it for dp_ij (TF32 or
@@ -173,71 +194,34 @@ att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, 
     float *Qs = smem, *dOs = Qs + TILE * Dp, *Ks = dOs + TILE * Dp, *Vs = Ks + TILE * Dp;
     float *dSs = Vs + TILE * Dp, *lse2 = dSs + TILE * Pp, *dl = lse2 + TILE;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int qt = gridDim.x - 1 - blockIdx.x;
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TILE;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, qoff = (size_t)b * T * ldq + (size_t)h * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
+    const att_qblock a = att_query_block(TILE, T, H, Hkv, D);
 
-    att_load_tile<TILE>(Qs, q + qoff, ldq, q0, T, D, Dp);
-    att_load_tile<TILE>(dOs, dout + qoff, ldq, q0, T, D, Dp);
-    for (int r = threadIdx.x; r < TILE; r += ATT_THREADS) {
-        const size_t li = ((size_t)b * H + h) * T + q0 + r;
-        lse2[r] = q0 + r < T ? lse[li] * ATT_LOG2E : 0.0f;
-        dl[r] = q0 + r < T ? delta[li] : 0.0f;
-    }
+    att_load_tile<TILE, ATT_THREADS>(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
+    att_load_tile<TILE, ATT_THREADS>(dOs, dout + a.qoff, a.ldq, a.q0, T, D, Dp);
+    att_load_stats<TILE, ATT_THREADS>(lse2, dl, lse, delta, a.b, a.h, H, a.q0, T);
     float acc[RI][DJ];
     for (int i = 0; i < RI; i++)
         for (int jj = 0; jj < DJ; jj++) acc[i][jj] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TILE;
-        __syncthreads();
-        att_load_tile<TILE>(Ks, kb, ldk, k0, T, D, Dp);
-        att_load_tile<TILE>(Vs, vb, ldk, k0, T, D, Dp);
-        __syncthreads();
+    att_key_tiles<TILE>(a, [&](int k0) {
+        att_load_tile<TILE, ATT_THREADS>(Ks, k + a.koff, a.ldk, k0, T, D, Dp);
+        att_load_tile<TILE, ATT_THREADS>(Vs, v + a.koff, a.ldk, k0, T, D, Dp);
+    }, [&](int k0) {
         float s[RI][RI], dp[RI][RI];
-        for (int i = 0; i < RI; i++)
-            for (int j = 0; j < RI; j++) s[i][j] = dp[i][j] = 0.0f;
-        for (int d = 0; d < D; d++) {
-            float a[RI], g[RI], kc[RI], vc[RI];
-            for (int i = 0; i < RI; i++) {
-                a[i] = Qs[(ty + 16 * i) * Dp + d];
-                g[i] = dOs[(ty + 16 * i) * Dp + d];
-            }
-            for (int j = 0; j < RI; j++) {
-                kc[j] = Ks[(tx + 16 * j) * Dp + d];
-                vc[j] = Vs[(tx + 16 * j) * Dp + d];
-            }
-            for (int i = 0; i < RI; i++)
-                for (int j = 0; j < RI; j++) {
-                    s[i][j] += a[i] * kc[j];
-                    dp[i][j] += g[i] * vc[j];
-                }
-        }
+        att_tile_dots<RI, 2>(s, dp, Qs, Ks, dOs, Vs, D, Dp);
         for (int i = 0; i < RI; i++) {
-            const int r = ty + 16 * i, row = q0 + r;
+            const int r = ty + 16 * i, row = a.q0 + r;
             for (int j = 0; j < RI; j++) {
-                const int col = k0 + tx + 16 * j;
-                const float p = (col <= row && col < T && row < T)
-                                    ? exp2f(s[i][j] * scale_log2 - lse2[r]) : 0.0f;
-                dSs[r * Pp + tx + 16 * j] = p * (dp[i][j] - dl[r]);
+                const float p = att_prob(s[i][j], k0 + tx + 16 * j, row, T, scale_log2, lse2[r]);
+                dSs[r * Pp + tx + 16 * j] = att_dscore(p, dp[i][j], dl[r]);
             }
         }
         __syncthreads();
-        for (int c = 0; c < TILE; c++) {
-            float ds[RI];
-            for (int i = 0; i < RI; i++) ds[i] = dSs[(ty + 16 * i) * Pp + c];
-            for (int jj = 0; jj < DJ; jj++) {
-                const int d = tx + 16 * jj;
-                const float kv = d < D ? Ks[c * Dp + d] : 0.0f;
-                for (int i = 0; i < RI; i++) acc[i][jj] += ds[i] * kv;
-            }
-        }
-    }
+        att_tile_accum<TILE, RI, DJ, 1>(acc, acc, dSs, Ks, NULL, NULL, Pp, D, Dp);
+    });
     for (int i = 0; i < RI; i++) {
-        const int row = q0 + ty + 16 * i;
+        const int row = a.q0 + ty + 16 * i;
         if (row >= T) continue;
-        float *drow = dq + ((size_t)b * T + row) * ldq + (size_t)h * D;
+        float *drow = dq + ((size_t)a.b * T + row) * a.ldq + (size_t)a.h * D;
         for (int jj = 0; jj < DJ; jj++) {
             const int d = tx + 16 * jj;
             if (d < D) drow[d] = acc[i][jj] * scale;
@@ -262,81 +246,35 @@ att_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, cons
     float *Ks = smem, *Vs = Ks + TILE * Dp, *Qs = Vs + TILE * Dp, *dOs = Qs + TILE * Dp;
     float *PTs = dOs + TILE * Dp, *dSTs = PTs + TILE * Pp, *lse2 = dSTs + TILE * Pp, *dl = lse2 + TILE;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const int kt = blockIdx.x; /* key tile 0 has the most queries after it: it starts first */
-    const int nt = gridDim.x, G = H / Hkv;
-    const int b = blockIdx.y / Hkv, hk = blockIdx.y % Hkv, k0 = kt * TILE;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
+    const att_kblock a = att_key_block(TILE, T, H, Hkv, D);
 
-    att_load_tile<TILE>(Ks, k + koff, ldk, k0, T, D, Dp);
-    att_load_tile<TILE>(Vs, v + koff, ldk, k0, T, D, Dp);
+    att_load_tile<TILE, ATT_THREADS>(Ks, k + a.koff, a.ldk, a.k0, T, D, Dp);
+    att_load_tile<TILE, ATT_THREADS>(Vs, v + a.koff, a.ldk, a.k0, T, D, Dp);
     float gk[RI][DJ], gv[RI][DJ];
     for (int i = 0; i < RI; i++)
         for (int jj = 0; jj < DJ; jj++) gk[i][jj] = gv[i][jj] = 0.0f;
-    for (int h = hk * G; h < (hk + 1) * G; h++) {
-        const size_t qoff = (size_t)b * T * ldq + (size_t)h * D;
-        for (int qt = kt; qt < nt; qt++) {
-            const int q0 = qt * TILE;
-            __syncthreads(); /* the previous query tile is no longer read */
-            att_load_tile<TILE>(Qs, q + qoff, ldq, q0, T, D, Dp);
-            att_load_tile<TILE>(dOs, dout + qoff, ldq, q0, T, D, Dp);
-            for (int r = threadIdx.x; r < TILE; r += ATT_THREADS) {
-                const size_t li = ((size_t)b * H + h) * T + q0 + r;
-                lse2[r] = q0 + r < T ? lse[li] * ATT_LOG2E : 0.0f;
-                dl[r] = q0 + r < T ? delta[li] : 0.0f;
-            }
-            __syncthreads();
-            float s[RI][RI], dp[RI][RI]; /* [key i][query j] */
-            for (int i = 0; i < RI; i++)
-                for (int j = 0; j < RI; j++) s[i][j] = dp[i][j] = 0.0f;
-            for (int d = 0; d < D; d++) {
-                float kc[RI], vc[RI], a[RI], g[RI];
-                for (int i = 0; i < RI; i++) {
-                    kc[i] = Ks[(ty + 16 * i) * Dp + d];
-                    vc[i] = Vs[(ty + 16 * i) * Dp + d];
-                }
-                for (int j = 0; j < RI; j++) {
-                    a[j] = Qs[(tx + 16 * j) * Dp + d];
-                    g[j] = dOs[(tx + 16 * j) * Dp + d];
-                }
-                for (int i = 0; i < RI; i++)
-                    for (int j = 0; j < RI; j++) {
-                        s[i][j] += kc[i] * a[j];
-                        dp[i][j] += vc[i] * g[j];
-                    }
-            }
-            for (int i = 0; i < RI; i++) {
-                const int c = ty + 16 * i, key = k0 + c;
-                for (int j = 0; j < RI; j++) {
-                    const int r = tx + 16 * j, row = q0 + r;
-                    const float p = (key <= row && row < T && key < T)
-                                        ? exp2f(s[i][j] * scale_log2 - lse2[r]) : 0.0f;
-                    PTs[c * Pp + r] = p;
-                    dSTs[c * Pp + r] = p * (dp[i][j] - dl[r]);
-                }
-            }
-            __syncthreads();
-            for (int r = 0; r < TILE; r++) {
-                float pt[RI], dst[RI];
-                for (int i = 0; i < RI; i++) {
-                    pt[i] = PTs[(ty + 16 * i) * Pp + r];
-                    dst[i] = dSTs[(ty + 16 * i) * Pp + r];
-                }
-                for (int jj = 0; jj < DJ; jj++) {
-                    const int d = tx + 16 * jj;
-                    const float g = d < D ? dOs[r * Dp + d] : 0.0f;
-                    const float a = d < D ? Qs[r * Dp + d] : 0.0f;
-                    for (int i = 0; i < RI; i++) {
-                        gv[i][jj] += pt[i] * g;
-                        gk[i][jj] += dst[i] * a;
-                    }
-                }
+    att_query_tiles<TILE, ATT_THREADS>(a, T, H, D, lse, delta, lse2, dl, [&](size_t qoff, int q0) {
+        att_load_tile<TILE, ATT_THREADS>(Qs, q + qoff, a.ldq, q0, T, D, Dp);
+        att_load_tile<TILE, ATT_THREADS>(dOs, dout + qoff, a.ldq, q0, T, D, Dp);
+    }, [&](int q0) {
+        float s[RI][RI], dp[RI][RI]; /* [key i][query j] */
+        att_tile_dots<RI, 2>(s, dp, Ks, Qs, Vs, dOs, D, Dp);
+        for (int i = 0; i < RI; i++) {
+            const int c = ty + 16 * i, key = a.k0 + c;
+            for (int j = 0; j < RI; j++) {
+                const int r = tx + 16 * j;
+                const float p = att_prob(s[i][j], key, q0 + r, T, scale_log2, lse2[r]);
+                PTs[c * Pp + r] = p;
+                dSTs[c * Pp + r] = att_dscore(p, dp[i][j], dl[r]);
             }
         }
-    }
+        __syncthreads();
+        att_tile_accum<TILE, RI, DJ, 2>(gv, gk, PTs, dOs, dSTs, Qs, Pp, D, Dp);
+    });
     for (int i = 0; i < RI; i++) {
-        const int key = k0 + ty + 16 * i;
+        const int key = a.k0 + ty + 16 * i;
         if (key >= T) continue;
-        float *krow = dk + koff + (size_t)key * ldk, *vrow = dv + koff + (size_t)key * ldk;
+        float *krow = dk + a.koff + (size_t)key * a.ldk, *vrow = dv + a.koff + (size_t)key * a.ldk;
         for (int jj = 0; jj < DJ; jj++) {
             const int d = tx + 16 * jj;
             if (d < D) {
@@ -376,80 +314,57 @@ static int att_check(backend *be, int T, int H, int Hkv, int D, size_t smem_byte
     return 0;
 }
 
+/* The fp32 SIMT kernels for head dims up to DMAX with TILE-row tiles. */
 template <int TILE, int DMAX>
-static void att_forward_t(backend *be, float *out, float *lse, const float *q, const float *k,
-                          const float *v, int B, int T, int H, int Hkv, int D)
+static att_kernels att_simt_set(int D)
 {
-    const size_t smem = att_smem_fwd(TILE, D) * sizeof(float);
-    if (att_check(be, T, H, Hkv, D, smem, "attention_forward") != 0) return;
-    if (cuda_check(be, cudaFuncSetAttribute(att_fwd_kernel<TILE, DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                   "attention_forward (smem attribute)") != 0)
-        return;
-    const float scale_log2 = ATT_LOG2E / sqrtf((float)D);
-    dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * H));
-    att_fwd_kernel<TILE, DMAX><<<grid, ATT_THREADS, smem, cuda_im(be)->compute>>>(
-        out, lse, q, k, v, T, H, Hkv, D, scale_log2);
-    cuda_check_launch(be, "attention_forward");
-}
-
-template <int TILE, int DMAX>
-static void att_backward_t(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                           const float *q, const float *k, const float *v, const float *lse,
-                           const float *delta, int B, int T, int H, int Hkv, int D)
-{
-    const size_t smem_dq = att_smem_dq(TILE, D) * sizeof(float);
-    const size_t smem_dkv = att_smem_dkv(TILE, D) * sizeof(float);
-    if (att_check(be, T, H, Hkv, D, smem_dkv > smem_dq ? smem_dkv : smem_dq, "attention_backward") != 0)
-        return;
-    if (cuda_check(be, cudaFuncSetAttribute(att_bwd_dq_kernel<TILE, DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dq),
-                   "attention_backward (smem attribute)") != 0 ||
-        cuda_check(be, cudaFuncSetAttribute(att_bwd_dkv_kernel<TILE, DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_dkv),
-                   "attention_backward (smem attribute)") != 0)
-        return;
-    cudaStream_t st = cuda_im(be)->compute;
-    const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATT_LOG2E * scale;
-    const unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
-    att_bwd_dkv_kernel<TILE, DMAX><<<dim3(tiles, (unsigned)(B * Hkv)), ATT_THREADS, smem_dkv, st>>>(
-        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    if (cuda_check_launch(be, "attention_backward (dk, dv)") != 0) return;
-    att_bwd_dq_kernel<TILE, DMAX><<<dim3(tiles, (unsigned)(B * H)), ATT_THREADS, smem_dq, st>>>(
-        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    cuda_check_launch(be, "attention_backward (dq)");
+    const size_t dq = att_smem_dq(TILE, D) * sizeof(float), dkv = att_smem_dkv(TILE, D) * sizeof(float);
+    att_kernels ks = {att_fwd_kernel<TILE, DMAX>, att_bwd_dkv_kernel<TILE, DMAX>,
+                      att_bwd_dq_kernel<TILE, DMAX>, TILE, ATT_THREADS, ATT_ROUND_NONE,
+                      att_smem_fwd(TILE, D) * sizeof(float), dkv, dq,
+                      att_smem_fwd(TILE, D) * sizeof(float), dkv > dq ? dkv : dq,
+                      "attention_forward", "attention_backward (dk, dv)", "attention_backward (dq)"};
+    return ks;
 }
 
 /* The tensor-core path (cuda_attention_tc.cu) runs when matmuls may round to TF32 (TF32 or bf16
  * mode) and the head dim suits WMMA tiles; exact fp32 SIMT kernels otherwise. In bf16 mode the
  * bf16 path (cuda_attention_bf16.cu) runs instead: its products round their inputs to bf16 as
- * the mode's matmuls do. */
-static int att_use_tc(backend *be, int D)
+ * the mode's matmuls do. Tile 64 keeps 16 scores per thread for head dims up to 128; at 256 the
+ * four D-wide tiles of the SIMT backward only fit the 227 KB of shared memory with 32-row tiles. */
+static att_kernels att_pick(backend *be, int D)
 {
-    return (be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16) && cuda_attention_tc_supported(D);
+    if (be->cfg.precision == BACKEND_BF16 && cuda_attention_bf16_supported(D))
+        return cuda_attention_bf16_kernels(D);
+    if ((be->cfg.allow_tf32 || be->cfg.precision == BACKEND_BF16) && cuda_attention_tc_supported(D))
+        return cuda_attention_tc_kernels(D);
+    if (D <= 32) return att_simt_set<64, 32>(D);
+    if (D <= 64) return att_simt_set<64, 64>(D);
+    if (D <= 128) return att_simt_set<64, 128>(D);
+    return att_simt_set<32, 256>(D);
 }
 
-static int att_use_bf16(backend *be, int D)
+/* Opts kernel in to smem bytes of dynamic shared memory (above 48 KB needs it). */
+template <class K>
+static int att_allow(backend *be, K *kernel, size_t smem, const char *what)
 {
-    return be->cfg.precision == BACKEND_BF16 && cuda_attention_bf16_supported(D);
+    return cuda_check(be, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem), what);
 }
 
-/* Tile 64 keeps 16 scores per thread for head dims up to 128; at 256 the four D-wide tiles of
- * the backward only fit the 227 KB of shared memory with 32-row tiles. */
 void cuda_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                             const float *v, int B, int T, int H, int Hkv, int D)
 {
     if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
-    if (att_use_bf16(be, D)) {
-        if (att_check(be, T, H, Hkv, D, cuda_attention_bf16_smem(D), "attention_forward") == 0)
-            cuda_attention_bf16_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    } else if (att_use_tc(be, D)) {
-        if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_forward") == 0)
-            cuda_attention_tc_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    } else if (D <= 32) att_forward_t<64, 32>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    else if (D <= 64) att_forward_t<64, 64>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    else if (D <= 128) att_forward_t<64, 128>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    else att_forward_t<32, 256>(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    const att_kernels ks = att_pick(be, D);
+    if (att_check(be, T, H, Hkv, D, ks.need_fwd, "attention_forward") != 0) return;
+    const att_fwd_fn fwd = ks.fwd;
+    if (att_allow(be, fwd, ks.smem_fwd, "attention_forward (smem attribute)") != 0)
+        return;
+    dim3 grid((unsigned)((T + ks.tile - 1) / ks.tile), (unsigned)(B * H));
+    fwd<<<grid, ks.threads, ks.smem_fwd, cuda_im(be)->compute>>>(out, lse, q, k, v, T, H, Hkv, D,
+                                                                 ATT_LOG2E / sqrtf((float)D));
+    cuda_check_launch(be, ks.what_fwd);
 }
 
 void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
@@ -461,21 +376,25 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
     const int rows = B * T * H;
     float *delta = (float *)cuda_scratch(be, (size_t)rows * sizeof(float));
     if (!delta) return;
-    const int bf16 = att_use_bf16(be, D);
-    const int round = bf16 ? ATT_ROUND_BF16 : att_use_tc(be, D) ? ATT_ROUND_TF32 : ATT_ROUND_NONE;
-    att_delta_kernel<<<(rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32), ATT_THREADS, 0,
-                       cuda_im(be)->compute>>>(delta, dout, out, rows, T, H, D, round);
+    const att_kernels ks = att_pick(be, D);
+    cudaStream_t st = cuda_im(be)->compute;
+    att_delta_kernel<<<(rows + ATT_THREADS / 32 - 1) / (ATT_THREADS / 32), ATT_THREADS, 0, st>>>(
+        delta, dout, out, rows, T, H, D, ks.round);
     if (cuda_check_launch(be, "attention_backward (delta)") != 0) return;
-    if (bf16) {
-        if (att_check(be, T, H, Hkv, D, cuda_attention_bf16_smem(D), "attention_backward") == 0)
-            cuda_attention_bf16_backward(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    } else if (att_use_tc(be, D)) {
-        if (att_check(be, T, H, Hkv, D, cuda_attention_tc_smem(D), "attention_backward") == 0)
-            cuda_attention_tc_backward(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    } else if (D <= 32) att_backward_t<64, 32>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    else if (D <= 64) att_backward_t<64, 64>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    else if (D <= 128) att_backward_t<64, 128>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    else att_backward_t<32, 256>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
+    if (att_check(be, T, H, Hkv, D, ks.need_bwd, "attention_backward") != 0) return;
+    const att_dq_fn dqk = ks.dq;
+    const att_dkv_fn dkvk = ks.dkv;
+    if (att_allow(be, dqk, ks.smem_dq, "attention_backward (smem attribute)") != 0 ||
+        att_allow(be, dkvk, ks.smem_dkv, "attention_backward (smem attribute)") != 0)
+        return;
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATT_LOG2E * scale;
+    const unsigned tiles = (unsigned)((T + ks.tile - 1) / ks.tile);
+    dkvk<<<dim3(tiles, (unsigned)(B * Hkv)), ks.threads, ks.smem_dkv, st>>>(
+        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+    if (cuda_check_launch(be, ks.what_dkv) != 0) return;
+    dqk<<<dim3(tiles, (unsigned)(B * H)), ks.threads, ks.smem_dq, st>>>(
+        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+    cuda_check_launch(be, ks.what_dq);
 }
 
 /* --- decoding with a KV cache: one query per head over Tk cached keys (batch row 0) ---

@@ -23,12 +23,11 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_reduce.cuh"
+#include "backends/cuda/cuda_attention.cuh"
 
 #define FB_WARPS 4
 #define FB_THREADS (32 * FB_WARPS)
 #define FB_TILE 64 /* queries per block (16 per warp) and keys per tile */
-#define FB_LOG2E 1.4426950408889634f
-#define FB_LN2 0.6931471805599453f
 
 typedef uint16_t fb_h; /* a bf16's bits in shared memory */
 
@@ -174,23 +173,18 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
     const int Dp = D + 8, Tp = FB_TILE + 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     fb_h *Qs = fb_smem, *Ks = Qs + FB_TILE * Dp, *Vt = Ks + FB_TILE * Dp;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* the longest rows first */
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * FB_TILE;
-    const int r0 = q0 + 16 * warp;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-    fb_stage(Qs, NULL, q + (size_t)b * T * ldq + (size_t)h * D, ldq, q0, T, D, Dp, Tp);
+    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D);
+    const int r0 = a.q0 + 16 * warp;
+    const float *kb = k + a.koff, *vb = v + a.koff;
+    fb_stage(Qs, NULL, q + a.qoff, a.ldq, a.q0, T, D, Dp, Tp);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, o[DMAX / 8][4], s[8][4];
 #pragma unroll
     for (int n = 0; n < DMAX / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * FB_TILE;
-        __syncthreads();
-        fb_stage(Ks, NULL, kb, ldk, k0, T, D, Dp, Tp);
-        fb_stage(NULL, Vt, vb, ldk, k0, T, D, Dp, Tp);
-        __syncthreads();
+    att_key_tiles<FB_TILE>(a, [&](int k0) {
+        fb_stage(Ks, NULL, kb, a.ldk, k0, T, D, Dp, Tp);
+        fb_stage(NULL, Vt, vb, a.ldk, k0, T, D, Dp, Tp);
+    }, [&](int k0) {
         fb_abt<DMAX>(s, Qs + 16 * warp * Dp, Dp, Ks, Dp, D);
         float x0 = -INFINITY, x1 = -INFINITY;
 #pragma unroll
@@ -198,7 +192,7 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * t + (e & 1), row = r0 + g + 8 * (e >> 1);
-                s[j][e] = (key <= row && key < T) ? s[j][e] * scale_log2 : -INFINITY;
+                s[j][e] = att_score(s[j][e], key, row, T, scale_log2);
             }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -221,13 +215,13 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
 #pragma unroll
         for (int n = 0; n < DMAX / 8; n++) o[n][0] *= c0, o[n][1] *= c0, o[n][2] *= c1, o[n][3] *= c1;
         fb_pm<DMAX>(o, s, Vt, Tp, D);
-    }
+    });
     l0 = cuda_lanes_reduce<4, true>(l0, cuda_sum_op());
     l1 = cuda_lanes_reduce<4, true>(l1, cuda_sum_op());
-    fb_store<DMAX>(out + (size_t)b * T * ldq + (size_t)h * D, ldq, r0, T, o, 1.0f / l0, 1.0f / l1, D);
-    float *lrow = lse + ((size_t)b * H + h) * T;
-    if (t == 0 && r0 + g < T) lrow[r0 + g] = (m0 + log2f(l0)) * FB_LN2;
-    if (t == 0 && r0 + g + 8 < T) lrow[r0 + g + 8] = (m1 + log2f(l1)) * FB_LN2;
+    fb_store<DMAX>(out + a.qoff, a.ldq, r0, T, o, 1.0f / l0, 1.0f / l1, D);
+    float *lrow = lse + att_stats_at(a.b, a.h, H, T);
+    if (t == 0 && r0 + g < T) lrow[r0 + g] = (m0 + log2f(l0)) * ATT_LN2;
+    if (t == 0 && r0 + g + 8 < T) lrow[r0 + g + 8] = (m1 + log2f(l1)) * ATT_LN2;
 }
 
 /* dQ, one block per (query tile, b, h), warp w owning 16 queries; for each causal key tile:
@@ -246,29 +240,22 @@ fb_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const
     const int g = lane >> 2, t = lane & 3;
     fb_h *Qs = fb_smem, *dOs = Qs + FB_TILE * Dp, *Ks = dOs + FB_TILE * Dp, *Vs = Ks + FB_TILE * Dp;
     fb_h *Kt = Vs + FB_TILE * Dp;
-    const int qt = gridDim.x - 1 - blockIdx.x;
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * FB_TILE;
-    const int r0 = q0 + 16 * warp;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, qoff = (size_t)b * T * ldq + (size_t)h * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-    fb_stage(Qs, NULL, q + qoff, ldq, q0, T, D, Dp, Tp);
-    fb_stage(dOs, NULL, dout + qoff, ldq, q0, T, D, Dp, Tp);
-    const size_t li = ((size_t)b * H + h) * T;
-    const float l20 = r0 + g < T ? lse[li + r0 + g] * FB_LOG2E : 0.0f;
-    const float l21 = r0 + g + 8 < T ? lse[li + r0 + g + 8] * FB_LOG2E : 0.0f;
-    const float d0 = r0 + g < T ? delta[li + r0 + g] : 0.0f;
-    const float d1 = r0 + g + 8 < T ? delta[li + r0 + g + 8] : 0.0f;
+    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D);
+    const int r0 = a.q0 + 16 * warp;
+    const float *kb = k + a.koff, *vb = v + a.koff;
+    fb_stage(Qs, NULL, q + a.qoff, a.ldq, a.q0, T, D, Dp, Tp);
+    fb_stage(dOs, NULL, dout + a.qoff, a.ldq, a.q0, T, D, Dp, Tp);
+    const size_t li = att_stats_at(a.b, a.h, H, T);
+    const float l20 = att_lse2(lse, li, r0, g, T), l21 = att_lse2(lse, li, r0, g + 8, T);
+    const float d0 = att_delta(delta, li, r0, g, T), d1 = att_delta(delta, li, r0, g + 8, T);
 
     float acc[DMAX / 8][4], s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < DMAX / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * FB_TILE;
-        __syncthreads();
-        fb_stage(Ks, Kt, kb, ldk, k0, T, D, Dp, Tp);
-        fb_stage(Vs, NULL, vb, ldk, k0, T, D, Dp, Tp);
-        __syncthreads();
+    att_key_tiles<FB_TILE>(a, [&](int k0) {
+        fb_stage(Ks, Kt, kb, a.ldk, k0, T, D, Dp, Tp);
+        fb_stage(Vs, NULL, vb, a.ldk, k0, T, D, Dp, Tp);
+    }, [&](int k0) {
         fb_abt<DMAX>(s, Qs + 16 * warp * Dp, Dp, Ks, Dp, D);
         fb_abt<DMAX>(dp, dOs + 16 * warp * Dp, Dp, Vs, Dp, D);
 #pragma unroll
@@ -276,13 +263,12 @@ fb_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * t + (e & 1), hi = e >> 1, row = r0 + g + 8 * hi;
-                const float p = (key <= row && key < T && row < T)
-                                    ? exp2f(s[j][e] * scale_log2 - (hi ? l21 : l20)) : 0.0f;
-                s[j][e] = p * (dp[j][e] - (hi ? d1 : d0));
+                const float p = att_prob(s[j][e], key, row, T, scale_log2, hi ? l21 : l20);
+                s[j][e] = att_dscore(p, dp[j][e], hi ? d1 : d0);
             }
         fb_pm<DMAX>(acc, s, Kt, Tp, D);
-    }
-    fb_store<DMAX>(dq + qoff, ldq, r0, T, acc, scale, scale, D);
+    });
+    fb_store<DMAX>(dq + a.qoff, a.ldq, r0, T, acc, scale, scale, D);
 }
 
 /* dK, dV, one block per (key tile, b, kv head hk), warp w owning keys k0 + 16w .. + 15; every
@@ -303,45 +289,34 @@ fb_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const flo
     fb_h *Ks = fb_smem, *Vs = Ks + FB_TILE * Dp, *Qs = Vs + FB_TILE * Dp, *dOs = Qs + FB_TILE * Dp;
     fb_h *Qt = dOs + FB_TILE * Dp, *dOt = Qt + D * Tp;
     float *lse2 = (float *)(dOt + D * Tp), *dl = lse2 + FB_TILE;
-    const int kt = blockIdx.x, nt = gridDim.x, G = H / Hkv;
-    const int b = blockIdx.y / Hkv, hk = blockIdx.y % Hkv, k0 = kt * FB_TILE, c0 = k0 + 16 * warp;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
-    fb_stage(Ks, NULL, k + koff, ldk, k0, T, D, Dp, Tp);
-    fb_stage(Vs, NULL, v + koff, ldk, k0, T, D, Dp, Tp);
+    const att_kblock a = att_key_block(FB_TILE, T, H, Hkv, D);
+    const int c0 = a.k0 + 16 * warp;
+    fb_stage(Ks, NULL, k + a.koff, a.ldk, a.k0, T, D, Dp, Tp);
+    fb_stage(Vs, NULL, v + a.koff, a.ldk, a.k0, T, D, Dp, Tp);
     float gk[DMAX / 8][4], gv[DMAX / 8][4], s[8][4], dp[8][4];
 #pragma unroll
     for (int n = 0; n < DMAX / 8; n++)
         gk[n][0] = gk[n][1] = gk[n][2] = gk[n][3] = gv[n][0] = gv[n][1] = gv[n][2] = gv[n][3] = 0.0f;
-    for (int h = hk * G; h < (hk + 1) * G; h++) {
-        const size_t qoff = (size_t)b * T * ldq + (size_t)h * D, li = ((size_t)b * H + h) * T;
-        for (int qt = kt; qt < nt; qt++) {
-            const int q0 = qt * FB_TILE;
-            __syncthreads();
-            fb_stage(Qs, Qt, q + qoff, ldq, q0, T, D, Dp, Tp);
-            fb_stage(dOs, dOt, dout + qoff, ldq, q0, T, D, Dp, Tp);
-            for (int r = threadIdx.x; r < FB_TILE; r += FB_THREADS) {
-                lse2[r] = q0 + r < T ? lse[li + q0 + r] * FB_LOG2E : 0.0f;
-                dl[r] = q0 + r < T ? delta[li + q0 + r] : 0.0f;
+    att_query_tiles<FB_TILE, FB_THREADS>(a, T, H, D, lse, delta, lse2, dl, [&](size_t qoff, int q0) {
+        fb_stage(Qs, Qt, q + qoff, a.ldq, q0, T, D, Dp, Tp);
+        fb_stage(dOs, dOt, dout + qoff, a.ldq, q0, T, D, Dp, Tp);
+    }, [&](int q0) {
+        fb_abt<DMAX>(s, Ks + 16 * warp * Dp, Dp, Qs, Dp, D);  /* s^T: (key, query) */
+        fb_abt<DMAX>(dp, Vs + 16 * warp * Dp, Dp, dOs, Dp, D); /* dp^T */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = 8 * j + 2 * t + (e & 1), row = q0 + c, key = c0 + g + 8 * (e >> 1);
+                const float p = att_prob(s[j][e], key, row, T, scale_log2, lse2[c]);
+                s[j][e] = p;
+                dp[j][e] = att_dscore(p, dp[j][e], dl[c]);
             }
-            __syncthreads();
-            fb_abt<DMAX>(s, Ks + 16 * warp * Dp, Dp, Qs, Dp, D);  /* s^T: (key, query) */
-            fb_abt<DMAX>(dp, Vs + 16 * warp * Dp, Dp, dOs, Dp, D); /* dp^T */
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = 8 * j + 2 * t + (e & 1), row = q0 + c, key = c0 + g + 8 * (e >> 1);
-                    const float p = (key <= row && row < T && key < T)
-                                        ? exp2f(s[j][e] * scale_log2 - lse2[c]) : 0.0f;
-                    s[j][e] = p;
-                    dp[j][e] = p * (dp[j][e] - dl[c]);
-                }
-            fb_pm<DMAX>(gv, s, dOt, Tp, D); /* dV += P^T dO */
-            fb_pm<DMAX>(gk, dp, Qt, Tp, D); /* dK += dS^T Q */
-        }
-    }
-    fb_store<DMAX>(dk + koff, ldk, c0, T, gk, scale, scale, D);
-    fb_store<DMAX>(dv + koff, ldk, c0, T, gv, 1.0f, 1.0f, D);
+        fb_pm<DMAX>(gv, s, dOt, Tp, D); /* dV += P^T dO */
+        fb_pm<DMAX>(gk, dp, Qt, Tp, D); /* dK += dS^T Q */
+    });
+    fb_store<DMAX>(dk + a.koff, a.ldk, c0, T, gk, scale, scale, D);
+    fb_store<DMAX>(dv + a.koff, a.ldk, c0, T, gv, 1.0f, 1.0f, D);
 }
 
 /* --- host side --- */
@@ -357,58 +332,16 @@ static size_t fb_smem_dkv(int D)
     return 2 * ((size_t)4 * FB_TILE * (D + 8) + (size_t)2 * D * (FB_TILE + 8)) + 2 * FB_TILE * sizeof(float);
 }
 
-size_t cuda_attention_bf16_smem(int D) { return fb_smem_dkv(D); }
-
-template <class K>
-static int fb_allow(backend *be, K *kernel, size_t smem, const char *what)
-{
-    return cuda_check(be, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem), what);
-}
-
 template <int DMAX>
-static void fb_forward_t(backend *be, float *out, float *lse, const float *q, const float *k,
-                         const float *v, int B, int T, int H, int Hkv, int D)
+static att_kernels fb_set(int D)
 {
-    const size_t smem = fb_smem_fwd(D);
-    if (fb_allow(be, fb_fwd_kernel<DMAX>, smem, "attention_forward (smem attribute)") != 0) return;
-    dim3 grid((unsigned)((T + FB_TILE - 1) / FB_TILE), (unsigned)(B * H));
-    fb_fwd_kernel<DMAX><<<grid, FB_THREADS, smem, cuda_im(be)->compute>>>(
-        out, lse, q, k, v, T, H, Hkv, D, FB_LOG2E / sqrtf((float)D));
-    cuda_check_launch(be, "attention_forward (bf16 tensor cores)");
+    const size_t need = fb_smem_dkv(D); /* the largest launch: checked before either */
+    att_kernels ks = {fb_fwd_kernel<DMAX>, fb_dkv_kernel<DMAX>, fb_dq_kernel<DMAX>, FB_TILE,
+                      FB_THREADS, ATT_ROUND_BF16, fb_smem_fwd(D), fb_smem_dkv(D), fb_smem_dq(D),
+                      need, need, "attention_forward (bf16 tensor cores)",
+                      "attention_backward (bf16 tensor cores, dk, dv)",
+                      "attention_backward (bf16 tensor cores, dq)"};
+    return ks;
 }
 
-template <int DMAX>
-static void fb_backward_t(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                          const float *q, const float *k, const float *v, const float *lse,
-                          const float *delta, int B, int T, int H, int Hkv, int D)
-{
-    const size_t sdq = fb_smem_dq(D), sdkv = fb_smem_dkv(D);
-    if (fb_allow(be, fb_dq_kernel<DMAX>, sdq, "attention_backward (smem attribute)") != 0 ||
-        fb_allow(be, fb_dkv_kernel<DMAX>, sdkv, "attention_backward (smem attribute)") != 0)
-        return;
-    cudaStream_t st = cuda_im(be)->compute;
-    const float scale = 1.0f / sqrtf((float)D), scale_log2 = FB_LOG2E * scale;
-    const unsigned tiles = (unsigned)((T + FB_TILE - 1) / FB_TILE);
-    fb_dkv_kernel<DMAX><<<dim3(tiles, (unsigned)(B * Hkv)), FB_THREADS, sdkv, st>>>(
-        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    if (cuda_check_launch(be, "attention_backward (bf16 tensor cores, dk, dv)") != 0) return;
-    fb_dq_kernel<DMAX><<<dim3(tiles, (unsigned)(B * H)), FB_THREADS, sdq, st>>>(
-        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    cuda_check_launch(be, "attention_backward (bf16 tensor cores, dq)");
-}
-
-void cuda_attention_bf16_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                                 const float *v, int B, int T, int H, int Hkv, int D)
-{
-    if (D <= 64) fb_forward_t<64>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    else fb_forward_t<128>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-}
-
-void cuda_attention_bf16_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *v, const float *lse,
-                                  const float *delta, int B, int T, int H, int Hkv, int D)
-{
-    if (D <= 64) fb_backward_t<64>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    else fb_backward_t<128>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-}
+att_kernels cuda_attention_bf16_kernels(int D) { return D <= 64 ? fb_set<64>(D) : fb_set<128>(D); }

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_reduce.cuh"
+#include "backends/cuda/cuda_attention.cuh"
 
 using namespace nvcuda;
 
@@ -16,8 +17,6 @@ using namespace nvcuda;
 #define TC_THREADS (32 * TC_WARPS)
 #define TC_TILE 64             /* queries per block and keys per tile (16 per warp) */
 #define TC_SP (TC_TILE + 4)    /* row stride of the per-warp 16 x 64 score tiles */
-#define TC_LOG2E 1.4426950408889634f
-#define TC_LN2 0.6931471805599453f
 
 typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> tc_a;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> tc_b_row;
@@ -51,10 +50,7 @@ static __device__ __forceinline__ void tc_load_tile(float *dst, const float *src
         }
         return;
     }
-    for (int idx = threadIdx.x; idx < TC_TILE * D; idx += TC_THREADS) {
-        int r = idx / D, d = idx - r * D;
-        dst[r * Dp + d] = (r0 + r < T) ? src[(size_t)(r0 + r) * ld + d] : 0.0f;
-    }
+    att_load_tile<TC_TILE, TC_THREADS>(dst, src, ld, r0, T, D, Dp);
 }
 
 /* S (16 x 64, into s, stride TC_SP) = A (16 rows of a, stride Dp) . B^T where B is 64 rows of b
@@ -133,27 +129,22 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
     const int Dp = D + 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Qs = smem, *Ks = Qs + TC_TILE * Dp, *Vs = Ks + TC_TILE * Dp;
     float *Sw = Vs + TC_TILE * Dp + warp * 16 * TC_SP;
-    const int qt = gridDim.x - 1 - blockIdx.x;
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TC_TILE;
-    const int r0 = q0 + 16 * warp; /* this warp's first query */
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-    tc_load_tile(Qs, q + (size_t)b * T * ldq + (size_t)h * D, ldq, q0, T, D, Dp);
+    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D);
+    const int r0 = a.q0 + 16 * warp; /* this warp's first query */
+    const float *kb = k + a.koff, *vb = v + a.koff;
+    tc_load_tile(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
 
     float m[16], l[16]; /* this lane's running max / sum for each of the warp's 16 rows */
     for (int r = 0; r < 16; r++) m[r] = -INFINITY, l[r] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TC_TILE;
-        __syncthreads();
-        tc_load_tile(Ks, kb, ldk, k0, T, D, Dp);
-        __syncthreads();
+    att_key_tiles<TC_TILE>(a, [&](int k0) {
+        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
+    }, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         __syncwarp();
         for (int r = 0; r < 16; r++)
             for (int half = 0; half < 2; half++) {
                 const int c = lane + 32 * half, key = k0 + c;
-                if (key > r0 + r || key >= T) continue;
+                if (!att_visible(key, r0 + r, T)) continue;
                 const float s = Sw[r * TC_SP + c] * scale_log2;
                 if (s > m[r]) {
                     l[r] = l[r] * exp2f(m[r] - s) + 1.0f; /* exp2(-inf) = 0 the first time */
@@ -163,7 +154,7 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
                 }
             }
         __syncwarp();
-    }
+    });
     /* merge the 32 lanes' (m, l) per row: m = max, l = sum l_lane 2^(m_lane - m) */
     for (int r = 0; r < 16; r++) {
         const float mx = cuda_warp_max(m[r]);
@@ -173,30 +164,28 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
     if (lane < 16 && r0 + lane < T) {
         float mine = m[0];
         for (int r = 1; r < 16; r++) mine = lane == r ? m[r] : mine;
-        lse[((size_t)b * H + h) * T + r0 + lane] = mine * TC_LN2;
+        lse[att_stats_at(a.b, a.h, H, T) + r0 + lane] = mine * ATT_LN2;
     }
 
     tc_acc acc[DF];
     for (int f = 0; f < DF; f++) wmma::fill_fragment(acc[f], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TC_TILE;
-        __syncthreads();
-        tc_load_tile(Ks, kb, ldk, k0, T, D, Dp);
-        tc_load_tile(Vs, vb, ldk, k0, T, D, Dp);
-        __syncthreads();
+    att_key_tiles<TC_TILE>(a, [&](int k0) {
+        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
+        tc_load_tile(Vs, vb, a.ldk, k0, T, D, Dp);
+    }, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         __syncwarp();
         for (int r = 0; r < 16; r++)
             for (int half = 0; half < 2; half++) {
                 const int c = lane + 32 * half, key = k0 + c;
                 float *s = Sw + r * TC_SP + c;
-                *s = (key <= r0 + r && key < T) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
+                *s = att_visible(key, r0 + r, T) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
             }
         __syncwarp();
         tc_pv<DF>(acc, Sw, Vs, D, Dp);
-    }
+    });
     __syncwarp();
-    tc_store_rows<DF>(out + (size_t)b * T * ldq + (size_t)h * D, ldq, r0, T, acc,
+    tc_store_rows<DF>(out + a.qoff, a.ldq, r0, T, acc,
                       Qs + 16 * warp * Dp, D, Dp, 1.0f);
 }
 
@@ -214,43 +203,37 @@ att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, c
     const int Dp = D + 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Qs = smem, *dOs = Qs + TC_TILE * Dp, *Ks = dOs + TC_TILE * Dp, *Vs = Ks + TC_TILE * Dp;
     float *Sw = Vs + TC_TILE * Dp + warp * 2 * 16 * TC_SP, *Pw = Sw + 16 * TC_SP;
-    const int qt = gridDim.x - 1 - blockIdx.x;
-    const int b = blockIdx.y / H, h = blockIdx.y % H, hk = h / (H / Hkv), q0 = qt * TC_TILE;
-    const int r0 = q0 + 16 * warp;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, qoff = (size_t)b * T * ldq + (size_t)h * D;
-    const float *kb = k + (size_t)b * T * ldk + (size_t)hk * D;
-    const float *vb = v + (size_t)b * T * ldk + (size_t)hk * D;
-    tc_load_tile(Qs, q + qoff, ldq, q0, T, D, Dp);
-    tc_load_tile(dOs, dout + qoff, ldq, q0, T, D, Dp);
+    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D);
+    const int r0 = a.q0 + 16 * warp;
+    const float *kb = k + a.koff, *vb = v + a.koff;
+    tc_load_tile(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
+    tc_load_tile(dOs, dout + a.qoff, a.ldq, a.q0, T, D, Dp);
     float l2[16], dl[16]; /* lse (log2 units) and delta of the warp's 16 rows, in every lane */
+    const size_t li = att_stats_at(a.b, a.h, H, T);
     for (int r = 0; r < 16; r++) {
-        const size_t li = ((size_t)b * H + h) * T + r0 + r;
-        l2[r] = r0 + r < T ? lse[li] * TC_LOG2E : 0.0f;
-        dl[r] = r0 + r < T ? delta[li] : 0.0f;
+        l2[r] = att_lse2(lse, li, r0, r, T);
+        dl[r] = att_delta(delta, li, r0, r, T);
     }
     tc_acc acc[DF];
     for (int f = 0; f < DF; f++) wmma::fill_fragment(acc[f], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * TC_TILE;
-        __syncthreads();
-        tc_load_tile(Ks, kb, ldk, k0, T, D, Dp);
-        tc_load_tile(Vs, vb, ldk, k0, T, D, Dp);
-        __syncthreads();
+    att_key_tiles<TC_TILE>(a, [&](int k0) {
+        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
+        tc_load_tile(Vs, vb, a.ldk, k0, T, D, Dp);
+    }, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         tc_abt(Pw, dOs + 16 * warp * Dp, Vs, D, Dp);
         __syncwarp();
         for (int r = 0; r < 16; r++)
             for (int half = 0; half < 2; half++) {
-                const int c = lane + 32 * half, key = k0 + c, row = r0 + r;
-                const float p = (key <= row && key < T && row < T)
-                                    ? exp2f(Sw[r * TC_SP + c] * scale_log2 - l2[r]) : 0.0f;
-                Sw[r * TC_SP + c] = p * (Pw[r * TC_SP + c] - dl[r]);
+                const int c = lane + 32 * half;
+                const float p = att_prob(Sw[r * TC_SP + c], k0 + c, r0 + r, T, scale_log2, l2[r]);
+                Sw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dl[r]);
             }
         __syncwarp();
         tc_pv<DF>(acc, Sw, Ks, D, Dp);
-    }
+    });
     __syncwarp();
-    tc_store_rows<DF>(dq + qoff, ldq, r0, T, acc, Qs + 16 * warp * Dp, D, Dp, scale);
+    tc_store_rows<DF>(dq + a.qoff, a.ldq, r0, T, acc, Qs + 16 * warp * Dp, D, Dp, scale);
 }
 
 /* dK, dV, one block per (key tile, b, kv head hk), warp w owning 16 keys; every query head of the
@@ -270,51 +253,38 @@ att_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const
     float *Ks = smem, *Vs = Ks + TC_TILE * Dp, *Qs = Vs + TC_TILE * Dp, *dOs = Qs + TC_TILE * Dp;
     float *lse2 = dOs + TC_TILE * Dp, *dl = lse2 + TC_TILE;
     float *Sw = dl + TC_TILE + warp * 2 * 16 * TC_SP, *Pw = Sw + 16 * TC_SP;
-    const int kt = blockIdx.x, nt = gridDim.x, G = H / Hkv;
-    const int b = blockIdx.y / Hkv, hk = blockIdx.y % Hkv, k0 = kt * TC_TILE, c0 = k0 + 16 * warp;
-    const size_t ldq = (size_t)H * D, ldk = (size_t)Hkv * D, koff = (size_t)b * T * ldk + (size_t)hk * D;
-    tc_load_tile(Ks, k + koff, ldk, k0, T, D, Dp);
-    tc_load_tile(Vs, v + koff, ldk, k0, T, D, Dp);
+    const att_kblock a = att_key_block(TC_TILE, T, H, Hkv, D);
+    const int c0 = a.k0 + 16 * warp;
+    tc_load_tile(Ks, k + a.koff, a.ldk, a.k0, T, D, Dp);
+    tc_load_tile(Vs, v + a.koff, a.ldk, a.k0, T, D, Dp);
     tc_acc gk[DF], gv[DF];
     for (int f = 0; f < DF; f++) {
         wmma::fill_fragment(gk[f], 0.0f);
         wmma::fill_fragment(gv[f], 0.0f);
     }
-    for (int h = hk * G; h < (hk + 1) * G; h++) {
-        const size_t qoff = (size_t)b * T * ldq + (size_t)h * D;
-        for (int qt = kt; qt < nt; qt++) {
-            const int q0 = qt * TC_TILE;
-            __syncthreads();
-            tc_load_tile(Qs, q + qoff, ldq, q0, T, D, Dp);
-            tc_load_tile(dOs, dout + qoff, ldq, q0, T, D, Dp);
-            for (int r = threadIdx.x; r < TC_TILE; r += TC_THREADS) {
-                const size_t li = ((size_t)b * H + h) * T + q0 + r;
-                lse2[r] = q0 + r < T ? lse[li] * TC_LOG2E : 0.0f;
-                dl[r] = q0 + r < T ? delta[li] : 0.0f;
+    att_query_tiles<TC_TILE, TC_THREADS>(a, T, H, D, lse, delta, lse2, dl, [&](size_t qoff, int q0) {
+        tc_load_tile(Qs, q + qoff, a.ldq, q0, T, D, Dp);
+        tc_load_tile(dOs, dout + qoff, a.ldq, q0, T, D, Dp);
+    }, [&](int q0) {
+        tc_abt(Sw, Ks + 16 * warp * Dp, Qs, D, Dp);  /* s^T: (key, query) */
+        tc_abt(Pw, Vs + 16 * warp * Dp, dOs, D, Dp); /* dp^T */
+        __syncwarp();
+        for (int half = 0; half < 2; half++) {
+            const int c = lane + 32 * half, row = q0 + c;
+            const float l2 = lse2[c], dlc = dl[c];
+            for (int r = 0; r < 16; r++) {
+                const float p = att_prob(Sw[r * TC_SP + c], c0 + r, row, T, scale_log2, l2);
+                Sw[r * TC_SP + c] = p;
+                Pw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dlc);
             }
-            __syncthreads();
-            tc_abt(Sw, Ks + 16 * warp * Dp, Qs, D, Dp);  /* s^T: (key, query) */
-            tc_abt(Pw, Vs + 16 * warp * Dp, dOs, D, Dp); /* dp^T */
-            __syncwarp();
-            for (int half = 0; half < 2; half++) {
-                const int c = lane + 32 * half, row = q0 + c;
-                const float l2 = lse2[c], dlc = dl[c];
-                for (int r = 0; r < 16; r++) {
-                    const int key = c0 + r;
-                    const float p = (key <= row && row < T && key < T)
-                                        ? exp2f(Sw[r * TC_SP + c] * scale_log2 - l2) : 0.0f;
-                    Sw[r * TC_SP + c] = p;
-                    Pw[r * TC_SP + c] = p * (Pw[r * TC_SP + c] - dlc);
-                }
-            }
-            __syncwarp();
-            tc_pv<DF>(gv, Sw, dOs, D, Dp); /* dV += P^T dO */
-            tc_pv<DF>(gk, Pw, Qs, D, Dp);  /* dK += dS^T Q */
         }
-    }
+        __syncwarp();
+        tc_pv<DF>(gv, Sw, dOs, D, Dp); /* dV += P^T dO */
+        tc_pv<DF>(gk, Pw, Qs, D, Dp);  /* dK += dS^T Q */
+    });
     __syncwarp();
-    tc_store_rows<DF>(dk + koff, ldk, c0, T, gk, Ks + 16 * warp * Dp, D, Dp, scale);
-    tc_store_rows<DF>(dv + koff, ldk, c0, T, gv, Vs + 16 * warp * Dp, D, Dp, 1.0f);
+    tc_store_rows<DF>(dk + a.koff, a.ldk, c0, T, gk, Ks + 16 * warp * Dp, D, Dp, scale);
+    tc_store_rows<DF>(dv + a.koff, a.ldk, c0, T, gv, Vs + 16 * warp * Dp, D, Dp, 1.0f);
 }
 
 /* --- host side --- */
@@ -330,58 +300,14 @@ static size_t tc_smem_bwd(int D)
 }
 
 template <int DMAX>
-static void tc_forward_t(backend *be, float *out, float *lse, const float *q, const float *k,
-                         const float *v, int B, int T, int H, int Hkv, int D)
+static att_kernels tc_set(int D)
 {
-    const size_t smem = tc_smem_fwd(D) * sizeof(float);
-    if (cuda_check(be, cudaFuncSetAttribute(att_tc_fwd_kernel<DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                   "attention_forward (smem attribute)") != 0)
-        return;
-    dim3 grid((unsigned)((T + TC_TILE - 1) / TC_TILE), (unsigned)(B * H));
-    att_tc_fwd_kernel<DMAX><<<grid, TC_THREADS, smem, cuda_im(be)->compute>>>(
-        out, lse, q, k, v, T, H, Hkv, D, TC_LOG2E / sqrtf((float)D));
-    cuda_check_launch(be, "attention_forward (tensor cores)");
+    const size_t bwd = tc_smem_bwd(D) * sizeof(float); /* the larger: checked before either */
+    att_kernels ks = {att_tc_fwd_kernel<DMAX>, att_tc_dkv_kernel<DMAX>, att_tc_dq_kernel<DMAX>,
+                      TC_TILE, TC_THREADS, ATT_ROUND_TF32, tc_smem_fwd(D) * sizeof(float), bwd, bwd,
+                      bwd, bwd, "attention_forward (tensor cores)",
+                      "attention_backward (tensor cores, dk, dv)", "attention_backward (tensor cores, dq)"};
+    return ks;
 }
 
-template <int DMAX>
-static void tc_backward_t(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                          const float *q, const float *k, const float *v, const float *lse,
-                          const float *delta, int B, int T, int H, int Hkv, int D)
-{
-    const size_t smem = tc_smem_bwd(D) * sizeof(float);
-    if (cuda_check(be, cudaFuncSetAttribute(att_tc_dq_kernel<DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                   "attention_backward (smem attribute)") != 0 ||
-        cuda_check(be, cudaFuncSetAttribute(att_tc_dkv_kernel<DMAX>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                   "attention_backward (smem attribute)") != 0)
-        return;
-    cudaStream_t st = cuda_im(be)->compute;
-    const float scale = 1.0f / sqrtf((float)D), scale_log2 = TC_LOG2E * scale;
-    const unsigned tiles = (unsigned)((T + TC_TILE - 1) / TC_TILE);
-    att_tc_dkv_kernel<DMAX><<<dim3(tiles, (unsigned)(B * Hkv)), TC_THREADS, smem, st>>>(
-        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    if (cuda_check_launch(be, "attention_backward (tensor cores, dk, dv)") != 0) return;
-    att_tc_dq_kernel<DMAX><<<dim3(tiles, (unsigned)(B * H)), TC_THREADS, smem, st>>>(
-        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
-    cuda_check_launch(be, "attention_backward (tensor cores, dq)");
-}
-
-/* Shared memory one launch of this path needs (the larger of forward and backward), bytes. */
-size_t cuda_attention_tc_smem(int D) { return tc_smem_bwd(D) * sizeof(float); }
-
-void cuda_attention_tc_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                               const float *v, int B, int T, int H, int Hkv, int D)
-{
-    if (D <= 64) tc_forward_t<64>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-    else tc_forward_t<128>(be, out, lse, q, k, v, B, T, H, Hkv, D);
-}
-
-void cuda_attention_tc_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                const float *q, const float *k, const float *v, const float *lse,
-                                const float *delta, int B, int T, int H, int Hkv, int D)
-{
-    if (D <= 64) tc_backward_t<64>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-    else tc_backward_t<128>(be, dq, dk, dv, dout, q, k, v, lse, delta, B, T, H, Hkv, D);
-}
+att_kernels cuda_attention_tc_kernels(int D) { return D <= 64 ? tc_set<64>(D) : tc_set<128>(D); }

@@ -126,23 +126,8 @@ void cuda_attention_decode_rows(backend *be, float *out, const float *q, const f
 /* One line for the log: which attention implementation runs and why. */
 const char *cuda_attention_choice(backend *be);
 
-/* --- cuda_attention_tc.cu (TF32 tensor cores; delta = rowsum(dout * out), (B, H, T)) --- */
-int cuda_attention_tc_supported(int D);
-size_t cuda_attention_tc_smem(int D);
-void cuda_attention_tc_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                               const float *v, int B, int T, int H, int Hkv, int D);
-void cuda_attention_tc_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                const float *q, const float *k, const float *v, const float *lse,
-                                const float *delta, int B, int T, int H, int Hkv, int D);
-
-/* --- cuda_attention_bf16.cu (bf16 tensor cores, bf16 mode; the same delta) --- */
-int cuda_attention_bf16_supported(int D);
-size_t cuda_attention_bf16_smem(int D);
-void cuda_attention_bf16_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                                 const float *v, int B, int T, int H, int Hkv, int D);
-void cuda_attention_bf16_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *v, const float *lse,
-                                  const float *delta, int B, int T, int H, int Hkv, int D);
+/* cuda_attention_tc.cu, cuda_attention_bf16.cu: the tensor-core paths behind
+ * cuda_attention_forward/backward (their interface is backends/cuda/cuda_attention.cuh). */
 
 /* --- cuda_xent.cu --- */
 void cuda_softmax_xent(backend *be, float *logits, float *losses, const int32_t *targets, int N,

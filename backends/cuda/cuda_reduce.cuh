@@ -49,9 +49,20 @@ static __device__ __forceinline__ T cuda_lanes_reduce(T v, Op op)
 }
 
 /* Sum / max over the 32 lanes of a warp; every lane gets the result. */
-static __device__ __forceinline__ float cuda_warp_sum(float v) { return cuda_lanes_reduce<32>(v, cuda_sum_op()); }
-static __device__ __forceinline__ double cuda_warp_sum_d(double v) { return cuda_lanes_reduce<32>(v, cuda_sum_op()); }
-static __device__ __forceinline__ float cuda_warp_max(float v) { return cuda_lanes_reduce<32>(v, cuda_max_op()); }
+static __device__ __forceinline__ float cuda_warp_sum(float v)
+{
+    return cuda_lanes_reduce<32>(v, cuda_sum_op());
+}
+
+static __device__ __forceinline__ double cuda_warp_sum_d(double v)
+{
+    return cuda_lanes_reduce<32>(v, cuda_sum_op());
+}
+
+static __device__ __forceinline__ float cuda_warp_max(float v)
+{
+    return cuda_lanes_reduce<32>(v, cuda_max_op());
+}
 
 /* op over the THREADS threads of a block (a multiple of 32; every thread calls it, and every
  * thread gets the result): each warp reduces its lanes, lane 0 puts the warp's value in
