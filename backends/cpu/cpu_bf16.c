@@ -283,26 +283,15 @@ int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const
            d.stream_wait(d.stream) == dnnl_success;
 }
 
-/* Register (cast now) or drop (n = 0) the bf16 copy of w, as the CUDA backend does: a slot keeps
- * its buffer when dropped, so re-registering allocates nothing; with every slot taken, or out of
- * memory, matmuls keep rounding w per call (the same numbers, only slower). */
+/* Register (cast now) or drop (n = 0) the bf16 copy of w, in the slots of bf16_slots.h (the
+ * policy the CUDA backend shares): re-registering allocates nothing; with every slot taken, or
+ * out of memory, matmuls keep rounding w per call (the same numbers, only slower). */
 void cpu_weights_bf16(backend *be, const float *w, size_t n)
 {
     cpu_state *st = cpu_st(be);
     if (be->cfg.precision != BACKEND_BF16 || !w) return;
-    cpu_bf16_kept *slot = NULL;
-    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++)
-        if (st->kept[i].w == w) slot = &st->kept[i];
-    if (n == 0) {
-        if (slot) slot->w = NULL;
-        return;
-    }
-    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++) /* a free slot that fits, else any free */
-        if (!st->kept[i].w && st->kept[i].cap >= n) slot = &st->kept[i];
-    for (int i = 0; i < CPU_BF16_KEPT && !slot; i++)
-        if (!st->kept[i].w) slot = &st->kept[i];
+    bf16_slot *slot = bf16_slot_claim(st->kept, CPU_BF16_KEPT, w, n);
     if (!slot) return;
-    slot->w = NULL;
     if (slot->cap < n) {
         free(slot->copy);
         slot->cap = 0;
@@ -313,8 +302,7 @@ void cpu_weights_bf16(backend *be, const float *w, size_t n)
         slot->cap = n;
     }
     cpu_bf16_round_par(st->threads, slot->copy, w, n);
-    slot->w = w;
-    slot->n = n;
+    bf16_slot_set(slot, w, n);
 }
 
 #else /* built without oneDNN 2.x's headers, or a sanitizer build: fp32 only */
@@ -343,11 +331,7 @@ int cpu_bf16_matmul(int threads, float *C, const float *A, const float *B, const
 
 const uint16_t *cpu_bf16_kept_find(const cpu_state *st, const float *B, size_t nb)
 {
-    for (int i = 0; i < CPU_BF16_KEPT; i++) {
-        const cpu_bf16_kept *k = &st->kept[i];
-        if (k->w && B >= k->w && B + nb <= k->w + k->n) return k->copy + (B - k->w);
-    }
-    return NULL;
+    return bf16_slot_find(st->kept, CPU_BF16_KEPT, B, nb);
 }
 
 void cpu_bf16_kept_free(cpu_state *st)

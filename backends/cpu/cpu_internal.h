@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "backends/backend_impl.h"
+#include "backends/bf16_slots.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -55,13 +56,9 @@ static inline void cpu_split(size_t n, size_t *lo, size_t *hi)
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-/* weights_bf16's kept copies (cpu_bf16.c): a registered fp32 range and its bf16 rounding. */
+/* weights_bf16's kept copies (cpu_bf16.c): slots of backends/bf16_slots.h, host memory. */
 #define CPU_BF16_KEPT 8
-typedef struct {
-    const float *w; /* NULL: free slot (its buffer kept for reuse) */
-    size_t n, cap;
-    uint16_t *copy;
-} cpu_bf16_kept;
+typedef bf16_slot cpu_bf16_kept;
 
 typedef struct cpu_state {
     int threads;

@@ -16,20 +16,16 @@ extern "C" {
 #endif
 
 #include "backends/backend_impl.h"
+#include "backends/bf16_slots.h"
 #include "base/error.h"
 #include "base/log.h"
 
 /* Threads per block of the simple kernels (elementwise, row-per-warp). */
 #define CUDA_BLOCK 256
 
-/* A bf16 copy of registered fp32 weights (backend weights_bf16); base NULL = slot unused. */
+/* bf16 copies of registered fp32 weights (backend weights_bf16), slots of bf16_slots.h whose
+ * copies are device memory (__nv_bfloat16 bits). */
 #define CUDA_WEIGHT_SLOTS 8
-typedef struct cuda_weights {
-    const float *base;
-    size_t n;
-    void *bf16;  /* __nv_bfloat16[cap], kept allocated when the slot is dropped */
-    size_t cap;
-} cuda_weights;
 
 /* Pinned staging for small host-to-device copies (a micro-batch's tokens and targets): a ring
  * of slots, each reused once the device has run the copy that last read it. */
@@ -46,7 +42,7 @@ typedef struct cuda_impl {
     size_t scratch_bytes;
     int sm_count;
     size_t smem_optin;          /* max dynamic shared memory one block may opt in to */
-    cuda_weights weights[CUDA_WEIGHT_SLOTS]; /* bf16 mode: registered weight copies */
+    bf16_slot weights[CUDA_WEIGHT_SLOTS]; /* bf16 mode: registered weight copies */
     void *stage;                /* pinned host, CUDA_STAGE_SLOTS x CUDA_STAGE_BYTES */
     cudaEvent_t stage_done[CUDA_STAGE_SLOTS]; /* recorded after the copy out of each slot */
     int stage_next;

@@ -17,55 +17,32 @@ static int cuda_blas_check(backend *be, cublasStatus_t st, int M, int N, int K)
     return cuda_check(be, cudaErrorUnknown, what);
 }
 
-/* The bf16 copy of x[0..n) when it lies inside registered weights, else NULL. */
-static const void *cuda_weights_find(cuda_impl *im, const float *x, size_t n)
-{
-    for (int i = 0; i < CUDA_WEIGHT_SLOTS; i++) {
-        const cuda_weights *w = &im->weights[i];
-        uintptr_t lo = (uintptr_t)w->base, hi = lo + w->n * sizeof(float), p = (uintptr_t)x;
-        if (w->base && p >= lo && p + n * sizeof(float) <= hi)
-            return (const char *)w->bf16 + (p - lo) / sizeof(float) * 2;
-    }
-    return NULL;
-}
-
-/* Register (cast now) or drop (n = 0) the bf16 copy of w. A slot keeps its buffer when dropped,
- * so re-registering each step allocates nothing; with every slot taken, matmuls simply keep
- * casting per call (right, only slower). */
+/* Register (cast now) or drop (n = 0) the bf16 copy of w, in the slots of bf16_slots.h (the
+ * policy the CPU backend shares): re-registering each step allocates nothing, and with every slot
+ * taken matmuls simply keep casting per call (right, only slower). */
 void cuda_weights_bf16(backend *be, const float *w, size_t n)
 {
     cuda_impl *im = cuda_im(be);
     if (be->cfg.precision != BACKEND_BF16 || !w || cuda_broken(be)) return;
-    cuda_weights *slot = NULL;
-    for (int i = 0; i < CUDA_WEIGHT_SLOTS && !slot; i++)
-        if (im->weights[i].base == w) slot = &im->weights[i];
-    if (n == 0) {
-        if (slot) slot->base = NULL;
-        return;
-    }
-    for (int i = 0; i < CUDA_WEIGHT_SLOTS && !slot; i++) /* a free slot that fits, else any free */
-        if (!im->weights[i].base && im->weights[i].cap >= n) slot = &im->weights[i];
-    for (int i = 0; i < CUDA_WEIGHT_SLOTS && !slot; i++)
-        if (!im->weights[i].base) slot = &im->weights[i];
+    bf16_slot *slot = bf16_slot_claim(im->weights, CUDA_WEIGHT_SLOTS, w, n);
     if (!slot) return;
-    slot->base = NULL;
     if (slot->cap < n) {
-        if (slot->bf16) cudaFree(slot->bf16); /* waits for the device: no matmul still reads it */
-        slot->bf16 = NULL;
+        if (slot->copy) cudaFree(slot->copy); /* waits for the device: no matmul still reads it */
+        slot->copy = NULL;
         slot->cap = 0;
-        if (cuda_check(be, cudaMalloc(&slot->bf16, n * 2), "allocating bf16 weights") != 0) return;
+        if (cuda_check(be, cudaMalloc((void **)&slot->copy, n * 2), "allocating bf16 weights") != 0)
+            return;
         slot->cap = n;
     }
-    if (cuda_cast_bf16(be, slot->bf16, w, n) != 0) return;
-    slot->base = w;
-    slot->n = n;
+    if (cuda_cast_bf16(be, slot->copy, w, n) != 0) return;
+    bf16_slot_set(slot, w, n);
 }
 
 void cuda_weights_free(backend *be)
 {
     cuda_impl *im = cuda_im(be);
     for (int i = 0; i < CUDA_WEIGHT_SLOTS; i++)
-        if (im->weights[i].bf16) cudaFree(im->weights[i].bf16);
+        if (im->weights[i].copy) cudaFree(im->weights[i].copy);
     memset(im->weights, 0, sizeof im->weights);
 }
 
@@ -93,7 +70,8 @@ void cuda_matmul(backend *be, float *C, const float *A, const float *B, int M, i
     if (be->cfg.precision == BACKEND_BF16) {
         const size_t na = (size_t)M * K, nb = (size_t)K * N;
         const size_t abytes = (na * 2 + 255) & ~(size_t)255; /* 2 bytes per bf16 */
-        const void *wa = cuda_weights_find(im, A, na), *wb = cuda_weights_find(im, B, nb);
+        const void *wa = bf16_slot_find(im->weights, CUDA_WEIGHT_SLOTS, A, na);
+        const void *wb = bf16_slot_find(im->weights, CUDA_WEIGHT_SLOTS, B, nb);
         char *ws = (wa && wb) ? NULL : cuda_scratch(be, abytes + nb * 2);
         if (!(wa && wb) && !ws) return;
         if ((!wa && cuda_cast_bf16(be, ws, A, na) != 0) ||
