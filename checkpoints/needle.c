@@ -1,0 +1,318 @@
+/* needle.c: reading Needle's base checkpoints and LoRA adapters (see needle.h): the safetensors
+ * metadata, format_version and config checked as run.py:load_checkpoint does, mtp_* tensors dropped,
+ * every other tensor matched to the config's shapes; an adapter's A/B pairs and its metadata.
+ * Must never accept a tensor it cannot place, nor let a lying file crash it. */
+#include "checkpoints/needle.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+struct needle_file {
+    st_file *st;
+    needle_config cfg;
+    int n;            /* kept tensors */
+    int *idx;         /* their st indices, in file order */
+    int nmeta;
+    char **mkey, **mval;
+};
+
+/* The header's __metadata__ strings in file order into *keys / *vals (malloc'd). */
+static int needle_meta_read(const st_file *st, int *n, char ***keys, char ***vals)
+{
+    cJSON *root = cJSON_ParseWithLength((const char *)st->map + 8, st->data_start - 8);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    int rc = 0, cnt = cJSON_IsObject(m) ? cJSON_GetArraySize(m) : 0;
+    *n = 0;
+    *keys = calloc((size_t)cnt + 1, sizeof **keys);
+    *vals = calloc((size_t)cnt + 1, sizeof **vals);
+    if (!*keys || !*vals) rc = loom_fail("out of memory");
+    if (rc == 0 && m && !cJSON_IsObject(m)) rc = loom_fail("%s: __metadata__ is not an object", st->path);
+    for (const cJSON *e = m ? m->child : NULL; rc == 0 && e; e = e->next) {
+        if (!cJSON_IsString(e)) { rc = loom_fail("%s: metadata %s: not a string", st->path, e->string); break; }
+        (*keys)[*n] = strdup(e->string);
+        (*vals)[*n] = strdup(e->valuestring);
+        (*n)++;
+        if (!(*keys)[*n - 1] || !(*vals)[*n - 1]) rc = loom_fail("out of memory");
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static const char *needle_meta_get(int n, char **keys, char **vals, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i], key) == 0) return vals[i];
+    return NULL;
+}
+
+/* Python's int(text) == 2 (checkpoints.py:70, run.py:27): digits with optional blanks around. */
+static int needle_version_ok(const char *v)
+{
+    if (!v) return 0;
+    char *end;
+    long x = strtol(v, &end, 10);
+    while (*end == ' ' || *end == '\t' || *end == '\n') end++;
+    return end != v && *end == '\0' && x == 2;
+}
+
+/* Each kept tensor against the expected list: known, its shape, and nothing required missing. */
+static int needle_check_tensors(needle_file *f, const needle_shape *ex, int nex)
+{
+    const char *p = f->st->path;
+    char *seen = calloc((size_t)nex + 1, 1);
+    if (!seen) return loom_fail("out of memory");
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < f->n; i++) {
+        const st_tensor *t = &f->st->t[f->idx[i]];
+        int k = 0;
+        while (k < nex && strcmp(ex[k].path, t->name) != 0) k++;
+        if (k == nex && strncmp(t->name, "ab_scales", 9) == 0)
+            rc = loom_fail("%s: tensor %s: AB quantisation scales (quantize.py:154) are not supported", p, t->name);
+        else if (k == nex)
+            rc = loom_fail("%s: tensor %s: not a parameter of a Needle 3 model with this config", p, t->name);
+        else {
+            int same = t->ndim == ex[k].ndim;
+            for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == ex[k].shape[d];
+            char want[96] = "[", got[96] = "[";
+            for (int d = 0; d < ex[k].ndim; d++)
+                snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? "," : "", (long long)ex[k].shape[d]);
+            for (int d = 0; d < t->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            if (!same) rc = loom_fail("%s: tensor %s: shape %s], the config implies %s]", p, t->name, got, want);
+            seen[k] = 1;
+        }
+    }
+    /* a probe head is all or nothing: the head of each optional tensor is present if any is */
+    for (int k = 0; rc == 0 && k < nex; k++) {
+        if (seen[k] || ex[k].optional == 2) continue;
+        int head = 0;
+        size_t pl = strcspn(ex[k].path, "/");
+        for (int j = 0; ex[k].optional == 1 && j < nex; j++)
+            head |= seen[j] && ex[j].optional && strncmp(ex[j].path, ex[k].path, pl) == 0 && ex[j].path[pl] == '/';
+        if (ex[k].optional == 0 || head) rc = loom_fail("%s: tensor %s is missing", p, ex[k].path);
+    }
+    free(seen);
+    return rc;
+}
+
+static int needle_open_checks(needle_file *f)
+{
+    const char *p = f->st->path;
+    if (needle_meta_read(f->st, &f->nmeta, &f->mkey, &f->mval)) return -1;
+    const char *v = needle_file_meta(f, "format_version");
+    if (!needle_version_ok(v))
+        return loom_fail("%s: metadata format_version: %s%s%s, not 2 (not a Needle 3 checkpoint; run.py:27)", p,
+                         v ? "'" : "", v ? v : "missing", v ? "'" : "");
+    const char *cfg = needle_file_meta(f, "config");
+    if (needle_config_parse(&f->cfg, cfg && cfg[0] ? cfg : "{}", p)) return -1;
+    f->idx = malloc(((size_t)f->st->ntensors + 1) * sizeof *f->idx);
+    if (!f->idx) return loom_fail("out of memory");
+    for (int i = 0; i < f->st->ntensors; i++)
+        if (strncmp(f->st->t[i].name, "mtp_", 4) != 0) f->idx[f->n++] = i;   /* run.py:39 */
+    needle_shape *ex;
+    int nex;
+    if (needle_expected(&f->cfg, &ex, &nex)) return -1;
+    int rc = needle_check_tensors(f, ex, nex);
+    free(ex);
+    return rc;
+}
+
+needle_file *needle_open(const char *path)
+{
+    needle_file *f = calloc(1, sizeof *f);
+    if (!f) { loom_fail("out of memory"); return NULL; }
+    if (!(f->st = st_open(path)) || needle_open_checks(f)) {
+        needle_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+void needle_close(needle_file *f)
+{
+    if (!f) return;
+    for (int i = 0; i < f->nmeta; i++) free(f->mkey[i]), free(f->mval[i]);
+    free(f->mkey);
+    free(f->mval);
+    free(f->idx);
+    st_close(f->st);
+    free(f);
+}
+
+const needle_config *needle_file_config(const needle_file *f) { return &f->cfg; }
+const char *needle_file_meta(const needle_file *f, const char *key) { return needle_meta_get(f->nmeta, f->mkey, f->mval, key); }
+int needle_file_count(const needle_file *f) { return f->n; }
+const st_tensor *needle_file_tensor(const needle_file *f, int i) { return &f->st->t[f->idx[i]]; }
+
+int needle_file_meta_count(const needle_file *f) { return f->nmeta; }
+
+const char *needle_file_meta_at(const needle_file *f, int i, const char **value)
+{
+    *value = f->mval[i];
+    return f->mkey[i];
+}
+
+int needle_file_find(const needle_file *f, const char *path)
+{
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->st->t[f->idx[i]].name, path) == 0) return i;
+    return -1;
+}
+
+int needle_file_read(needle_file *f, int i, float *out, size_t numel)
+{
+    if (i < 0 || i >= f->n) return loom_fail("%s: no tensor %d", f->st->path, i);
+    return st_read_f32(f->st, f->idx[i], out, numel);
+}
+
+const void *needle_file_bytes(const needle_file *f, int i, size_t *nbytes)
+{
+    const st_tensor *t = &f->st->t[f->idx[i]];
+    *nbytes = (size_t)(t->end - t->begin);
+    return f->st->map + f->st->data_start + t->begin;
+}
+
+/* --- adapters --- */
+
+const char *const needle_adapter_keys[6] = {"scale", "base", "rank", "seed", "pieces", "languages"};
+
+/* "lora/<path>/A" -> path into out, 'A' or 'B' returned; 0 for any other name. */
+static int needle_lora_name(const char *name, char *out, size_t cap)
+{
+    size_t n = strlen(name);
+    if (strncmp(name, "lora/", 5) != 0 || n < 8 || name[n - 2] != '/' || (name[n - 1] != 'A' && name[n - 1] != 'B') ||
+        n - 7 >= cap)
+        return 0;
+    memcpy(out, name + 5, n - 7);
+    out[n - 7] = '\0';
+    return name[n - 1];
+}
+
+/* A [.., in, r] and B [.., r, out]: the same leading dims, the same r. */
+static int needle_lora_shapes(const needle_adapter *a, const needle_lora *l, int *rank)
+{
+    const st_tensor *A = &a->st->t[l->a], *B = &a->st->t[l->b];
+    const char *p = a->st->path;
+    int ok = A->ndim >= 2 && A->ndim == B->ndim;
+    for (int d = 0; ok && d < A->ndim - 2; d++) ok = A->shape[d] == B->shape[d];
+    if (!ok) return loom_fail("%s: tensor lora/%s/A and /B: shapes do not pair as [.., in, r] and [.., r, out]", p, l->path);
+    int64_t r = A->shape[A->ndim - 1];
+    if (B->shape[B->ndim - 2] != r)
+        return loom_fail("%s: tensor lora/%s/B: rank %lld, A has %lld", p, l->path, (long long)B->shape[B->ndim - 2], (long long)r);
+    if (*rank >= 0 && r != *rank)
+        return loom_fail("%s: tensor lora/%s/A: rank %lld, other tensors or metadata rank say %d", p, l->path, (long long)r, *rank);
+    *rank = (int)r;
+    return 0;
+}
+
+static int needle_adapter_pairs(needle_adapter *a)
+{
+    const char *p = a->st->path;
+    a->lora = calloc((size_t)a->st->ntensors + 1, sizeof *a->lora);
+    if (!a->lora) return loom_fail("out of memory");
+    char path[96];
+    for (int i = 0; i < a->st->ntensors; i++) {
+        const char *name = a->st->t[i].name;
+        if (strcmp(name, "rows") == 0)
+            return loom_fail("%s: tensor rows: a Whistle adapter (rows), not supported", p);
+        int m = needle_lora_name(name, path, sizeof path);
+        if (!m) return loom_fail("%s: tensor %s: not lora/<path>/A or /B", p, name);
+        int k = 0;
+        while (k < a->n && strcmp(a->lora[k].path, path) != 0) k++;
+        if (k == a->n) {
+            snprintf(a->lora[k].path, sizeof a->lora[k].path, "%s", path);
+            a->lora[k].a = a->lora[k].b = -1;
+            a->n++;
+        }
+        int *slot = m == 'A' ? &a->lora[k].a : &a->lora[k].b;
+        *slot = i;
+    }
+    for (int k = 0; k < a->n; k++)
+        if (a->lora[k].a < 0 || a->lora[k].b < 0)
+            return loom_fail("%s: tensor lora/%s/%c is missing", p, a->lora[k].path, a->lora[k].a < 0 ? 'A' : 'B');
+    return 0;
+}
+
+/* scale and rank from the metadata (JSON texts), checked against the tensors. */
+static int needle_adapter_meta(needle_adapter *a, int nm, char **keys, char **vals)
+{
+    const char *p = a->st->path;
+    for (int k = 0; k < 6; k++) {
+        const char *v = needle_meta_get(nm, keys, vals, needle_adapter_keys[k]);
+        if (v && !(a->meta[k] = strdup(v))) return loom_fail("out of memory");
+    }
+    cJSON *s = cJSON_Parse(a->meta[0] ? a->meta[0] : "");
+    int rc = cJSON_IsNumber(s) ? 0 : loom_fail("%s: metadata scale: '%s' is not a number", p, a->meta[0] ? a->meta[0] : "missing");
+    a->scale = rc == 0 ? s->valuedouble : 0;
+    cJSON_Delete(s);
+    a->rank = -1;
+    if (rc == 0 && a->meta[2] && strcmp(a->meta[2], "null") != 0) {
+        cJSON *r = cJSON_Parse(a->meta[2]);
+        if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536 || r->valuedouble != (int)r->valuedouble)
+            rc = loom_fail("%s: metadata rank: '%s' is not a rank", p, a->meta[2]);
+        else a->rank = (int)r->valuedouble;
+        cJSON_Delete(r);
+    }
+    for (int k = 0; rc == 0 && k < a->n; k++) rc = needle_lora_shapes(a, &a->lora[k], &a->rank);
+    if (rc == 0 && a->n == 0) rc = loom_fail("%s: no lora/ tensors", p);
+    return rc;
+}
+
+needle_adapter *needle_adapter_open(const char *path)
+{
+    needle_adapter *a = calloc(1, sizeof *a);
+    if (!a) { loom_fail("out of memory"); return NULL; }
+    int nm = 0, rc = -1;
+    char **keys = NULL, **vals = NULL;
+    if ((a->st = st_open(path)) && needle_meta_read(a->st, &nm, &keys, &vals) == 0 && needle_adapter_pairs(a) == 0)
+        rc = needle_adapter_meta(a, nm, keys, vals);
+    for (int i = 0; i < nm; i++) free(keys[i]), free(vals[i]);
+    free(keys);
+    free(vals);
+    if (rc) { needle_adapter_close(a); return NULL; }
+    return a;
+}
+
+void needle_adapter_close(needle_adapter *a)
+{
+    if (!a) return;
+    for (int k = 0; k < 6; k++) free(a->meta[k]);
+    free(a->lora);
+    st_close(a->st);
+    free(a);
+}
+
+/* finetune.py:306-315: a kernel of the layer stack under one of LORA_TARGETS. */
+static int needle_is_target(const char *path)
+{
+    static const char *const targets[] = {"/q_proj/", "/k_proj/", "/v_proj/", "/gate_proj/", "/out_proj/"};
+    char wrapped[112];
+    snprintf(wrapped, sizeof wrapped, "/%s/", path);
+    int hit = 0;
+    for (int t = 0; t < 5; t++) hit |= strstr(wrapped, targets[t]) != NULL;
+    size_t n = strlen(path);
+    return hit && strstr(wrapped, "/layers/") && n > 7 && strcmp(path + n - 7, "/kernel") == 0;
+}
+
+int needle_adapter_check(const needle_adapter *a, const needle_file *base)
+{
+    const char *p = a->st->path;
+    for (int k = 0; k < a->n; k++) {
+        const needle_lora *l = &a->lora[k];
+        int i = needle_file_find(base, l->path);
+        if (!needle_is_target(l->path) || i < 0)
+            return loom_fail("%s: tensor lora/%s/A: not a LoRA target (q/k/v/gate/out_proj kernel of the layers) of %s",
+                             p, l->path, base->st->path);
+        const st_tensor *W = needle_file_tensor(base, i), *A = &a->st->t[l->a], *B = &a->st->t[l->b];
+        int ok = W->ndim == A->ndim;
+        for (int d = 0; ok && d < W->ndim - 1; d++) ok = A->shape[d] == W->shape[d];
+        for (int d = 0; ok && d < W->ndim - 2; d++) ok = B->shape[d] == W->shape[d];
+        if (!ok || B->shape[B->ndim - 1] != W->shape[W->ndim - 1])
+            return loom_fail("%s: tensor lora/%s: A and B do not fit the base kernel's shape", p, l->path);
+    }
+    return 0;
+}
