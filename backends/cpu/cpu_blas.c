@@ -78,7 +78,10 @@ void cpu_blas_ensure_fast_kernel(char **argv)
     /* LOOM_CPU_REEXEC_TEST: the test sets OPENBLAS_CORETYPE=Prescott to get a slow kernel on any
      * CPU, and this flag says "treat it as not chosen by the user" so the re-exec path runs. */
     int user_set = getenv("OPENBLAS_CORETYPE") && !getenv("LOOM_CPU_REEXEC_TEST");
-    if (user_set || !argv || getenv("LOOM_NO_REEXEC") || getenv("LOOM_CPU_REEXECED")) {
+    /* The user's (or the site's) choice, e.g. a kernel pinned where a newer one misbehaves: honoured
+     * without a word here (this runs before --quiet is read); the backend's start line names it. */
+    if (user_set) return;
+    if (!argv || getenv("LOOM_NO_REEXEC") || getenv("LOOM_CPU_REEXECED")) {
         log_warn("cpu: OpenBLAS runs the %s kernel, slower than this CPU supports (%s); "
                  "set OPENBLAS_CORETYPE=%s for 4-5x faster matmuls",
                  core, want, want);

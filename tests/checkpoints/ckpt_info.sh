@@ -4,7 +4,7 @@
 # (the whole-file seal; sealed anyway, naming the bad tensor); never crashes. Only damages copies
 # in its work folder.
 LOOM=$1 CMP=$2
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work ckpt_info
 train 1 good --set train.steps=3
 GOOD=good/ckpt/step_00000003.h5

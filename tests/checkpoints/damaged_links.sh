@@ -5,7 +5,7 @@
 # anyway (ckpt_compare --seal), a resume still fails cleanly at the HDF5 level. Only damages a copy
 # in its work folder.
 LOOM=$1 CMP=$2
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work damaged_links
 train 1 good --set train.steps=2
 GOOD=good/ckpt/step_00000002.h5

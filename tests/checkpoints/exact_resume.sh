@@ -5,7 +5,7 @@
 # Never edits anything outside its work folder.
 LOOM=$1 CMP=$2 NP=$3 ZS=$4; shift 4
 MPIRUN=("$@")
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 K=4
 N=$((2 * K))
 work "exact_resume_np${NP}_z${ZS}"

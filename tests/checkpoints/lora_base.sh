@@ -5,7 +5,7 @@
 # with one line (before, both succeeded silently); finetune.allow_other_base=true and
 # `--allow-other-base` accept it knowingly. The same base under another path is the same base.
 LOOM=$1 CMP=$2
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work lora_base
 JOB=$SRC/configs/tiny-finetune.json
 tools='[{"name":"lights","parameters":{"room":"str"}}]'

@@ -5,7 +5,7 @@
 # a truncated file; on 1 and 2 ranks. Only damages copies in its work folder.
 LOOM=$1 CMP=$2; shift 2
 MPIRUN=("$@")
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work refuse
 train 1 good --set train.steps=2
 GOOD=good/ckpt/step_00000002.h5

@@ -11,7 +11,7 @@
 #  else 1 or 2), (a) and (b).
 LOOM=$1 CMP=$2 S=$3 N=$4 CONTINUE=$5; shift 5
 MPIRUN=("$@")
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work "reshard_z${S}_np${N}"
 RTOL=1e-4
 

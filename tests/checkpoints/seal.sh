@@ -5,7 +5,7 @@
 # (h5repack always, h5py too when installed, and the seal cut off) has no seal and is refused
 # until `loom ckpt seal` accepts it, after which it loads and resumes. Only edits copies.
 LOOM=$1 CMP=$2
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work seal
 train 1 good --set train.steps=2
 GOOD=good/ckpt/step_00000002.h5

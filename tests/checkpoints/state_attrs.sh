@@ -7,7 +7,7 @@
 # are sound), so only the state check can refuse it. A version 1 file (AdamW step in rng_counter)
 # still resumes, to the same losses. Only edits copies in its work folder.
 LOOM=$1 CMP=$2
-source "$(dirname "$0")/resume_lib.sh"
+source "$(dirname "$0")/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/resume_lib.sh"; exit 1; }
 work state_attrs
 train 1 good --set train.steps=2
 GOOD=good/ckpt/step_00000002.h5

@@ -10,7 +10,7 @@
 # "continue": training goes on to the end, and the job exits non-zero as its last save failed
 # too. Either way the
 # step-2 checkpoint stays `latest`, loadable and finite, and no temp file is left behind.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 mode=${DISK_FULL:-fsize}
 workdir disk_full_$mode
 RUN=(--set train.steps=6 --set checkpoint.every=2 --set checkpoint.keep=1)

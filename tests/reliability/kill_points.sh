@@ -4,7 +4,7 @@
 # phases of checkpoints/ckpt_write.c, or rank 0, rank 1 or every rank at the start of a step.
 # After each kill: `loom ckpt info` on `latest` succeeds at the last complete save, no NaN, and a
 # resume finishes the job with a final checkpoint identical to an uninterrupted run.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 seed=${KILL_SEED:-1}
 points=${KILL_POINTS:-20}
 workdir kill_points

@@ -7,7 +7,7 @@
 #   stop  rank 1's loss is +Inf at steps 3 and 4 with train.max_bad_steps=2 -> the job stops
 #         non-zero with the max_bad_steps message; `latest` stays on step 2
 # In every case no checkpoint file holds a NaN or Inf (read back with ckpt_scan).
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 case=${NAN_CASE:-loss}
 workdir nan_$case
 RUN=(--set train.steps=6 --set checkpoint.every=2 --set checkpoint.keep=10)

@@ -4,7 +4,7 @@
 # "cannot create checkpoint file ()": the HDF5 error stack was cleared before it was read). The
 # checkpoint dir is a small tmpfs made read-only, or filled up; needs mount rights, else SKIP (77).
 # `latest` stays on the good step-2 checkpoint and no temp or orphan file is left behind.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 workdir save_reasons
 mkdir -p small
 mount -t tmpfs -o size=4m loomtest small 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here"; exit 77; }

@@ -5,7 +5,7 @@
 # first step with one line naming the first job's pid and host, on 1 and 2 ranks, and the first
 # job's files are untouched. Once the first job is gone (killed: the kernel drops its lock, no
 # stale lock to clean up) the folder is free again. Only kills the job it started.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 workdir shared_dir
 CK=$PWD/ck
 # job A saves every step and stalls (pause()) at the start of step 3, holding the folder

@@ -5,7 +5,7 @@
 # operation and the stalled rank 1, before the 120 s guard (24x the timeout: no wall-clock
 # assertion beyond that, so a loaded machine cannot fail it); then a resume from the last complete
 # checkpoint (step 2) must finish and match an uninterrupted run bit for bit.
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 workdir stall_resume
 LOG=ref.log
 loom_np 2 --out ref --set train.steps=6 --set checkpoint.every=2 || { show; fail "reference run failed"; }

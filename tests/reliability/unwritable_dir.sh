@@ -4,7 +4,7 @@
 # (not by a signal), on 1 rank and on 2 ranks with ZeRO-3 (the save's gathers are collective: rank 0
 # must finish them after its write failed, or, now, the folder lock refuses it before step 1); with
 # on_error "continue" too (issue 18.7: a run whose saves all fail no longer exits 0).
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/common.sh" || { echo "FAIL: cannot read $(dirname "$0")/common.sh"; exit 1; }
 workdir unwritable_dir
 echo "not a directory" >blocker
 for np in 1 2; do

@@ -7,7 +7,7 @@
 # (the same global batches at every rank count). Never writes outside its work folder.
 LOOM=$1 CMP=$2; shift 2
 MPIRUN=("$@")
-source "$(dirname "$0")/../checkpoints/resume_lib.sh"
+source "$(dirname "$0")/../../checkpoints/resume_lib.sh" || { echo "FAIL: cannot read $(dirname "$0")/../../checkpoints/resume_lib.sh"; exit 1; }
 work finetune_bucket_resume
 JOB=$SRC/configs/tiny-finetune.json
 "$LOOM" train "$TINY" --set model.max_seq=256 --set train.steps=1 --set train.warmup=0 --out base --quiet \

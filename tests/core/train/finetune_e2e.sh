@@ -6,7 +6,7 @@
 #  3. with MPIRUN: the same fine-tune on 2 ranks matches 1 rank step by step (same global batch).
 set -u
 loom=$1; shift
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 job="$root/configs/tiny-finetune.json"
 w=finetune_e2e_out
 rm -rf "$w" && mkdir -p "$w"

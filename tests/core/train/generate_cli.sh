@@ -7,7 +7,7 @@
 #  3. `loom finetune` with finetune.eval_base=false skips the base model's evaluation.
 set -u
 loom=$1
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 w=generate_cli_out
 rm -rf "$w" && mkdir -p "$w"
 fail() { echo "FAIL: $*"; exit 1; }
