@@ -66,7 +66,7 @@ typedef struct ckpt_state {
     int world_size;
     int zero_stage;
     const char *backend;           /* write: caller's string; read: malloc'd, caller frees */
-    const char *tuning;            /* each rank's backend_ops.tuning_save line, '\n'-joined, rank
+    const char *tuning;            /* each rank's backend_tuning_save line, '\n'-joined, rank
                                     * order: what a resume on the same machines adopts to multiply
                                     * bitwise as the saved run did; "" or NULL = none (optional:
                                     * read as "" when absent) */

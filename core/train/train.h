@@ -3,8 +3,8 @@
  * checkpoint). Runs identically on 1 or N ranks; the global batch at step s is the same set of
  * samples for every world size. The room owns sessions (backend + model + dp + optimizer +
  * checkpoint save/resume), data parallelism, the optimizer, evaluation, metrics and the plot,
- * resume checks and export. It is the top of core/: launch/ includes this header, never the ones
- * behind it, and nothing in core/ includes it. */
+ * resume checks, import and export. It is the top of core/: launch/ includes this header, never
+ * the ones behind it, and nothing in core/ includes it. */
 #ifndef LOOM_TRAIN_H
 #define LOOM_TRAIN_H
 
@@ -12,6 +12,7 @@
 #include "core/train/session.h"  /* backend, model, dp, optimizer and checkpoints of one job */
 #include "core/train/evaluate.h" /* validation loss and tool-call accuracy */
 #include "core/train/export.h"   /* LoRA merged into a plain checkpoint; HF and PEFT export */
+#include "core/train/import.h"   /* other projects' model files in as loom checkpoints */
 #include "parallel/comm.h"
 
 typedef struct train_options {
