@@ -202,6 +202,33 @@ void backend_adamw(backend *be, float *param, const float *grad, float *m, float
                    float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                    float grad_scale);
 
+/* --- Needle's layers (docs/needle.md sections 2-3); element-wise fp32 on every backend --- */
+
+/* Causal depthwise convolution along time ("taps"), per channel, on B sequences of T rows of C:
+ *   out[b,t,c] = sum_{j<K} w[j,c] inp[b, t - j*dil, c]      (a term with t - j*dil < 0 is 0)
+ * w (K, C): row j weighs the row j*dil positions back (Needle's q/k/v taps: K = 3, dil = 1,
+ * identity init w[0] = 1; the engram's value taps: K = 4, dil = 3). Terms are added j = 0, 1, ...
+ * Each sequence starts at position 0: a ragged pass calls it per sequence (B = 1), as attention
+ * (Needle also masks a tap outside a local layer's window: the caller's window must exceed
+ * (K-1)*dil). out must not overlap inp. */
+void backend_conv_taps_forward(backend *be, float *out, const float *inp, const float *w, int B,
+                               int T, int C, int K, int dil);
+/* dinp[b,t,c] = sum_{j<K, t + j*dil < T} w[j,c] dout[b, t + j*dil, c]      (overwritten);
+ * dw[j,c] += sum_{b, t >= j*dil} dout[b,t,c] inp[b, t - j*dil, c]          (accumulated).
+ * dinp NULL: not computed; dw NULL: frozen taps (inp is not read). dinp must not overlap dout. */
+void backend_conv_taps_backward(backend *be, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *w, int B, int T, int C, int K,
+                                int dil);
+/* Decoding, one new row for each of R sequences: x (R, C) the new input rows, state (R, S, C)
+ * with S = (K-1)*dil each sequence's previous S input rows, oldest first (row S-1 is the row
+ * before x; zeros stand for rows before the sequence's start):
+ *   out[r,c] = w[0,c] x[r,c] + sum_{1<=j<K} w[j,c] state[r, S - j*dil, c]   (j in order),
+ * then each state moves on one row (row 0 dropped, x[r] appended as row S-1). out may be x.
+ * The same sums as the forward: after a forward over T rows the state is their last S input
+ * rows (zero rows in front when T < S). K = 1: state is not touched (may be NULL). */
+void backend_conv_taps_decode(backend *be, float *out, float *state, const float *x,
+                              const float *w, int R, int C, int K, int dil);
+
 /* bf16 mode (a no-op in fp32 mode, and on backends without one: BACKEND_OP_WEIGHTS_BF16): keep
  * a bf16 copy of the weights w[0..n), cast now on the compute stream, that later matmuls read for
  * a B operand lying inside w instead of casting it on every call. n = 0 drops the copy of w

@@ -84,6 +84,15 @@ typedef struct backend_ops {
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                   float grad_scale);
 
+    /* --- Needle's layers --- */
+    void (*conv_taps_forward)(backend *be, float *out, const float *inp, const float *w, int B,
+                              int T, int C, int K, int dil);
+    void (*conv_taps_backward)(backend *be, float *dinp, float *dw, const float *dout,
+                               const float *inp, const float *w, int B, int T, int C, int K,
+                               int dil);
+    void (*conv_taps_decode)(backend *be, float *out, float *state, const float *x,
+                             const float *w, int R, int C, int K, int dil);
+
     /* --- optional extras --- */
     void (*weights_bf16)(backend *be, const float *w, size_t n); /* optional: NULL = no-op */
     /* Optional: the FLOP/s MFU is quoted against (a timed sgemm on the CPU), called once, on

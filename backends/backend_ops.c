@@ -179,6 +179,22 @@ void backend_adamw(backend *be, float *param, const float *grad, float *m, float
 {
     be->ops->adamw(be, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
+void backend_conv_taps_forward(backend *be, float *out, const float *inp, const float *w, int B,
+                               int T, int C, int K, int dil)
+{
+    be->ops->conv_taps_forward(be, out, inp, w, B, T, C, K, dil);
+}
+void backend_conv_taps_backward(backend *be, float *dinp, float *dw, const float *dout,
+                                const float *inp, const float *w, int B, int T, int C, int K,
+                                int dil)
+{
+    be->ops->conv_taps_backward(be, dinp, dw, dout, inp, w, B, T, C, K, dil);
+}
+void backend_conv_taps_decode(backend *be, float *out, float *state, const float *x,
+                              const float *w, int R, int C, int K, int dil)
+{
+    be->ops->conv_taps_decode(be, out, state, x, w, R, C, K, dil);
+}
 void backend_weights_bf16(backend *be, const float *w, size_t n)
 {
     if (be->ops->weights_bf16) be->ops->weights_bf16(be, w, n);

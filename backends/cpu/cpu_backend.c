@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_blas.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_needle.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -229,6 +230,9 @@ static const backend_ops cpu_ops = {
     .attention_decode_rows = cpu_attention_decode_rows,
     .softmax_xent = cpu_softmax_xent,
     .adamw = cpu_adamw,
+    .conv_taps_forward = cpu_conv_taps_forward,
+    .conv_taps_backward = cpu_conv_taps_backward,
+    .conv_taps_decode = cpu_conv_taps_decode,
     .measure_peak = cpu_measure_peak,
     .tuning_save = cpu_tuning_save,
     .tuning_load = cpu_tuning_load,

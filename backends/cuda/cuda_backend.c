@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/cuda_needle.h"
 
 #define CUDA_BLAS_WS_BYTES (32u << 20) /* cuBLAS workspace: NVIDIA's recommendation for Hopper */
 
@@ -372,6 +373,9 @@ static const backend_ops cuda_ops = {
     .attention_decode_rows = cuda_attention_decode_rows,
     .softmax_xent = cuda_softmax_xent,
     .adamw = cuda_adamw,
+    .conv_taps_forward = cuda_conv_taps_forward,
+    .conv_taps_backward = cuda_conv_taps_backward,
+    .conv_taps_decode = cuda_conv_taps_decode,
     .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };

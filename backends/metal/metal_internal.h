@@ -44,5 +44,7 @@ void metal_colsum_plan(int N, int C, unsigned *nchunks, unsigned *chunk_rows);
 
 /* metal_ops_nn.c: fills the model ops of the table. */
 void metal_ops_nn_fill(backend_ops *ops);
+/* metal_ops_needle.c: fills the ops of Needle's layers. */
+void metal_ops_needle_fill(backend_ops *ops);
 
 #endif

@@ -44,7 +44,11 @@
     X(XENT_PARTIAL, loom_xent_partial)                                                             \
     X(XENT_ROW, loom_xent_row)                                                                     \
     X(XENT_GRAD, loom_xent_grad)                                                                   \
-    X(ADAMW, loom_adamw)
+    X(ADAMW, loom_adamw)                                                                           \
+    X(TAPS_FORWARD, loom_taps_forward)                                                             \
+    X(TAPS_DINP, loom_taps_backward_dinp)                                                          \
+    X(TAPS_WPARTIAL, loom_taps_wpartial)                                                           \
+    X(TAPS_DECODE, loom_taps_decode)
 
 #define METAL_KERNEL_ENUM_(id, fn) MK_##id,
 enum metal_kernel { METAL_KERNEL_LIST(METAL_KERNEL_ENUM_) MK_COUNT };

@@ -63,4 +63,10 @@ typedef struct metal_p_adamw {
     float lr, beta1, beta2, eps, weight_decay, bc1, bc2, grad_scale;
 } metal_p_adamw;
 
+/* Needle's conv taps on N = B*T rows of C (sequences of T rows), K taps dil rows apart; the tap
+ * gradient sums rows in nchunks chunks of chunk_rows. Decoding: N = R rows, one per sequence. */
+typedef struct metal_p_taps {
+    unsigned int N, T, C, K, dil, chunk_rows, nchunks;
+} metal_p_taps;
+
 #endif

@@ -12,20 +12,9 @@ static int suite_failures; /* check.h's counter for this file; each run also cou
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    backend *t, *r;
-    double u_dot; /* unit roundoff of the tested side's inner products; 0 = bitwise */
-    int verbose, failed;
-    uint64_t rng;
-} suite;
+#include "tests/backends/op_suite_internal.h"
 
-/* One host array mirrored on both backends. */
-typedef struct {
-    void *t, *r;
-    size_t bytes;
-} pair;
-
-static double suite_rnd(suite *s) /* uniform [-1, 1) */
+double suite_rnd(suite *s) /* uniform [-1, 1) */
 {
     s->rng ^= s->rng << 13;
     s->rng ^= s->rng >> 7;
@@ -33,7 +22,7 @@ static double suite_rnd(suite *s) /* uniform [-1, 1) */
     return (double)(s->rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
-static float *host_rand(suite *s, size_t n, double scale)
+float *host_rand(suite *s, size_t n, double scale)
 {
     float *x = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n && x; i++) x[i] = (float)(suite_rnd(s) * scale);
@@ -41,7 +30,7 @@ static float *host_rand(suite *s, size_t n, double scale)
 }
 
 /* Both copies of host[0..bytes) (zeros when host is NULL). */
-static pair pair_new(suite *s, const void *host, size_t bytes)
+pair pair_new(suite *s, const void *host, size_t bytes)
 {
     pair p = {backend_alloc(s->t, bytes), backend_alloc(s->r, bytes), bytes};
     if (host && p.t && p.r) {
@@ -51,7 +40,7 @@ static pair pair_new(suite *s, const void *host, size_t bytes)
     return p;
 }
 
-static pair pair_rand(suite *s, size_t n, double scale)
+pair pair_rand(suite *s, size_t n, double scale)
 {
     float *h = host_rand(s, n, scale);
     pair p = pair_new(s, h, n * sizeof(float));
@@ -59,7 +48,7 @@ static pair pair_rand(suite *s, size_t n, double scale)
     return p;
 }
 
-static void pair_free(suite *s, pair *p)
+void pair_free(suite *s, pair *p)
 {
     backend_free(s->t, p->t);
     backend_free(s->r, p->r);
@@ -69,7 +58,7 @@ static void pair_free(suite *s, pair *p)
  * against the exact result, added. K accumulated terms adding up to about S, r roundings of the
  * result's own; `dot` marks values whose inner products run in the tested side's matmul
  * arithmetic (TF32/bf16 loosen only those). Bitwise when u_dot is 0 (the same implementation). */
-static check_tol suite_tol(const suite *s, double K, double S, double r, int dot)
+check_tol suite_tol(const suite *s, double K, double S, double r, int dot)
 {
     if (s->u_dot == 0.0) return CHECK_EXACT;
     check_tol a = check_tol_sum(K, S, r, dot ? s->u_dot : CHECK_U_FP32);
@@ -79,19 +68,19 @@ static check_tol suite_tol(const suite *s, double K, double S, double r, int dot
 }
 
 /* t scaled by f (a result that carries an earlier one's difference, times f) */
-static check_tol tol_times(check_tol t, double f)
+check_tol tol_times(check_tol t, double f)
 {
     check_tol r = {t.atol * f, t.rtol * f};
     return r;
 }
 
-static void suite_count(suite *s, int ok)
+void suite_count(suite *s, int ok)
 {
     if (!ok) s->failed++;
 }
 
 /* Download both copies and compare element-wise under t: the reference side is `want`. */
-static void pair_check(suite *s, const char *op, pair *p, check_tol t)
+void pair_check(suite *s, const char *op, pair *p, check_tol t)
 {
     size_t n = p->bytes / sizeof(float);
     float *a = malloc(p->bytes ? p->bytes : 1), *b = malloc(p->bytes ? p->bytes : 1);
@@ -108,13 +97,6 @@ static void pair_check(suite *s, const char *op, pair *p, check_tol t)
     free(b);
     free(want);
 }
-
-/* The device pointer of pair p on side 0 (test) or 1 (reference), and that side's backend. */
-#define PF(p, side) ((float *)((side) ? (p).r : (p).t))
-#define PI(p, side) ((const int32_t *)((side) ? (p).r : (p).t))
-#define FOR_SIDES(be)                                                                              \
-    for (int side = 0; side < 2; side++)                                                           \
-        for (backend *be = side ? s->r : s->t; be; be = NULL)
 
 static void suite_matmul(suite *s, int M, int N, int K)
 {
@@ -594,6 +576,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_decode_rows(&s);
     suite_xent(&s);
     suite_adamw(&s);
+    suite_needle(&s);
     printf("op_suite: %s vs %s: %d failing check%s\n", backend_description(test),
            backend_description(ref), s.failed, s.failed == 1 ? "" : "s");
     return s.failed;

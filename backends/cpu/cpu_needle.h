@@ -1,0 +1,18 @@
+/* cpu_needle.h: the CPU backend's ops for Needle's layers (cpu_needle*.c), declared for the
+ * backend's table in cpu_backend.c. Contracts are in backends/backend.h; only backends/cpu
+ * includes this. */
+#ifndef LOOM_CPU_NEEDLE_H
+#define LOOM_CPU_NEEDLE_H
+
+#include "backends/cpu/cpu_internal.h"
+
+/* cpu_needle.c */
+void cpu_conv_taps_forward(backend *be, float *out, const float *inp, const float *w, int B,
+                           int T, int C, int K, int dil);
+void cpu_conv_taps_backward(backend *be, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, int B, int T, int C, int K,
+                            int dil);
+void cpu_conv_taps_decode(backend *be, float *out, float *state, const float *x, const float *w,
+                          int R, int C, int K, int dil);
+
+#endif

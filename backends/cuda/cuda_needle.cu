@@ -1,0 +1,117 @@
+/* cuda_needle.cu: Needle's element-wise layers on the GPU: the causal depthwise conv taps along
+ * time (forward, backward, one decode row). Grid-stride loops on the compute stream; the tap
+ * gradients are deterministic two-stage column sums (cuda_colsum, no atomics), so every result is
+ * bitwise reproducible. It must never allocate except through cuda_scratch. */
+#include "backends/cuda/cuda_needle.h"
+#include "backends/cuda/cuda_reduce.cuh"
+
+#define GRID_STRIDE(i, n)                                                                 \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* --- conv taps --- */
+
+/* out[n,c] = w[0,c] x[n,c] + sum_{j >= 1, j*dil <= t} w[j,c] x[n - j*dil, c], t = n mod T */
+__global__ void cuda_taps_fwd_kernel(float *out, const float *inp, const float *w, int T, int C,
+                                     int K, int dil, size_t total)
+{
+    GRID_STRIDE(i, total)
+    {
+        const size_t n = i / C;
+        const int c = (int)(i % C), t = (int)(n % T);
+        float y = w[c] * inp[i];
+        for (int j = 1; j < K && j * dil <= t; j++)
+            y += w[(size_t)j * C + c] * inp[i - (size_t)j * dil * C];
+        out[i] = y;
+    }
+}
+
+/* dx[n,c] = w[0,c] dout[n,c] + sum_{j >= 1, t + j*dil < T} w[j,c] dout[n + j*dil, c] */
+__global__ void cuda_taps_dx_kernel(float *dinp, const float *dout, const float *w, int T, int C,
+                                    int K, int dil, size_t total)
+{
+    GRID_STRIDE(i, total)
+    {
+        const size_t n = i / C;
+        const int c = (int)(i % C), t = (int)(n % T);
+        float y = w[c] * dout[i];
+        for (int j = 1; j < K && t + j * dil < T; j++)
+            y += w[(size_t)j * C + c] * dout[i + (size_t)j * dil * C];
+        dinp[i] = y;
+    }
+}
+
+/* Column terms of taps j and j+1: dout[n,c] x[n - j*dil, c] when t >= j*dil (else 0). */
+struct cuda_taps_terms {
+    const float *dout, *inp;
+    int T, C, j, K, dil;
+    __device__ float term(int n, int c, int jj) const
+    {
+        const int t = n % T;
+        if (jj >= K || t < jj * dil) return 0.0f;
+        return dout[(size_t)n * C + c] * inp[((size_t)n - (size_t)jj * dil) * C + c];
+    }
+    __device__ float2 operator()(int n, int c) const
+    {
+        return make_float2(term(n, c, j), term(n, c, j + 1));
+    }
+};
+
+/* One thread per (r, c): the forward's sum over the state rows, then the column moves on. */
+__global__ void cuda_taps_decode_kernel(float *out, float *state, const float *x, const float *w,
+                                        int R, int C, int K, int dil)
+{
+    const size_t S = (size_t)(K - 1) * dil;
+    GRID_STRIDE(i, (size_t)R * C)
+    {
+        const size_t r = i / C;
+        const int c = (int)(i % C);
+        const float xi = x[i];
+        float *s = S ? state + r * S * C + c : (float *)0;
+        float y = w[c] * xi;
+        for (int j = 1; j < K; j++) y += w[(size_t)j * C + c] * s[(S - (size_t)j * dil) * C];
+        if (S) {
+            for (size_t k = 0; k + 1 < S; k++) s[k * C] = s[(k + 1) * C];
+            s[(S - 1) * C] = xi;
+        }
+        out[i] = y;
+    }
+}
+
+void cuda_conv_taps_forward(backend *be, float *out, const float *inp, const float *w, int B,
+                            int T, int C, int K, int dil)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || K <= 0 || cuda_broken(be)) return;
+    const size_t total = (size_t)B * T * C;
+    cuda_taps_fwd_kernel<<<cuda_grid_for(be, total), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+        out, inp, w, T, C, K, dil, total);
+    cuda_check_launch(be, "conv_taps_forward");
+}
+
+void cuda_conv_taps_backward(backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, int B, int T, int C, int K, int dil)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || K <= 0 || cuda_broken(be)) return;
+    const size_t total = (size_t)B * T * C;
+    if (dinp) {
+        cuda_taps_dx_kernel<<<cuda_grid_for(be, total), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+            dinp, dout, w, T, C, K, dil, total);
+        if (cuda_check_launch(be, "conv_taps_backward (dinp)") != 0) return;
+    }
+    for (int j = 0; dw && j < K; j += 2) { /* NULL: frozen taps */
+        cuda_taps_terms f = {dout, inp, T, C, j, K, dil};
+        float *b = j + 1 < K ? dw + (size_t)(j + 1) * C : (float *)NULL;
+        if (cuda_colsum(be, dw + (size_t)j * C, b, f, B * T, C, "conv_taps_backward (dw)") != 0)
+            return;
+    }
+}
+
+void cuda_conv_taps_decode(backend *be, float *out, float *state, const float *x,
+                           const float *w, int R, int C, int K, int dil)
+{
+    if (R <= 0 || C <= 0 || K <= 0 || cuda_broken(be)) return;
+    const size_t total = (size_t)R * C;
+    cuda_taps_decode_kernel<<<cuda_grid_for(be, total), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+        out, state, x, w, R, C, K, dil);
+    cuda_check_launch(be, "conv_taps_decode");
+}

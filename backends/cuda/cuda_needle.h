@@ -1,0 +1,25 @@
+/* cuda_needle.h: the CUDA backend's ops for Needle's layers (cuda_needle.cu), declared for the
+ * backend's table in cuda_backend.c. Contracts are in backends/backend.h; only backends/cuda
+ * includes this. */
+#ifndef LOOM_CUDA_NEEDLE_H
+#define LOOM_CUDA_NEEDLE_H
+
+#include "backends/cuda/cuda_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void cuda_conv_taps_forward(backend *be, float *out, const float *inp, const float *w, int B,
+                            int T, int C, int K, int dil);
+void cuda_conv_taps_backward(backend *be, float *dinp, float *dw, const float *dout,
+                             const float *inp, const float *w, int B, int T, int C, int K,
+                             int dil);
+void cuda_conv_taps_decode(backend *be, float *out, float *state, const float *x,
+                           const float *w, int R, int C, int K, int dil);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

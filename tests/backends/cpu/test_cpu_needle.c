@@ -1,0 +1,101 @@
+/* test_cpu_needle.c: the CPU ops of Needle's layers (docs/needle.md): the causal conv taps
+ * (forward against a double reference, backward against central finite differences of a random
+ * linear functional of it, decode rows against the forward). Accumulated gradients start
+ * non-zero so += is checked, not assumed. */
+#include "cpu_test.h"
+
+typedef struct {
+    double *x, *w, *wout, *out;
+    int B, T, C, K, dil;
+} taps_ctx;
+
+/* out[b,t,c] = sum_{j<K, t >= j dil} w[j,c] x[b, t - j dil, c] in double */
+static void ref_taps(taps_ctx *c)
+{
+    for (int b = 0; b < c->B; b++)
+        for (int t = 0; t < c->T; t++)
+            for (int ch = 0; ch < c->C; ch++) {
+                double y = 0.0;
+                for (int j = 0; j < c->K && j * c->dil <= t; j++)
+                    y += c->w[(size_t)j * c->C + ch] *
+                         c->x[((size_t)b * c->T + t - (size_t)j * c->dil) * c->C + ch];
+                c->out[((size_t)b * c->T + t) * c->C + ch] = y;
+            }
+}
+
+static double taps_f(void *p)
+{
+    taps_ctx *c = p;
+    ref_taps(c);
+    return dot_fd(c->wout, c->out, (size_t)c->B * c->T * c->C);
+}
+
+static void test_taps(backend *be, int B, int T, int C, int K, int dil, size_t samples)
+{
+    const size_t n = (size_t)B * T * C, kc = (size_t)K * C, N = (size_t)B * T;
+    float *x = frand(n, 2), *w = frand(kc, 1), *wo = frand(n, 1), *out = frand(n, 1);
+    taps_ctx c = {todbl(x, n), todbl(w, kc), todbl(wo, n), malloc(n * sizeof(double)), B, T, C, K, dil};
+    ref_taps(&c);
+    char name[96];
+    backend_conv_taps_forward(be, out, x, w, B, T, C, K, dil);
+    snprintf(name, sizeof name, "conv_taps fwd B%d T%d C%d K%d dil%d", B, T, C, K, dil);
+    /* K products of |w x| < 2 added in tap order: the sum's bound over S = 2K, one rounding */
+    check_close(name, out, c.out, n, tol32(K, 2.0 * K, 1));
+    float *dx = frand(n, 1), *dw0 = frand(kc, 1), *dw = fcopy(dw0, kc); /* dx: overwritten */
+    backend_conv_taps_backward(be, dx, dw, wo, x, w, B, T, C, K, dil);
+    /* dinp: K products |w dout| < 1; dw: dw0 + up to N products |dout x| < 2 (E 1/2) */
+    check_grad("conv_taps bwd dinp", taps_f, &c, c.x, n, dx, NULL, samples, tol32(K, K, 1));
+    check_grad("conv_taps bwd dw (+=)", taps_f, &c, c.w, kc, dw, dw0, samples,
+               tol32(N + 1, 0.5 * N + 1, 1));
+    float *dx2 = frand(n, 1);
+    backend_conv_taps_backward(be, dx2, NULL, wo, NULL, w, B, T, C, K, dil);
+    check_equal("  bwd with NULL dw (frozen): same dinp", dx2, dx, n);
+    /* decoding: T steps of one row per sequence from a zero state reproduce the forward (the
+     * same terms in the same order; the vector forward may contract into fmas, the row loop
+     * not: one rounding of the K-term bound) and leave the last S input rows as the state */
+    const size_t S = (size_t)(K - 1) * dil;
+    float *st = calloc((size_t)B * (S ? S : 1) * C, sizeof(float)), *xr = malloc((size_t)B * C * 4);
+    float *orow = malloc((size_t)B * C * 4), *dec = malloc(n * 4);
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < B; b++) memcpy(xr + (size_t)b * C, x + ((size_t)b * T + t) * C, (size_t)C * 4);
+        backend_conv_taps_decode(be, orow, S ? st : NULL, xr, w, B, C, K, dil);
+        for (int b = 0; b < B; b++) memcpy(dec + ((size_t)b * T + t) * C, orow + (size_t)b * C, (size_t)C * 4);
+    }
+    ref_taps(&c); /* c.out again at the unperturbed inputs (the differences moved them) */
+    check_close("  decode rows vs the double reference", dec, c.out, n, tol32(K, 2.0 * K, 1));
+    double *fw = todbl(out, n);
+    check_close("  decode rows == forward", dec, fw, n, tol32(K, 2.0 * K, 1));
+    int state_ok = 1;
+    for (int b = 0; b < B; b++)
+        for (size_t i = 0; i < S; i++)
+            for (int ch = 0; ch < C; ch++) {
+                long t = (long)T - (long)S + (long)i;
+                float want = t >= 0 ? x[((size_t)b * T + (size_t)t) * C + ch] : 0.0f;
+                state_ok &= st[((size_t)b * S + i) * C + ch] == want;
+            }
+    CHECK(state_ok, "conv_taps decode: the state is not the last %zu input rows", S);
+    /* in place: out = x */
+    float *xin = fcopy(xr, (size_t)B * C), *o2 = malloc((size_t)B * C * 4);
+    float *st2 = S ? fcopy(st, (size_t)B * S * C) : NULL, *st3 = S ? fcopy(st, (size_t)B * S * C) : NULL;
+    backend_conv_taps_decode(be, o2, st2, xr, w, B, C, K, dil);
+    backend_conv_taps_decode(be, xin, st3, xin, w, B, C, K, dil);
+    check_equal("  decode in place (out = x)", xin, o2, (size_t)B * C);
+    free(xin), free(o2), free(st2), free(st3);
+    free(x), free(w), free(wo), free(out), free(dx), free(dw0), free(dw), free(dx2);
+    free(st), free(xr), free(orow), free(dec), free(fw);
+    free(c.x), free(c.w), free(c.wout), free(c.out);
+}
+
+int main(int argc, char **argv)
+{
+    cpu_blas_ensure_fast_kernel(argv);
+    (void)argc;
+    backend *be = test_backend(2);
+    test_taps(be, 2, 37, 70, 3, 1, 300);  /* Needle's q/k/v taps */
+    test_taps(be, 3, 20, 33, 4, 3, 300);  /* the engram's value taps (dilation 3) */
+    test_taps(be, 1, 5, 16, 4, 3, 0);     /* T shorter than the taps reach */
+    test_taps(be, 2, 9, 8, 1, 1, 0);      /* one tap */
+    test_taps(be, 4, 96, 100, 3, 1, 200); /* several threads (rows split, dw partials) */
+    backend_destroy(be);
+    return test_finish("test_cpu_needle");
+}
