@@ -229,6 +229,23 @@ void backend_conv_taps_backward(backend *be, float *dinp, float *dw, const float
 void backend_conv_taps_decode(backend *be, float *out, float *state, const float *x,
                               const float *w, int R, int C, int K, int dil);
 
+/* Sigmoid gate, element-wise on n items (Needle's attention output gate o * sigmoid(h Wg)):
+ *   out = x s,  s = sigmoid(g) = 1 / (1 + e^-g).  out may be x or g. */
+void backend_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g,
+                                  size_t n);
+/* dx = dout s,  dg = dout x s (1 - s)   (both overwritten; neither may alias dout, x or g) */
+void backend_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                                   const float *x, const float *g, size_t n);
+/* Scalar gate (Needle's attention branch, sigmoid(attn_gate) a): out = sigmoid(s[0]) x on n
+ * items, s one device float (a parameter, never read by the host). out may be x. */
+void backend_scalar_gate_forward(backend *be, float *out, const float *x, const float *s,
+                                 size_t n);
+/* dx = sigmoid(s) dout (overwritten; may be dout);
+ * ds[0] += sigmoid(s) (1 - sigmoid(s)) sum_i dout_i x_i (accumulated, a deterministic sum;
+ * NULL: a frozen gate, skipped). */
+void backend_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                                  const float *x, const float *s, size_t n);
+
 /* bf16 mode (a no-op in fp32 mode, and on backends without one: BACKEND_OP_WEIGHTS_BF16): keep
  * a bf16 copy of the weights w[0..n), cast now on the compute stream, that later matmuls read for
  * a B operand lying inside w instead of casting it on every call. n = 0 drops the copy of w

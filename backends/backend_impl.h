@@ -92,6 +92,14 @@ typedef struct backend_ops {
                                int dil);
     void (*conv_taps_decode)(backend *be, float *out, float *state, const float *x,
                              const float *w, int R, int C, int K, int dil);
+    void (*sigmoid_gate_forward)(backend *be, float *out, const float *x, const float *g,
+                                 size_t n);
+    void (*sigmoid_gate_backward)(backend *be, float *dx, float *dg, const float *dout,
+                                  const float *x, const float *g, size_t n);
+    void (*scalar_gate_forward)(backend *be, float *out, const float *x, const float *s,
+                                size_t n);
+    void (*scalar_gate_backward)(backend *be, float *dx, float *ds, const float *dout,
+                                 const float *x, const float *s, size_t n);
 
     /* --- optional extras --- */
     void (*weights_bf16)(backend *be, const float *w, size_t n); /* optional: NULL = no-op */

@@ -195,6 +195,26 @@ void backend_conv_taps_decode(backend *be, float *out, float *state, const float
 {
     be->ops->conv_taps_decode(be, out, state, x, w, R, C, K, dil);
 }
+void backend_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g,
+                                  size_t n)
+{
+    be->ops->sigmoid_gate_forward(be, out, x, g, n);
+}
+void backend_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                                   const float *x, const float *g, size_t n)
+{
+    be->ops->sigmoid_gate_backward(be, dx, dg, dout, x, g, n);
+}
+void backend_scalar_gate_forward(backend *be, float *out, const float *x, const float *s,
+                                 size_t n)
+{
+    be->ops->scalar_gate_forward(be, out, x, s, n);
+}
+void backend_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                                  const float *x, const float *s, size_t n)
+{
+    be->ops->scalar_gate_backward(be, dx, ds, dout, x, s, n);
+}
 void backend_weights_bf16(backend *be, const float *w, size_t n)
 {
     if (be->ops->weights_bf16) be->ops->weights_bf16(be, w, n);

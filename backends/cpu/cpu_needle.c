@@ -1,6 +1,8 @@
 /* cpu_needle.c: Needle's element-wise layers on the CPU: the causal depthwise conv taps along
- * time (forward, backward, one decode row). Rows run in parallel; tap gradients go to per-thread
- * partials added in thread order afterwards, so results never depend on timing (no atomics). */
+ * time (forward, backward, one decode row) and the sigmoid gates (element-wise and scalar).
+ * Rows run in parallel; parameter gradients go to per-thread partials added in thread order
+ * afterwards, so results never depend on timing (no atomics). */
+#include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_needle.h"
 
 /* Rows [r0, r1) of (B*T, C), row n at position t = n mod T of its sequence:
@@ -123,6 +125,109 @@ void cpu_conv_taps_decode(backend *be, float *out, float *state, const float *x,
                 s[(S - 1) * C + c] = xr[c];
             }
             o[c] = y;
+        }
+    }
+}
+
+/* --- sigmoid gates --- */
+
+static inline float cpu_sigmoid(float g) { return 1.0f / (1.0f + cpu_expf(-g)); }
+
+/* out = x s, s = sigmoid(g) */
+CPU_CLONES static void cpu_k_gate_fwd(float *out, const float *x, const float *g, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * cpu_sigmoid(g[i]);
+}
+
+/* dx = dout s, dg = dout x s (1 - s) */
+CPU_CLONES static void cpu_k_gate_bwd(float *dx, float *dg, const float *dout, const float *x,
+                                      const float *g, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        float s = cpu_sigmoid(g[i]), d = dout[i];
+        dx[i] = d * s;
+        dg[i] = d * x[i] * s * (1.0f - s);
+    }
+}
+
+void cpu_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g, size_t n)
+{
+    int nt = n < CPU_PAR_MIN / 4 ? 1 : cpu_st(be)->threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split(n, &lo, &hi);
+        cpu_k_gate_fwd(out + lo, x + lo, g + lo, hi - lo);
+    }
+}
+
+void cpu_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                               const float *x, const float *g, size_t n)
+{
+    int nt = n < CPU_PAR_MIN / 4 ? 1 : cpu_st(be)->threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split(n, &lo, &hi);
+        cpu_k_gate_bwd(dx + lo, dg + lo, dout + lo, x + lo, g + lo, hi - lo);
+    }
+}
+
+/* out = a x (a = sigmoid(s), computed once) */
+CPU_CLONES static void cpu_k_scale_by(float *out, const float *x, float a, size_t n)
+{
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) out[i] = a * x[i];
+}
+
+void cpu_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n)
+{
+    const float a = cpu_sigmoid(s[0]);
+    int nt = n < CPU_PAR_MIN / 4 ? 1 : cpu_st(be)->threads;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split(n, &lo, &hi);
+        cpu_k_scale_by(out + lo, x + lo, a, hi - lo);
+    }
+}
+
+/* sum_i dout_i x_i (a vector reduction), then dx = a dout: each element read before written, so
+ * dx may be dout */
+CPU_CLONES static float cpu_k_gate_dot(float *dx, const float *dout, const float *x, float a,
+                                       size_t n, int want_dot)
+{
+    float acc = 0.0f;
+    if (want_dot) {
+#pragma omp simd reduction(+ : acc)
+        for (size_t i = 0; i < n; i++) acc += dout[i] * x[i];
+    }
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) dx[i] = a * dout[i];
+    return acc;
+}
+
+void cpu_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                              const float *x, const float *s, size_t n)
+{
+    cpu_state *st = cpu_st(be);
+    const float a = cpu_sigmoid(s[0]);
+    int nt = n < CPU_PAR_MIN / 4 ? 1 : st->threads;
+    if (ds && cpu_scratch_reserve(st, 1) != 0) return;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split(n, &lo, &hi);
+        float part = cpu_k_gate_dot(dx + lo, dout + lo, x + lo, a, hi - lo, ds != NULL);
+        if (ds) st->scratch[CPU_TID()][0] = part;
+#pragma omp barrier
+#pragma omp master
+        if (ds) { /* the threads' partials in thread order; NULL: a frozen gate */
+            float sum = 0.0f;
+            for (int t = 0; t < CPU_NT(); t++) sum += st->scratch[t][0];
+            ds[0] += a * (1.0f - a) * sum;
         }
     }
 }

@@ -14,5 +14,11 @@ void cpu_conv_taps_backward(backend *be, float *dinp, float *dw, const float *do
                             int dil);
 void cpu_conv_taps_decode(backend *be, float *out, float *state, const float *x, const float *w,
                           int R, int C, int K, int dil);
+void cpu_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g, size_t n);
+void cpu_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                               const float *x, const float *g, size_t n);
+void cpu_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n);
+void cpu_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                              const float *x, const float *s, size_t n);
 
 #endif

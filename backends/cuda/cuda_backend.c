@@ -376,6 +376,10 @@ static const backend_ops cuda_ops = {
     .conv_taps_forward = cuda_conv_taps_forward,
     .conv_taps_backward = cuda_conv_taps_backward,
     .conv_taps_decode = cuda_conv_taps_decode,
+    .sigmoid_gate_forward = cuda_sigmoid_gate_forward,
+    .sigmoid_gate_backward = cuda_sigmoid_gate_backward,
+    .scalar_gate_forward = cuda_scalar_gate_forward,
+    .scalar_gate_backward = cuda_scalar_gate_backward,
     .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };

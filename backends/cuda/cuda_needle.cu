@@ -1,7 +1,8 @@
 /* cuda_needle.cu: Needle's element-wise layers on the GPU: the causal depthwise conv taps along
- * time (forward, backward, one decode row). Grid-stride loops on the compute stream; the tap
- * gradients are deterministic two-stage column sums (cuda_colsum, no atomics), so every result is
- * bitwise reproducible. It must never allocate except through cuda_scratch. */
+ * time (forward, backward, one decode row) and the sigmoid gates (element-wise and scalar).
+ * Grid-stride loops on the compute stream; parameter gradients are deterministic two-stage sums
+ * (cuda_colsum, a fixed grid for the scalar gate; no atomics), so every result is bitwise
+ * reproducible. It must never allocate except through cuda_scratch. */
 #include "backends/cuda/cuda_needle.h"
 #include "backends/cuda/cuda_reduce.cuh"
 
@@ -114,4 +115,110 @@ void cuda_conv_taps_decode(backend *be, float *out, float *state, const float *x
     cuda_taps_decode_kernel<<<cuda_grid_for(be, total), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
         out, state, x, w, R, C, K, dil);
     cuda_check_launch(be, "conv_taps_decode");
+}
+
+/* --- sigmoid gates --- */
+
+static __device__ __forceinline__ float cuda_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+/* out = x s, s = sigmoid(g) */
+__global__ void cuda_gate_fwd_kernel(float *out, const float *x, const float *g, size_t n)
+{
+    GRID_STRIDE(i, n) out[i] = x[i] * cuda_sigmoid(g[i]);
+}
+
+/* dx = dout s, dg = dout x s (1 - s) */
+__global__ void cuda_gate_bwd_kernel(float *dx, float *dg, const float *dout, const float *x,
+                                     const float *g, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float s = cuda_sigmoid(g[i]), d = dout[i];
+        dx[i] = d * s;
+        dg[i] = d * x[i] * s * (1.0f - s);
+    }
+}
+
+/* out = sigmoid(s[0]) x */
+__global__ void cuda_scalar_gate_fwd_kernel(float *out, const float *x, const float *s, size_t n)
+{
+    const float a = cuda_sigmoid(s[0]);
+    GRID_STRIDE(i, n) out[i] = a * x[i];
+}
+
+/* The scalar gate's sum in a fixed shape: CUDA_GATE_BLOCKS blocks of CUDA_BLOCK threads, thread
+ * (b, t) adding dout x over i = (b CUDA_BLOCK + t) + k CUDA_GATE_BLOCKS CUDA_BLOCK, the block's
+ * threads reduced (cuda_block_reduce), then one block adding the block sums the same way. */
+#define CUDA_GATE_BLOCKS 256
+
+__global__ void cuda_scalar_gate_part_kernel(float *part, const float *dout, const float *x,
+                                             size_t n)
+{
+    __shared__ float red[CUDA_BLOCK / 32];
+    float acc = 0.0f;
+    GRID_STRIDE(i, n) acc += dout[i] * x[i];
+    acc = cuda_block_reduce<CUDA_BLOCK>(acc, red, cuda_sum_op());
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+/* ds[0] += sigmoid'(s) sum_b part[b]; one block */
+__global__ void cuda_scalar_gate_ds_kernel(float *ds, const float *part, const float *s)
+{
+    __shared__ float red[CUDA_BLOCK / 32];
+    float acc = 0.0f;
+    for (int b = threadIdx.x; b < CUDA_GATE_BLOCKS; b += CUDA_BLOCK) acc += part[b];
+    acc = cuda_block_reduce<CUDA_BLOCK>(acc, red, cuda_sum_op());
+    if (threadIdx.x == 0) {
+        const float a = cuda_sigmoid(s[0]);
+        ds[0] += a * (1.0f - a) * acc;
+    }
+}
+
+/* dx = sigmoid(s[0]) dout */
+__global__ void cuda_scalar_gate_dx_kernel(float *dx, const float *dout, const float *s, size_t n)
+{
+    const float a = cuda_sigmoid(s[0]);
+    GRID_STRIDE(i, n) dx[i] = a * dout[i];
+}
+
+void cuda_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g, size_t n)
+{
+    if (n == 0 || cuda_broken(be)) return;
+    cuda_gate_fwd_kernel<<<cuda_grid_for(be, n), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(out, x, g, n);
+    cuda_check_launch(be, "sigmoid_gate_forward");
+}
+
+void cuda_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                                const float *x, const float *g, size_t n)
+{
+    if (n == 0 || cuda_broken(be)) return;
+    cuda_gate_bwd_kernel<<<cuda_grid_for(be, n), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+        dx, dg, dout, x, g, n);
+    cuda_check_launch(be, "sigmoid_gate_backward");
+}
+
+void cuda_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n)
+{
+    if (n == 0 || cuda_broken(be)) return;
+    cuda_scalar_gate_fwd_kernel<<<cuda_grid_for(be, n), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
+        out, x, s, n);
+    cuda_check_launch(be, "scalar_gate_forward");
+}
+
+/* ds first (dx may overwrite dout), then dx */
+void cuda_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                               const float *x, const float *s, size_t n)
+{
+    if (n == 0 || cuda_broken(be)) return;
+    cudaStream_t st = cuda_im(be)->compute;
+    if (ds) { /* NULL: a frozen gate */
+        float *part = (float *)cuda_scratch(be, CUDA_GATE_BLOCKS * sizeof(float));
+        if (!part) return;
+        cuda_scalar_gate_part_kernel<<<CUDA_GATE_BLOCKS, CUDA_BLOCK, 0, st>>>(part, dout, x, n);
+        if (cuda_check_launch(be, "scalar_gate_backward (ds)") != 0) return;
+        cuda_scalar_gate_ds_kernel<<<1, CUDA_BLOCK, 0, st>>>(ds, part, s);
+        if (cuda_check_launch(be, "scalar_gate_backward (ds)") != 0) return;
+    }
+    cuda_scalar_gate_dx_kernel<<<cuda_grid_for(be, n), CUDA_BLOCK, 0, st>>>(dx, dout, s, n);
+    cuda_check_launch(be, "scalar_gate_backward (dx)");
 }

@@ -17,6 +17,12 @@ void cuda_conv_taps_backward(backend *be, float *dinp, float *dw, const float *d
                              int dil);
 void cuda_conv_taps_decode(backend *be, float *out, float *state, const float *x,
                            const float *w, int R, int C, int K, int dil);
+void cuda_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g, size_t n);
+void cuda_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout,
+                                const float *x, const float *g, size_t n);
+void cuda_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n);
+void cuda_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
+                               const float *x, const float *s, size_t n);
 
 #ifdef __cplusplus
 }

@@ -48,7 +48,13 @@
     X(TAPS_FORWARD, loom_taps_forward)                                                             \
     X(TAPS_DINP, loom_taps_backward_dinp)                                                          \
     X(TAPS_WPARTIAL, loom_taps_wpartial)                                                           \
-    X(TAPS_DECODE, loom_taps_decode)
+    X(TAPS_DECODE, loom_taps_decode)                                                               \
+    X(GATE_FORWARD, loom_gate_forward)                                                             \
+    X(GATE_BACKWARD, loom_gate_backward)                                                           \
+    X(SCALAR_GATE_FORWARD, loom_scalar_gate_forward)                                               \
+    X(SCALAR_GATE_PARTIAL, loom_scalar_gate_partial)                                               \
+    X(SCALAR_GATE_DS, loom_scalar_gate_ds)                                                         \
+    X(SCALAR_GATE_DX, loom_scalar_gate_dx)
 
 #define METAL_KERNEL_ENUM_(id, fn) MK_##id,
 enum metal_kernel { METAL_KERNEL_LIST(METAL_KERNEL_ENUM_) MK_COUNT };

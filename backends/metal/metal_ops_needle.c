@@ -1,5 +1,5 @@
-/* metal_ops_needle.c: Needle's layers on the Metal backend (the conv taps) as kernel launches of
- * needle.metal with their scratch, filling their entries of the op table.
+/* metal_ops_needle.c: Needle's layers on the Metal backend (conv taps, sigmoid gates) as kernel
+ * launches of needle.metal with their scratch, filling their entries of the op table.
  * Must never compute on tensors here: the host only plans grids. */
 #include <stdint.h>
 
@@ -48,9 +48,69 @@ static void metal_conv_taps_decode(backend *be, float *out, float *state, const 
                  sizeof p);
 }
 
+/* --- sigmoid gates: element-wise kernels in launches of at most METAL_CHUNK items --- */
+
+/* Kernel k over n items: the first nvec pointers advance with the chunk, the rest (a scalar
+ * parameter) stay. */
+static void metal_gate_ew(backend *be, int k, void *const *ptrs, int nptrs, int nvec, size_t n)
+{
+    for (size_t o = 0; o < n; o += METAL_CHUNK) {
+        size_t m = n - o < METAL_CHUNK ? n - o : METAL_CHUNK;
+        void *bufs[8];
+        for (int i = 0; i < nptrs; i++) bufs[i] = i < nvec ? (void *)((float *)ptrs[i] + o) : ptrs[i];
+        metal_p_vec p = {(unsigned)m, 0.0f, 0.0f};
+        metal_launch(metal_c(be), k, m, bufs, nptrs, &p, sizeof p);
+    }
+}
+
+static void metal_sigmoid_gate_forward(backend *be, float *out, const float *x, const float *g, size_t n)
+{
+    metal_gate_ew(be, MK_GATE_FORWARD, (void *[]){out, MB(x), MB(g)}, 3, 3, n);
+}
+
+static void metal_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *dout, const float *x,
+                                        const float *g, size_t n)
+{
+    metal_gate_ew(be, MK_GATE_BACKWARD, (void *[]){dx, dg, MB(dout), MB(x), MB(g)}, 5, 5, n);
+}
+
+static void metal_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n)
+{
+    metal_gate_ew(be, MK_SCALAR_GATE_FORWARD, (void *[]){out, MB(x), MB(s)}, 3, 2, n);
+}
+
+/* ds: METAL_GATE_PARTS partial sums per chunk of the items (scratch), then one thread adds them
+ * all in order; dx after it (dx may be dout). */
+#define METAL_GATE_PARTS 4096u
+
+static void metal_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout, const float *x,
+                                       const float *s, size_t n)
+{
+    metal_ctx *c = metal_c(be);
+    if (n == 0) return;
+    if (ds) { /* NULL: a frozen gate */
+        size_t nchunks = (n + METAL_CHUNK - 1) / METAL_CHUNK;
+        float *part = metal_scratch(c, nchunks * METAL_GATE_PARTS);
+        if (!part) return;
+        for (size_t k = 0; k < nchunks; k++) {
+            size_t o = k * METAL_CHUNK, m = n - o < METAL_CHUNK ? n - o : METAL_CHUNK;
+            metal_p_sumsq p = {(unsigned)m, METAL_GATE_PARTS};
+            metal_launch(c, MK_SCALAR_GATE_PARTIAL, METAL_GATE_PARTS,
+                         (void *[]){part + k * METAL_GATE_PARTS, MB(dout + o), MB(x + o)}, 3, &p, sizeof p);
+        }
+        metal_p_sumsq q = {(unsigned)n, (unsigned)(nchunks * METAL_GATE_PARTS)};
+        metal_launch(c, MK_SCALAR_GATE_DS, 1, (void *[]){ds, part, MB(s)}, 3, &q, sizeof q);
+    }
+    metal_gate_ew(be, MK_SCALAR_GATE_DX, (void *[]){dx, MB(dout), MB(s)}, 3, 2, n);
+}
+
 void metal_ops_needle_fill(backend_ops *o)
 {
     o->conv_taps_forward = metal_conv_taps_forward;
     o->conv_taps_backward = metal_conv_taps_backward;
     o->conv_taps_decode = metal_conv_taps_decode;
+    o->sigmoid_gate_forward = metal_sigmoid_gate_forward;
+    o->sigmoid_gate_backward = metal_sigmoid_gate_backward;
+    o->scalar_gate_forward = metal_scalar_gate_forward;
+    o->scalar_gate_backward = metal_scalar_gate_backward;
 }

@@ -1,6 +1,7 @@
 /* needle.metal: Needle's element-wise layers: the causal depthwise conv taps along time
- * (forward, input gradient, tap-gradient chunk partials, one decode row). One GPU thread per
- * output item; no thread reads what another thread of the same dispatch writes; no atomics. */
+ * (forward, input gradient, tap-gradient chunk partials, one decode row) and the sigmoid gates
+ * (element-wise; scalar, with its gradient's partial sums). One GPU thread per output item; no
+ * thread reads what another thread of the same dispatch writes; no atomics. */
 #include "metal_shim.h"
 #include "metal_params.h"
 
@@ -60,4 +61,71 @@ kernel void loom_taps_decode(device float *out LOOM_BUFFER(0), device float *sta
         state[(r * S + S - 1) * p.C + c] = xi;
     }
     out[gid] = y;
+}
+
+/* --- sigmoid gates, s = sigmoid(g) = 1 / (1 + e^-g) --- */
+
+/* out = x s */
+kernel void loom_gate_forward(device float *out LOOM_BUFFER(0), device const float *x LOOM_BUFFER(1),
+                              device const float *g LOOM_BUFFER(2), constant metal_p_vec &p LOOM_BUFFER(3),
+                              uint gid LOOM_GID)
+{
+    if (gid >= p.n) return;
+    float s = 1.0f / (1.0f + metal::exp(-g[gid]));
+    out[gid] = x[gid] * s;
+}
+
+/* dx = dout s, dg = dout x s (1 - s) */
+kernel void loom_gate_backward(device float *dx LOOM_BUFFER(0), device float *dg LOOM_BUFFER(1),
+                               device const float *dout LOOM_BUFFER(2), device const float *x LOOM_BUFFER(3),
+                               device const float *g LOOM_BUFFER(4), constant metal_p_vec &p LOOM_BUFFER(5),
+                               uint gid LOOM_GID)
+{
+    if (gid >= p.n) return;
+    float s = 1.0f / (1.0f + metal::exp(-g[gid])), d = dout[gid];
+    dx[gid] = d * s;
+    dg[gid] = d * x[gid] * s * (1.0f - s);
+}
+
+/* out = sigmoid(s[0]) x */
+kernel void loom_scalar_gate_forward(device float *out LOOM_BUFFER(0), device const float *x LOOM_BUFFER(1),
+                                     device const float *s LOOM_BUFFER(2), constant metal_p_vec &p LOOM_BUFFER(3),
+                                     uint gid LOOM_GID)
+{
+    if (gid >= p.n) return;
+    float a = 1.0f / (1.0f + metal::exp(-s[0]));
+    out[gid] = a * x[gid];
+}
+
+/* The scalar gate's sum, step 1: part[gid] = sum_{i = gid mod parts, i < n} dout[i] x[i]. */
+kernel void loom_scalar_gate_partial(device float *part LOOM_BUFFER(0), device const float *dout LOOM_BUFFER(1),
+                                     device const float *x LOOM_BUFFER(2), constant metal_p_sumsq &p LOOM_BUFFER(3),
+                                     uint gid LOOM_GID)
+{
+    if (gid >= p.parts) return;
+    float acc = 0.0f;
+    for (uint i = gid; i < p.n; i += p.parts) acc += dout[i] * x[i];
+    part[gid] = acc;
+}
+
+/* Step 2, one thread: ds[0] += sigmoid'(s) sum_g part[g], g in order (p.parts partials). */
+kernel void loom_scalar_gate_ds(device float *ds LOOM_BUFFER(0), device const float *part LOOM_BUFFER(1),
+                                device const float *s LOOM_BUFFER(2), constant metal_p_sumsq &p LOOM_BUFFER(3),
+                                uint gid LOOM_GID)
+{
+    if (gid >= 1u) return;
+    float acc = 0.0f;
+    for (uint k = 0; k < p.parts; k++) acc += part[k];
+    float a = 1.0f / (1.0f + metal::exp(-s[0]));
+    ds[0] += a * (1.0f - a) * acc;
+}
+
+/* dx = sigmoid(s[0]) dout */
+kernel void loom_scalar_gate_dx(device float *dx LOOM_BUFFER(0), device const float *dout LOOM_BUFFER(1),
+                                device const float *s LOOM_BUFFER(2), constant metal_p_vec &p LOOM_BUFFER(3),
+                                uint gid LOOM_GID)
+{
+    if (gid >= p.n) return;
+    float a = 1.0f / (1.0f + metal::exp(-s[0]));
+    dx[gid] = a * dout[gid];
 }

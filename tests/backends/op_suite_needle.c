@@ -1,5 +1,5 @@
 /* op_suite_needle.c: the op suite's cases for Needle's layers (docs/needle.md): the conv taps
- * (forward, backward, decode rows), run on the backend under test and the reference with the same
+ * (forward, backward, decode rows) and the sigmoid gates (element-wise and scalar), run on the backend under test and the reference with the same
  * seeded inputs and compared element-wise (see op_suite.h). Every one is element-wise fp32 on
  * every backend, so TF32/bf16 modes never loosen them. */
 static int needle_failures; /* check.h's counter for this file; each check also counts in s->failed */
@@ -94,7 +94,58 @@ static void suite_taps(suite *s)
     suite_taps_one(s, 4, 96, 100, 3, 1); /* enough rows for several CPU threads */
 }
 
+/* The gates: sigmoid(g) = 1 / (1 + e^-g) on each side is within 4u (expf's ulps: 2 on the CPU's
+ * own, at most 2 for CUDA's and Metal's precise exp, as e^-g's relative error becomes s's) + 2u
+ * (the sum, the division) of the exact s; a product adds u. Below FLT_MIN (g < -87) the CPU's
+ * expf saturates at e^88 where another is inf: s differs by < 1e-38 there, hence the tiny atol.
+ * dg's s (1 - s) cancels as s -> 1: the absolute error of 1 - s is s's, 6u, times |dout x| < 2. */
+static void suite_gates(suite *s)
+{
+    const size_t n = 65539;
+    const double u = CHECK_U_FP32;
+    float *gh = host_rand(s, n, 8);
+    gh[0] = 40.0f, gh[1] = -40.0f, gh[2] = 0.0f, gh[3] = 95.0f, gh[4] = -95.0f, gh[5] = 1e-3f;
+    pair g = pair_new(s, gh, n * 4), x = pair_rand(s, n, 2), dout = pair_rand(s, n, 1);
+    pair out = pair_new(s, NULL, n * 4), dx = pair_rand(s, n, 1), dg = pair_rand(s, n, 1);
+    free(gh);
+    const int exact = s->u_dot == 0.0;
+    const check_tol prod_tol = {2 * 1e-38, 2 * 7 * u}; /* s times one factor, each side */
+    const check_tol dg_tol = {2 * 2 * 8 * u, 2 * 9 * u};
+    FOR_SIDES (be) backend_sigmoid_gate_forward(be, PF(out, side), PF(x, side), PF(g, side), n);
+    pair_check(s, "sigmoid_gate_forward", &out, exact ? CHECK_EXACT : prod_tol);
+    FOR_SIDES (be)
+        backend_sigmoid_gate_backward(be, PF(dx, side), PF(dg, side), PF(dout, side), PF(x, side),
+                                      PF(g, side), n);
+    pair_check(s, "sigmoid_gate_backward dx", &dx, exact ? CHECK_EXACT : prod_tol);
+    pair_check(s, "sigmoid_gate_backward dg", &dg, exact ? CHECK_EXACT : dg_tol);
+    const float gates[2] = {0.3f, -2.5f};
+    for (int k = 0; k < 2; k++) {
+        const size_t m = k ? 999 : n; /* a short sum too: its bound is tight enough to matter */
+        float ds0 = 0.7f;
+        pair sc = pair_new(s, &gates[k], 4), ds = pair_new(s, &ds0, 4);
+        char name[96];
+        FOR_SIDES (be) backend_scalar_gate_forward(be, PF(out, side), PF(x, side), PF(sc, side), m);
+        snprintf(name, sizeof name, "scalar_gate_forward (s %g, n %zu)", gates[k], m);
+        pair_check(s, name, &out, exact ? CHECK_EXACT : prod_tol);
+        FOR_SIDES (be)
+            backend_scalar_gate_backward(be, PF(dx, side), PF(ds, side), PF(dout, side),
+                                         PF(x, side), PF(sc, side), m);
+        pair_check(s, "scalar_gate_backward dx", &dx, exact ? CHECK_EXACT : prod_tol);
+        /* ds0 + s (1 - s) times n products |dout x| < 2 (E 1/2), summed in each side's order */
+        pair_check(s, "scalar_gate_backward ds (+=)", &ds, needle_tol(s, m + 1, 0.5 * m + 1, 10));
+        pair dx2 = pair_rand(s, m, 1);
+        FOR_SIDES (be)
+            backend_scalar_gate_backward(be, PF(dx2, side), NULL, PF(dout, side), PF(x, side),
+                                         PF(sc, side), m);
+        pair_check(s, "scalar_gate_backward frozen (NULL ds)", &dx2, exact ? CHECK_EXACT : prod_tol);
+        pair_free(s, &sc), pair_free(s, &ds), pair_free(s, &dx2);
+    }
+    pair_free(s, &g), pair_free(s, &x), pair_free(s, &dout), pair_free(s, &out);
+    pair_free(s, &dx), pair_free(s, &dg);
+}
+
 void suite_needle(suite *s)
 {
     suite_taps(s);
+    suite_gates(s);
 }

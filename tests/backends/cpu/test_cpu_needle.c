@@ -1,7 +1,7 @@
-/* test_cpu_needle.c: the CPU ops of Needle's layers (docs/needle.md): the causal conv taps
- * (forward against a double reference, backward against central finite differences of a random
- * linear functional of it, decode rows against the forward). Accumulated gradients start
- * non-zero so += is checked, not assumed. */
+/* test_cpu_needle.c: the CPU ops of Needle's layers (docs/needle.md): the causal conv taps and
+ * the sigmoid gates (forward against a double reference, backward against central finite
+ * differences of a random linear functional of it; conv decode rows against the forward).
+ * Accumulated gradients start non-zero so += is checked, not assumed. */
 #include "cpu_test.h"
 
 typedef struct {
@@ -86,6 +86,76 @@ static void test_taps(backend *be, int B, int T, int C, int K, int dil, size_t s
     free(c.x), free(c.w), free(c.wout), free(c.out);
 }
 
+typedef struct {
+    double *x, *g, *wout, s; /* g: per element (sigmoid_gate) or NULL (scalar gate s) */
+    size_t n;
+} gate_ctx;
+
+static double ref_sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
+
+static double gate_f(void *p)
+{
+    gate_ctx *c = p;
+    double f = 0.0;
+    for (size_t i = 0; i < c->n; i++) f += c->wout[i] * c->x[i] * ref_sigmoid(c->g ? c->g[i] : c->s);
+    return f;
+}
+
+/* sigmoid on the CPU: cpu_expf (2 ulp, so 4u relative) of -g, the sum and the division: 6u, one
+ * more for the product with x; below FLT_MIN (g < -87) its expf saturates at e^88 (1e-38 off).
+ * dg = dout x s (1 - s): 1 - s holds s's absolute error 6u as s -> 1, times |dout x| < 2. */
+static const check_tol gate_tol = {1e-38, 7 * CHECK_U_FP32};
+static const check_tol dgate_tol = {2 * 7 * CHECK_U_FP32, 9 * CHECK_U_FP32};
+
+static void test_gate(backend *be, size_t n, size_t samples)
+{
+    float *x = frand(n, 2), *g = frand(n, 8), *wo = frand(n, 1), *out = frand(n, 1);
+    g[0] = 40.0f, g[1] = -40.0f, g[2] = 0.0f, g[3] = 95.0f, g[4] = -95.0f; /* saturation, 0 */
+    gate_ctx c = {todbl(x, n), todbl(g, n), todbl(wo, n), 0.0, n};
+    double *want = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) want[i] = c.x[i] * ref_sigmoid(c.g[i]);
+    char name[80];
+    backend_sigmoid_gate_forward(be, out, x, g, n);
+    snprintf(name, sizeof name, "sigmoid_gate fwd n=%zu", n);
+    check_close(name, out, want, n, gate_tol);
+    float *dx = frand(n, 1), *dg = frand(n, 1); /* garbage: overwritten */
+    backend_sigmoid_gate_backward(be, dx, dg, wo, x, g, n);
+    check_grad("sigmoid_gate bwd dx", gate_f, &c, c.x, n, dx, NULL, samples, gate_tol);
+    check_grad("sigmoid_gate bwd dg", gate_f, &c, c.g, n, dg, NULL, samples, dgate_tol);
+    float *y = fcopy(x, n); /* in place: out = x */
+    backend_sigmoid_gate_forward(be, y, y, g, n);
+    check_equal("  sigmoid_gate fwd in place", y, out, n);
+    free(x), free(g), free(wo), free(out), free(dx), free(dg), free(want), free(y);
+    free(c.x), free(c.g), free(c.wout);
+}
+
+static void test_scalar_gate(backend *be, size_t n, float sv, size_t samples)
+{
+    float *x = frand(n, 2), *wo = frand(n, 1), *out = frand(n, 1), s[1] = {sv};
+    gate_ctx c = {todbl(x, n), NULL, todbl(wo, n), sv, n};
+    double *want = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) want[i] = c.x[i] * ref_sigmoid(sv);
+    char name[80];
+    backend_scalar_gate_forward(be, out, x, s, n);
+    snprintf(name, sizeof name, "scalar_gate fwd n=%zu s=%g", n, sv);
+    check_close(name, out, want, n, gate_tol);
+    float *dx = frand(n, 1), ds0[1] = {0.7f}, ds[1] = {0.7f};
+    backend_scalar_gate_backward(be, dx, ds, wo, x, s, n);
+    check_grad("scalar_gate bwd dx", gate_f, &c, c.x, n, dx, NULL, samples, gate_tol);
+    /* ds0 + s (1 - s) (7u) times n products |dout x| < 2 (E 1/2) */
+    check_grad("scalar_gate bwd ds (+=)", gate_f, &c, &c.s, 1, ds, ds0, 0,
+               tol32((double)n + 1, 0.5 * n + 1, 10));
+    float *d2 = fcopy(wo, n), ds2[1] = {0.7f}; /* dx = dout in place */
+    backend_scalar_gate_backward(be, d2, ds2, d2, x, s, n);
+    check_equal("  scalar_gate bwd in place (dx = dout): dx", d2, dx, n);
+    check_equal("  scalar_gate bwd in place (dx = dout): ds", ds2, ds, 1);
+    float *d3 = frand(n, 1);
+    backend_scalar_gate_backward(be, d3, NULL, wo, x, s, n);
+    check_equal("  scalar_gate bwd with NULL ds (frozen): same dx", d3, dx, n);
+    free(x), free(wo), free(out), free(want), free(dx), free(d2), free(d3);
+    free(c.x), free(c.wout);
+}
+
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
@@ -96,6 +166,10 @@ int main(int argc, char **argv)
     test_taps(be, 1, 5, 16, 4, 3, 0);     /* T shorter than the taps reach */
     test_taps(be, 2, 9, 8, 1, 1, 0);      /* one tap */
     test_taps(be, 4, 96, 100, 3, 1, 200); /* several threads (rows split, dw partials) */
+    test_gate(be, 1003, 0);
+    test_gate(be, 100003, 500); /* several threads */
+    test_scalar_gate(be, 1003, 0.3f, 0);
+    test_scalar_gate(be, 100003, -2.5f, 500);
     backend_destroy(be);
     return test_finish("test_cpu_needle");
 }
