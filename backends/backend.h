@@ -128,7 +128,11 @@ void backend_layernorm_forward(backend *be, float *out, float *mean, float *rstd
 void backend_layernorm_backward(backend *be, float *dinp, float *dweight, float *dbias,
                                 const float *dout, const float *inp, const float *weight,
                                 const float *mean, const float *rstd, int N, int C);
-/* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N). */
+/* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); saves rstd (N).
+ * Needle's zero-centred RMSNorm ((1 + scale) x / sqrt(mean(x^2) + eps)) is this op with w = 1 + scale
+ * (built on the device: fill 1, axpy scale); its dweight is dscale (dw/dscale = 1) and its dinp is
+ * ZCNorm's input gradient. rmsunit is w = 1. (tests/backends/cpu/test_cpu_needle.c checks both
+ * against the ZC formula.) */
 void backend_rmsnorm_forward(backend *be, float *out, float *rstd, const float *inp,
                              const float *weight, int N, int C, float eps);
 /* dinp += ..., dweight += ... */

@@ -1,7 +1,8 @@
 /* test_cpu_needle.c: the CPU ops of Needle's layers (docs/needle.md): the causal conv taps and
  * the sigmoid gates (forward against a double reference, backward against central finite
- * differences of a random linear functional of it; conv decode rows against the forward).
- * Accumulated gradients start non-zero so += is checked, not assumed. */
+ * differences of a random linear functional of it; conv decode rows against the forward), and
+ * Needle's zero-centred RMSNorm as rmsnorm with weight 1 + scale (checked against the ZC formula
+ * itself: dweight is dscale). Accumulated gradients start non-zero so += is checked. */
 #include "cpu_test.h"
 
 typedef struct {
@@ -156,6 +157,60 @@ static void test_scalar_gate(backend *be, size_t n, float sv, size_t samples)
     free(c.x), free(c.wout);
 }
 
+/* Needle's ZCNorm(x) = ((1 + s) x) / sqrt(mean(x^2) + eps) per row, in double, from s itself */
+typedef struct {
+    double *x, *s, *wout, *out, eps;
+    int N, C;
+} zc_ctx;
+
+static void ref_zc(zc_ctx *c)
+{
+    for (int n = 0; n < c->N; n++) {
+        const double *x = c->x + (size_t)n * c->C;
+        double ss = 0.0;
+        for (int j = 0; j < c->C; j++) ss += x[j] * x[j];
+        double r = sqrt(ss / c->C + c->eps);
+        for (int j = 0; j < c->C; j++) c->out[(size_t)n * c->C + j] = (1.0 + c->s[j]) * x[j] / r;
+    }
+}
+
+static double zc_f(void *p)
+{
+    zc_ctx *c = p;
+    ref_zc(c);
+    return dot_fd(c->wout, c->out, (size_t)c->N * c->C);
+}
+
+/* The zero-centred norm needs no op of its own: with w = 1 + s built on the device (fill 1, axpy
+ * s), rmsnorm_forward is ZCNorm (the same product and root, one more rounding for 1 + s), its
+ * dinp (+=) is ZCNorm's input gradient and its dweight (+=) is dscale (dw/ds = 1). */
+static void test_zc_norm(backend *be, int N, int C, size_t samples)
+{
+    const size_t nc = (size_t)N * C;
+    float *x = frand(nc, 2), *s = frand((size_t)C, 0.5), *wo = frand(nc, 1), *out = frand(nc, 1);
+    float *w = malloc((size_t)C * 4), *rstd = malloc((size_t)N * 4);
+    zc_ctx c = {todbl(x, nc), todbl(s, (size_t)C), todbl(wo, nc), malloc(nc * sizeof(double)),
+                1e-6, N, C};
+    ref_zc(&c);
+    backend_fill(be, w, 1.0f, (size_t)C);
+    backend_axpy(be, w, 1.0f, s, (size_t)C);
+    backend_rmsnorm_forward(be, out, rstd, x, w, N, C, 1e-6f);
+    char name[80];
+    snprintf(name, sizeof name, "zc-rmsnorm (rmsnorm, w = 1 + s) fwd N%d C%d", N, C);
+    /* C positive squares (relative g_C), the root, the reciprocal, two products, 1 + s */
+    check_close(name, out, c.out, nc, tol32(C, 0, 7));
+    float *dx0 = frand(nc, 1), *dx = fcopy(dx0, nc), *ds0 = frand((size_t)C, 1), *ds = fcopy(ds0, (size_t)C);
+    backend_rmsnorm_backward(be, dx, ds, wo, x, w, rstd, N, C);
+    /* as test_cpu_layers.c's rmsnorm: dinp = rstd (g - xhat mean(g xhat)), g = dout (1 + s),
+     * a C-term cancelling sum of |g xhat| < 1.5 * 2 / 0.6 plus dx0; dscale: ds0 + N terms
+     * |dout xhat| < 2 / 0.6 (E ~ 0.5) */
+    check_grad("zc-rmsnorm bwd dinp (+=)", zc_f, &c, c.x, nc, dx, dx0, samples, tol32(C, 14, 7));
+    check_grad("zc-rmsnorm bwd dscale = rmsnorm dweight (+=)", zc_f, &c, c.s, (size_t)C, ds, ds0,
+               samples, tol32(N + 1, N + 1, 5));
+    free(x), free(s), free(wo), free(out), free(w), free(rstd), free(dx0), free(dx), free(ds0), free(ds);
+    free(c.x), free(c.s), free(c.wout), free(c.out);
+}
+
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
@@ -170,6 +225,8 @@ int main(int argc, char **argv)
     test_gate(be, 100003, 500); /* several threads */
     test_scalar_gate(be, 1003, 0.3f, 0);
     test_scalar_gate(be, 100003, -2.5f, 500);
+    test_zc_norm(be, 37, 96, 300); /* a residual row (d 96, the fixtures') */
+    test_zc_norm(be, 64 * 4, 16, 300); /* q/k heads: rows of dq 16 */
     backend_destroy(be);
     return test_finish("test_cpu_needle");
 }
