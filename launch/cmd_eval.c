@@ -1,5 +1,6 @@
 /* cmd_eval.c: `loom eval JOB.json [--ckpt PATH]`: validation loss and tool-call accuracy of a
- * fine-tuned checkpoint (or, without --ckpt, of the base model the job starts from). */
+ * fine-tuned checkpoint (or, without --ckpt, of the base model the job starts from), loom's exact
+ * match and Needle's exact-call figure. */
 #include <stdio.h>
 
 #include "core/train/train.h"
@@ -36,6 +37,10 @@ int cmd_eval(int argc, char **argv)
                    "right tool names %.1f%% (%d examples, %ld tokens generated in %.1f s)",
                    a.ckpt ? a.ckpt : cfg.finetune.base, d.val.n, loss, 100.0 * ev.accuracy,
                    100.0 * ev.names, ev.examples, ev.tokens, ev.seconds);
+    if (rc == 0) /* Needle's figure (finetune.py _score_quantised's rule) on the same generations */
+        log_result("eval %s: Needle's exact-call %.1f%% (an output without a call block counts as the answer []) | "
+                   "answer [] in %.1f%% of the examples | no call block in %.1f%%",
+                   a.ckpt ? a.ckpt : cfg.finetune.base, 100.0 * ev.needle, 100.0 * ev.empty, 100.0 * ev.no_call);
     session_close(s);
     sft_data_free(&d);
     tokenizer_free(tok);

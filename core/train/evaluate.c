@@ -319,8 +319,12 @@ static int eval_run(session *s, const sft_data *d, eval_work *w, eval_meter *mt,
         rc = eval_decode(s, d->chat, g, R, w->prompts + j0, w->lens + j0, limit + j0, 0.0f, 0, 0,
                          w->out + j0, w->made + j0, mt);
         for (int j = j0; rc == 0 && j < j0 + R; j++) {
-            if (toolcall_extract(d->chat, w->out[j], w->made[j], text, (size_t)T * 8 + 16) < 0) continue;
-            toolcall_grade gr = toolcall_grade_text(text, d->val.ex[w->ex[j]].answers);
+            const sft_example *ex = &d->val.ex[w->ex[j]];
+            int got = toolcall_extract(d->chat, w->out[j], w->made[j], text, (size_t)T * 8 + 16);
+            stats[4] += toolcall_needle_match(got < 0 ? NULL : text, ex->answers_json); /* none: [] */
+            stats[5] += got < 0;
+            if (got < 0) continue;
+            toolcall_grade gr = toolcall_grade_text(text, ex->answers);
             stats[0] += gr.exact;
             stats[1] += gr.names;
         }
@@ -334,9 +338,10 @@ static int eval_run(session *s, const sft_data *d, eval_work *w, eval_meter *mt,
 
 int evaluate_accuracy(session *s, const sft_data *d, const char *what, eval_result *res)
 {
-    double t0 = eval_now(), stats[4] = {0.0, 0.0, 0.0, 0.0}; /* exact, names, examples, tokens */
+    /* exact, names, examples, tokens, Needle's exact call, no call block, empty answers */
+    double t0 = eval_now(), stats[7] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     memset(res, 0, sizeof *res);
-    res->accuracy = res->names = NAN;
+    res->accuracy = res->names = res->needle = res->empty = res->no_call = NAN;
     if (s->cfg->parallel.zero_stage == 3 && s->mode != SESSION_INFER) {
         log_warn("eval: tool-call accuracy needs whole parameters on each rank; not measured under ZeRO-3");
         return 0;
@@ -347,7 +352,10 @@ int evaluate_accuracy(session *s, const sft_data *d, const char *what, eval_resu
     eval_work w;
     int rc = eval_work_plan(s, d, sel, nsel, &w);
     eval_meter mt = {what ? what : "model", s->comm->rank == 0, s->comm->size, 0, 0, 0, t0, t0};
-    for (int k = s->comm->rank; k < nsel; k += s->comm->size) mt.total++;
+    for (int k = s->comm->rank; k < nsel; k += s->comm->size) {
+        mt.total++;
+        stats[6] += toolcall_needle_match(NULL, d->val.ex[sel[k]].answers_json);
+    }
     mt.done = mt.total - w.n; /* prompts that fill the window are misses, done at once */
     if (rc == 0) rc = eval_run(s, d, &w, &mt, stats);
     eval_meter_show(&mt, 0.0, 1);
@@ -356,11 +364,14 @@ int evaluate_accuracy(session *s, const sft_data *d, const char *what, eval_resu
     eval_work_free(&w);
     free(sel);
     if (rc) return -1;
-    if (comm_allreduce_host(s->comm, stats, 4)) return -1;
+    if (comm_allreduce_host(s->comm, stats, 7)) return -1;
     res->examples = (int)stats[2];
     res->tokens = (long)stats[3];
     res->accuracy = stats[2] > 0 ? stats[0] / stats[2] : NAN;
     res->names = stats[2] > 0 ? stats[1] / stats[2] : NAN;
+    res->needle = stats[2] > 0 ? stats[4] / stats[2] : NAN;
+    res->no_call = stats[2] > 0 ? stats[5] / stats[2] : NAN;
+    res->empty = stats[2] > 0 ? stats[6] / stats[2] : NAN;
     res->seconds = eval_now() - t0;
     return 0;
 }

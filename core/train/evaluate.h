@@ -14,6 +14,11 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss);
 typedef struct eval_result {
     double accuracy;   /* fraction of the evaluated examples whose calls match exactly */
     double names;      /* fraction with the right tool names in the right order */
+    double needle;     /* Needle's exact-call figure (toolcall_needle_match): an output with no
+                          call block counts as the empty answer [], keys compared sorted, 1 != 1.0 */
+    double empty;      /* fraction of the evaluated examples whose answer is [] (under Needle's
+                          rule: what a model that never opens a call block scores there) */
+    double no_call;    /* fraction whose output had no call block (a miss for `accuracy`) */
     int examples;      /* evaluated (all ranks; eval.max_examples caps it) */
     long tokens;       /* generated (all ranks) */
     double seconds;    /* wall time */

@@ -461,6 +461,86 @@ static void test_toolcall(void)
     CHECK(toolcall_extract(&g_ct, gen, 2, out, sizeof out) == -1 && out[0] == '\0', "no call token");
 }
 
+/* Needle's exact-call rule (toolcall_needle_match): every expectation is what needle/model/finetune.py
+ * _calls_of(generated) == _calls_of(answers) gave (cactus-needle 3.2.8), a NULL generation being an
+ * output without a call block. */
+static void test_toolcall_needle(void)
+{
+    static const struct { const char *gen, *answers; int match; } cases[] = {
+        {NULL, "[]", 1},
+        {NULL, "[{\"name\":\"f\",\"arguments\":{}}]", 0},
+        {"[]", "[]", 1},
+        {"[]", "[{\"name\":\"f\",\"arguments\":{}}]", 0},
+        {"[{\"arguments\":{\"b\":2,\"a\":1},\"name\":\"f\"}]", "[{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":2}}]", 1},
+        {"[{\"name\":\"g\",\"arguments\":{}},{\"name\":\"f\",\"arguments\":{}}]", "[{\"name\":\"f\",\"arguments\":{}},{\"name\":\"g\",\"arguments\":{}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":1.0}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":1.00,\"y\":1e2}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1.0,\"y\":100.0}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{},\"id\":\"c1\"}]", "[{\"name\":\"f\",\"arguments\":{}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":null},{\"name\":\"f\"},{\"name\":\"f\",\"arguments\":0},{\"name\":\"f\",\"arguments\":\"\"},{\"name\":\"f\",\"arguments\":[]}]", "[{\"name\":\"f\",\"arguments\":{}},{\"name\":\"f\",\"arguments\":{}},{\"name\":\"f\",\"arguments\":{}},{\"name\":\"f\",\"arguments\":{}},{\"name\":\"f\",\"arguments\":{}}]", 1},
+        {"[1,\"x\",{\"name\":\"f\",\"arguments\":{}},null]", "[{\"name\":\"f\",\"arguments\":{}}]", 1},
+        {"[{", "[]", 0},
+        {"{\"name\":\"f\",\"arguments\":{}}", "[]", 0},
+        {"[] x", "[]", 0},
+        {"", "[]", 0},
+        {"[{\"name\":5,\"arguments\":{}}]", "[{\"name\":\"5\",\"arguments\":{}}]", 1},
+        {"[{\"arguments\":{}}]", "[{\"name\":\"None\",\"arguments\":{}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"a\":{\"d\":1,\"c\":[2,{\"z\":0,\"y\":1}]}}}]", "[{\"name\":\"f\",\"arguments\":{\"a\":{\"c\":[2,{\"y\":1,\"z\":0}],\"d\":1}}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"a\":[1,2]}}]", "[{\"name\":\"f\",\"arguments\":{\"a\":[2,1]}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":1,\"x\":2}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":2}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"s\":\"\\u00e9\\ud83d\\ude00\"}}]", "[{\"name\":\"f\",\"arguments\":{\"s\":\"\303\251\360\237\230\200\"}}]", 1},
+        {" \n[ ] \t", "[]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":NaN,\"y\":-Infinity}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":NaN,\"y\":-Infinity}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":-0}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":0}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":-0.0}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":0.0}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":01}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"s\":\"a\tb\"}}]", "[{\"name\":\"f\",\"arguments\":{\"s\":\"a\\tb\"}}]", 0},
+        {"\357\273\277[]", "[]", 0},
+        {"[{\"name\":\"F\",\"arguments\":{}}]", "[{\"name\":\"f\",\"arguments\":{}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":\"1\"}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1}}]", 0},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":true}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1}}]", 0},
+        {"[{\"name\":[\"f\"],\"arguments\":{}}]", "[{\"name\":\"['f']\",\"arguments\":{}}]", 1},
+        {"[{\"name\":{\"a\":\"it's\"},\"arguments\":{}}]", "[{\"name\":\"{'a': \\\"it's\\\"}\",\"arguments\":{}}]", 1},
+        {"[{\"name\":\"f\",\"arguments\":{\"x\":12345678901234567890123}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":12345678901234567890124}}]", 0},
+        {"nope", "\"a string\"", 1},
+        /* a "</tool_call>" inside the answers cuts Needle's reference as it cuts the output */
+        {"[{\"name\":\"f\",\"arguments\":{\"s\":\"", "[{\"name\":\"f\",\"arguments\":{\"s\":\"</tool_call>\"}}]", 1},
+        {NULL, NULL, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        CHECK(toolcall_needle_match(cases[i].gen, cases[i].answers) == cases[i].match, "needle case %zu: %s vs %s", i,
+              cases[i].gen ? cases[i].gen : "NULL (no call block)", cases[i].answers ? cases[i].answers : "NULL");
+    /* where it parts from loom's rule: 1 == 1.0 for loom, not for Needle; no call block */
+    cJSON *one = cJSON_Parse("[{\"name\":\"f\",\"arguments\":{\"x\":1}}]"), *none = cJSON_Parse("[]");
+    CHECK(toolcall_match("[{\"name\":\"f\",\"arguments\":{\"x\":1.0}}]", one) &&
+          !toolcall_needle_match("[{\"name\":\"f\",\"arguments\":{\"x\":1.0}}]", "[{\"name\":\"f\",\"arguments\":{\"x\":1}}]"),
+          "1.0 against 1");
+    CHECK(toolcall_needle_match(NULL, "[]") && toolcall_match("[]", none), "an empty answer");
+    cJSON_Delete(one);
+    cJSON_Delete(none);
+    /* the pairs as json.dumps writes them (Python printed the second column) */
+    static const struct { const char *text, *want; } forms[] = {
+        {"[{\"name\":\"f\",\"arguments\":{\"b\":[1,2.50],\"a\":\"\\u00e9\"}}]",
+         "\"f\" {\"a\": \"\\u00e9\", \"b\": [1, 2.5]}\n"},
+        {"[{\"name\":\"f\",\"arguments\":[0.1,1e16,1e-5,100.0,1.5e300,0.0001,123.456,-0.0,1e400,5e-324,"
+         "1234567890123456.0,12345678901234567.0,0.00012]}]",
+         "\"f\" [0.1, 1e+16, 1e-05, 100.0, 1.5e+300, 0.0001, 123.456, -0.0, Infinity, 5e-324, 1234567890123456.0, "
+         "1.2345678901234568e+16, 0.00012]\n"},
+        {"[{\"name\":\"f\\n\\\"\",\"arguments\":{\"k\":\"\\u0001\\u007f\"}},{\"name\":true,\"arguments\":\"s\"}]",
+         "\"f\\n\\\"\" {\"k\": \"\\u0001\\u007f\"}\n\"True\" \"s\"\n"},
+        {"[]", ""},
+    };
+    for (size_t i = 0; i < sizeof forms / sizeof *forms; i++) {
+        char *out = NULL;
+        int rc = toolcall_needle_calls(forms[i].text, &out);
+        CHECK(rc == 1 && out && strcmp(out, forms[i].want) == 0, "needle form %zu: %s", i, out ? out : "None");
+        free(out);
+    }
+    char *out = NULL;
+    CHECK(toolcall_needle_calls("[1", &out) == 0 && !out, "not JSON: None");
+    CHECK(toolcall_needle_calls(NULL, &out) == 1 && out && out[0] == '\0', "no call block: []");
+    free(out);
+}
+
 static void test_shipped(void)
 {
     const char *src = getenv("LOOM_SOURCE_DIR");
@@ -493,6 +573,7 @@ int main(void)
     test_batches();
     test_bad_lines();
     test_toolcall();
+    test_toolcall_needle();
     test_shipped();
     tokenizer_free(tok);
     if (failures) { printf("%d checks failed\n", failures); return 1; }

@@ -2,8 +2,9 @@
 # generate_cli.sh LOOM: batched generation and evaluation from the command line, on the tiny preset:
 #  1. `loom sample --batch 3` greedy gives three copies of the `--batch 1` text; sampled, its
 #     sample 0 is what `--batch 1` gives with the same seed (row r is seeded with seed + r);
-#  2. `loom eval` with eval.max_examples=5 evaluates 5 examples and shows a progress line on stderr;
-#     its counts (accuracy, tokens generated) are the same in batches of 4 as one at a time;
+#  2. `loom eval` with eval.max_examples=5 evaluates 5 examples, prints Needle's exact-call line
+#     and shows a progress line on stderr; its counts (accuracy, Needle's figure, tokens generated)
+#     are the same in batches of 4 as one at a time;
 #  3. `loom finetune` with finetune.eval_base=false skips the base model's evaluation.
 set -u
 loom=$1
@@ -39,6 +40,8 @@ done
 "$loom" eval "$job" "${common[@]}" --set finetune.method=full --set eval.max_examples=5 --set eval.batch=2 \
   > "$w/eval.out" 2> "$w/eval.err" || { cat "$w/eval.out" "$w/eval.err"; fail "eval"; }
 grep -q "(5 examples, [0-9]* tokens generated in [0-9.]* s)" "$w/eval.out" || { cat "$w/eval.out"; fail "eval did not cover 5 examples"; }
+grep -q "^eval .*: Needle's exact-call [0-9.]*% (an output without a call block counts as the answer \[\]) | answer \[\] in [0-9.]*% of the examples | no call block in [0-9.]*%$" "$w/eval.out" ||
+  { cat "$w/eval.out"; fail "no line with Needle's exact-call figure"; }
 grep -q "^eval base model: 5/5 examples, [0-9]* tokens, [0-9.]* tokens/s, done in" "$w/eval.err" ||
   { cat "$w/eval.err"; fail "no progress line on stderr"; }
 
