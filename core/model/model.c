@@ -1,5 +1,6 @@
-/* model.c: the transformer's parameter layout (flat buffer + named tensor table), its buffers and
- * its seeded initialisation. The passes themselves are in model_forward.c / model_backward.c.
+/* model.c: the model's parameter layout (flat buffer + named tensor table), its buffers and its
+ * seeded initialisation; a layer's own tensors, views, init rule and activations come from its
+ * family (family.h). The passes are in model_forward.c / model_backward.c.
  * Everything is allocated here, once: the step loop never allocates. */
 #include "core/model/model.h"
 
@@ -12,14 +13,12 @@
 #include "base/error.h"
 #include "base/rng.h"
 
+#include "core/model/family.h"
 #include "core/model/model_internal.h"
 
-static int model_is_swiglu(const model_config *c) { return model_uses_swiglu(c); }
-static int model_is_layernorm(const model_config *c) { return strcmp(c->norm, "layernorm") == 0; }
-
 /* Append one tensor to the table (growing it), at the current end of the flat buffer. */
-static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_t cols,
-                      int region, int decay)
+int model_layout_add(model *m, int *cap, const char *name, int64_t rows, int64_t cols, int region,
+                     int decay)
 {
     if (m->ntensors == *cap) {
         *cap = *cap ? *cap * 2 : 64;
@@ -42,52 +41,11 @@ static int layout_add(model *m, int *cap, const char *name, int64_t rows, int64_
     return 0;
 }
 
-/* One layer's tensors, in forward order, named h.<l>.<block>.<proj> (loom's names: docs/model.md). */
-static int layout_layer(model *m, int *cap, int l)
-{
-    const model_config *c = &m->cfg;
-    int C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
-    int r = l + 1, ln = model_is_layernorm(c), b = c->bias;
-    char n[MODEL_MAX_NAME];
-#define ADD(suffix, rows, cols, decay)                                                   \
-    do {                                                                                 \
-        snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                     \
-        if (layout_add(m, cap, n, rows, cols, r, decay)) return -1;                      \
-    } while (0)
-    ADD("ln_1.weight", C, 0, 0);
-    if (ln) ADD("ln_1.bias", C, 0, 0);
-    int qb = b || c->qkv_bias;
-    ADD("attn.q.weight", qC, C, 1);
-    if (qb) ADD("attn.q.bias", qC, 0, 0);
-    ADD("attn.k.weight", kvC, C, 1);
-    if (qb) ADD("attn.k.bias", kvC, 0, 0);
-    ADD("attn.v.weight", kvC, C, 1);
-    if (qb) ADD("attn.v.bias", kvC, 0, 0);
-    if (c->qk_norm) {
-        ADD("attn.ln_q.weight", D, 0, 0);
-        ADD("attn.ln_k.weight", D, 0, 0);
-    }
-    ADD("attn.o.weight", C, qC, 1);
-    if (b) ADD("attn.o.bias", C, 0, 0);
-    ADD("ln_2.weight", C, 0, 0);
-    if (ln) ADD("ln_2.bias", C, 0, 0);
-    if (model_is_swiglu(c)) {
-        ADD("mlp.gate.weight", F, C, 1);
-        ADD("mlp.up.weight", F, C, 1);
-        ADD("mlp.down.weight", C, F, 1);
-    } else {
-        ADD("mlp.fc.weight", F, C, 1);
-        if (b) ADD("mlp.fc.bias", F, 0, 0);
-        ADD("mlp.proj.weight", C, F, 1);
-        if (b) ADD("mlp.proj.bias", C, 0, 0);
-    }
-#undef ADD
-    return 0;
-}
-
 int model_layout(model *m, const model_config *cfg)
 {
     m->cfg = *cfg;
+    m->family = model_family_of(cfg);
+    if (!m->family) return -1;
     m->ntensors = 0;
     m->nparams = 0;
     int cap = 0, L = cfg->n_layer;
@@ -96,20 +54,20 @@ int model_layout(model *m, const model_config *cfg)
     if (!m->region_offset) return loom_fail("model: out of host memory");
 
     m->region_offset[0] = 0;
-    if (layout_add(m, &cap, "wte.weight", cfg->vocab, cfg->d_model, 0, 1)) return -1;
+    if (model_layout_add(m, &cap, "wte.weight", cfg->vocab, cfg->d_model, 0, 1)) return -1;
     if (strcmp(cfg->positions, "learned") == 0 &&
-        layout_add(m, &cap, "wpe.weight", cfg->max_seq, cfg->d_model, 0, 1))
+        model_layout_add(m, &cap, "wpe.weight", cfg->max_seq, cfg->d_model, 0, 1))
         return -1;
     for (int l = 0; l < L; l++) {
         m->region_offset[l + 1] = m->nparams;
-        if (layout_layer(m, &cap, l)) return -1;
+        if (m->family->layout_layer(m, &cap, l)) return -1;
     }
     m->region_offset[L + 1] = m->nparams;
-    if (layout_add(m, &cap, "ln_f.weight", cfg->d_model, 0, L + 1, 0)) return -1;
-    if (model_is_layernorm(cfg) && layout_add(m, &cap, "ln_f.bias", cfg->d_model, 0, L + 1, 0))
+    if (model_layout_add(m, &cap, "ln_f.weight", cfg->d_model, 0, L + 1, 0)) return -1;
+    if (model_uses_layernorm(cfg) && model_layout_add(m, &cap, "ln_f.bias", cfg->d_model, 0, L + 1, 0))
         return -1;
     if (!cfg->tied_embeddings &&
-        layout_add(m, &cap, "lm_head.weight", cfg->vocab, cfg->d_model, L + 1, 1))
+        model_layout_add(m, &cap, "lm_head.weight", cfg->vocab, cfg->d_model, L + 1, 1))
         return -1;
     m->region_offset[L + 2] = m->nparams;
     return 0;
@@ -124,10 +82,7 @@ static int table_find(const model_tensor *t, int n, const char *name)
 
 int model_find(const model *m, const char *name) { return table_find(m->tensors, m->ntensors, name); }
 
-/* A set of tensors and where each one lives now. */
-typedef struct tensor_set { const model_tensor *t; int n; float **ptr; } tensor_set;
-
-static float *set_ptr(const tensor_set *s, const char *name)
+float *model_tensor_ptr(const tensor_set *s, const char *name)
 {
     int i = table_find(s->t, s->n, name);
     return i < 0 ? NULL : s->ptr[i];
@@ -135,28 +90,12 @@ static float *set_ptr(const tensor_set *s, const char *name)
 
 static void model_fill_views(const model *m, const tensor_set *s, model_params *v)
 {
-    char n[MODEL_MAX_NAME];
-    v->wte = set_ptr(s, "wte.weight");
-    v->wpe = set_ptr(s, "wpe.weight");
-    v->lnf_w = set_ptr(s, "ln_f.weight");
-    v->lnf_b = set_ptr(s, "ln_f.bias");
-    v->lm_head = m->cfg.tied_embeddings ? v->wte : set_ptr(s, "lm_head.weight");
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        layer_params *p = &v->layer[l];
-#define VIEW(field, suffix) (snprintf(n, sizeof n, "h.%d.%s", l, suffix), p->field = set_ptr(s, n))
-        VIEW(ln1_w, "ln_1.weight"); VIEW(ln1_b, "ln_1.bias");
-        VIEW(q_w, "attn.q.weight"); VIEW(q_b, "attn.q.bias");
-        VIEW(k_w, "attn.k.weight"); VIEW(k_b, "attn.k.bias");
-        VIEW(v_w, "attn.v.weight"); VIEW(v_b, "attn.v.bias");
-        VIEW(o_w, "attn.o.weight"); VIEW(o_b, "attn.o.bias");
-        VIEW(ln2_w, "ln_2.weight"); VIEW(ln2_b, "ln_2.bias");
-        VIEW(fc_w, "mlp.fc.weight"); VIEW(fc_b, "mlp.fc.bias");
-        VIEW(gate_w, "mlp.gate.weight"); VIEW(up_w, "mlp.up.weight");
-        VIEW(proj_w, model_is_swiglu(&m->cfg) ? "mlp.down.weight" : "mlp.proj.weight");
-        VIEW(proj_b, "mlp.proj.bias");
-        VIEW(lnq_w, "attn.ln_q.weight"); VIEW(lnk_w, "attn.ln_k.weight");
-#undef VIEW
-    }
+    v->wte = model_tensor_ptr(s, "wte.weight");
+    v->wpe = model_tensor_ptr(s, "wpe.weight");
+    v->lnf_w = model_tensor_ptr(s, "ln_f.weight");
+    v->lnf_b = model_tensor_ptr(s, "ln_f.bias");
+    v->lm_head = m->cfg.tied_embeddings ? v->wte : model_tensor_ptr(s, "lm_head.weight");
+    for (int l = 0; l < m->cfg.n_layer; l++) m->family->layer_views(m, s, l, &v->layer[l]);
 }
 
 static void model_fill_lora_views(const model *m, const tensor_set *s, layer_lora *v)
@@ -165,9 +104,9 @@ static void model_fill_lora_views(const model *m, const tensor_set *s, layer_lor
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int t = 0; t < LORA_NTARGETS; t++) {
             snprintf(n, sizeof n, "h.%d.%s.lora_A", l, lora_stem(&m->cfg, t));
-            v[l].t[t].A = set_ptr(s, n);
+            v[l].t[t].A = model_tensor_ptr(s, n);
             snprintf(n, sizeof n, "h.%d.%s.lora_B", l, lora_stem(&m->cfg, t));
-            v[l].t[t].B = set_ptr(s, n);
+            v[l].t[t].B = model_tensor_ptr(s, n);
         }
 }
 
@@ -290,9 +229,9 @@ static int model_layout_lora(model *m)
             int in, out;
             lora_dims(&m->cfg, t, &in, &out);
             snprintf(n, sizeof n, "h.%d.%s.lora_A", l, lora_stem(&m->cfg, t));
-            if (layout_add(m, &cap, n, r, in, l + 1, 0)) return -1;
+            if (model_layout_add(m, &cap, n, r, in, l + 1, 0)) return -1;
             snprintf(n, sizeof n, "h.%d.%s.lora_B", l, lora_stem(&m->cfg, t));
-            if (layout_add(m, &cap, n, out, r, l + 1, 0)) return -1;
+            if (model_layout_add(m, &cap, n, out, r, l + 1, 0)) return -1;
         }
     }
     m->region_offset[L + 1] = m->region_offset[L + 2] = m->nparams;
@@ -368,83 +307,43 @@ static int model_alloc_base(model *m)
     return 0;
 }
 
-/* Bump allocator over one device arena: every activation in one allocation, so the count of
- * bytes is exact and there is one free. */
-typedef struct arena { char *base; size_t used, cap; } arena;
-
-static float *arena_take(arena *a, size_t floats)
-{
-    size_t bytes = (floats * sizeof(float) + 255) & ~(size_t)255;
-    float *p = a->base ? (float *)(a->base + a->used) : NULL;
-    a->used += bytes;
-    return p;
-}
-
-/* Assign every activation pointer from the arena (a dry run with base == NULL sizes it). */
-static void model_carve_acts(model *m, arena *a)
+/* Assign every activation pointer from the arena (model_arena: a dry run with base == NULL sizes
+ * it): per layer the residual x and the family's activations (with recompute, layers after the
+ * first share layer 0's), then the head's, the backward scratch and the batch. */
+static void model_carve_acts(model *m, model_arena *a)
 {
     const model_config *c = &m->cfg;
-    size_t N = (size_t)m->B * m->T, C = c->d_model, F = c->d_ff, V = c->vocab;
-    size_t D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, HT = (size_t)m->B * c->n_head * m->T;
-    int ln = model_is_layernorm(c), sw = model_is_swiglu(c);
+    size_t N = (size_t)m->B * m->T, C = c->d_model, V = c->vocab, D = config_head_dim(c);
+    int ln = model_uses_layernorm(c);
     layer_acts shared = {0};
     for (int l = 0; l < c->n_layer; l++) {
         layer_acts *s = &m->acts[l];
-        s->x = arena_take(a, N * C);
+        s->x = model_arena_take(a, N * C);
         if (m->recompute && l > 0) {
             float *x = s->x;
             *s = shared;
             s->x = x;
             continue;
         }
-        s->ln1 = arena_take(a, N * C);
-        s->ln1_mean = ln ? arena_take(a, N) : NULL;
-        s->ln1_rstd = arena_take(a, N);
-        s->q = arena_take(a, N * qC);
-        s->k = arena_take(a, N * kvC);
-        s->qr = c->qk_norm ? arena_take(a, N * qC) : NULL;
-        s->kr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
-        s->q_rstd = c->qk_norm ? arena_take(a, N * c->n_head) : NULL;
-        s->k_rstd = c->qk_norm ? arena_take(a, N * c->n_kv_head) : NULL;
-        s->v = arena_take(a, N * kvC);
-        s->att = arena_take(a, N * qC);
-        s->lse = arena_take(a, HT);
-        s->xm = arena_take(a, N * C);
-        s->ln2 = arena_take(a, N * C);
-        s->ln2_mean = ln ? arena_take(a, N) : NULL;
-        s->ln2_rstd = arena_take(a, N);
-        s->h = arena_take(a, N * F);
-        s->u = sw ? arena_take(a, N * F) : NULL;
-        s->act = arena_take(a, N * F);
-        s->g = s->act;
-        for (int t = 0; t < LORA_NTARGETS; t++)
-            s->xa[t] = (m->lora.targets & (1u << t)) ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
+        m->family->carve_layer(m, a, s, N);
         if (l == 0) shared = *s;
     }
-    m->x_final = arena_take(a, N * C);
-    m->lnf = arena_take(a, N * C);
-    m->lnf_mean = ln ? arena_take(a, N) : NULL;
-    m->lnf_rstd = arena_take(a, N);
-    m->logits = arena_take(a, N * V);
-    m->losses = arena_take(a, N);
-    m->loss_acc = arena_take(a, N);
-    m->dres = arena_take(a, N * C);
-    m->dln = arena_take(a, N * C);
-    m->dq = arena_take(a, N * qC);
-    m->dk = arena_take(a, N * kvC);
-    m->dv = arena_take(a, N * kvC);
-    m->datt = arena_take(a, N * qC);
-    m->dh = arena_take(a, N * F);
-    m->du = sw ? arena_take(a, N * F) : NULL;
-    m->dact = arena_take(a, N * F);
-    m->dqr = c->qk_norm ? arena_take(a, N * qC) : NULL;
-    m->dkr = c->qk_norm ? arena_take(a, N * kvC) : NULL;
-    m->rope_freq = model_uses_rope_freq(c) ? arena_take(a, D / 2) : NULL;
-    m->dxa = m->lora.rank ? arena_take(a, N * (size_t)m->lora.rank) : NULL;
-    m->tokens = (int32_t *)arena_take(a, N);
-    m->targets = (int32_t *)arena_take(a, N);
-    m->head_rows = (int32_t *)arena_take(a, N);
-    m->head_targets = (int32_t *)arena_take(a, N);
+    m->x_final = model_arena_take(a, N * C);
+    m->lnf = model_arena_take(a, N * C);
+    m->lnf_mean = ln ? model_arena_take(a, N) : NULL;
+    m->lnf_rstd = model_arena_take(a, N);
+    m->logits = model_arena_take(a, N * V);
+    m->losses = model_arena_take(a, N);
+    m->loss_acc = model_arena_take(a, N);
+    m->dres = model_arena_take(a, N * C);
+    m->dln = model_arena_take(a, N * C);
+    m->family->carve_scratch(m, a, N);
+    m->rope_freq = model_uses_rope_freq(c) ? model_arena_take(a, D / 2) : NULL;
+    m->dxa = m->lora.rank ? model_arena_take(a, N * (size_t)m->lora.rank) : NULL;
+    m->tokens = (int32_t *)model_arena_take(a, N);
+    m->targets = (int32_t *)model_arena_take(a, N);
+    m->head_rows = (int32_t *)model_arena_take(a, N);
+    m->head_targets = (int32_t *)model_arena_take(a, N);
 }
 
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
@@ -481,7 +380,7 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         model_bind_region(m, -1, NULL, m->grads);
     }
     if (recompute != MODEL_ACTS_NONE) { /* inference models generate through model_gen */
-        arena a = {0};
+        model_arena a = {0};
         model_carve_acts(m, &a); /* dry run: size */
         m->activation_bytes = a.used;
         a.base = backend_alloc(be, a.used);
@@ -557,17 +456,8 @@ int model_upload_rope_freq(model *m)
     return 0;
 }
 
-/* True for the residual-stream output projections, which GPT-2 scales by 1/sqrt(2 L). */
-static int model_is_residual_proj(const char *name)
-{
-    const char *s = strrchr(name, '.');
-    if (!s || strcmp(s, ".weight") != 0) return 0;
-    return strstr(name, "attn.o.") || strstr(name, "mlp.proj.") || strstr(name, "mlp.down.");
-}
-
 int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size_t hi)
 {
-    float std = m->cfg.init_std, proj_std = std / sqrtf(2.0f * (float)m->cfg.n_layer);
     for (int i = 0; i < m->ntensors; i++) {
         const model_tensor *t = &m->tensors[i];
         size_t a = t->offset > lo ? t->offset : lo, end = t->offset + t->numel;
@@ -575,13 +465,11 @@ int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size
         if (b <= a) continue;
         float *x = host + (a - lo); /* x[j - j0] holds tensor element j */
         size_t j0 = a - t->offset, j1 = b - t->offset;
-        int is_norm = strstr(t->name, "ln_") != NULL;
-        if (t->ndim == 1) {
-            float v = (is_norm && strstr(t->name, ".weight")) ? 1.0f : 0.0f;
-            for (size_t j = j0; j < j1; j++) x[j - j0] = v;
+        float s; /* the family's rule: a constant, or the std of seeded normals */
+        if (m->family->init_rule(m, t, &s)) {
+            for (size_t j = j0; j < j1; j++) x[j - j0] = s;
             continue;
         }
-        float s = model_is_residual_proj(t->name) ? proj_std : std;
         if (strstr(t->name, ".lora_B")) s = 0.0f;                      /* starts at the base model */
         if (strstr(t->name, ".lora_A")) s = 1.0f / sqrtf((float)t->shape[1]); /* unit-scale x A^T */
         /* one stream per tensor: the seed mixed with the tensor index, counter = element */
@@ -703,17 +591,16 @@ void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets)
 /* Per-token FLOPs split in the body (every real position) and the head (positions with a loss). */
 static void model_flops_split(const model *m, int T, double *body, double *head)
 {
-    /* 6 flops per matmul weight per token (2 forward, 4 backward), plus causal attention:
-     * QK^T and PV cost 2 * 2 * (T/2 avg keys) * C forward per layer, times 3 with backward.
-     * LoRA: the frozen weights need no weight gradient (4 flops: forward + input gradient), the
-     * adapters (the trainable parameters) all 6. */
+    /* 6 flops per matmul weight per token (2 forward, 4 backward), plus each layer's other FLOPs
+     * (the family's: the decoder's causal attention). LoRA: the frozen weights need no weight
+     * gradient (4 flops: forward + input gradient), the adapters (the trainable parameters) all 6. */
     const model_config *c = &m->cfg;
-    double C = c->d_model, D = config_head_dim(c), qC = D * c->n_head, kvC = D * c->n_kv_head, F = c->d_ff;
-    double per_layer = C * qC * 2 + 2 * C * kvC + (strcmp(c->mlp, "swiglu") == 0 ? 3 : 2) * C * F;
+    double per_layer, other;
+    m->family->flops(c, T, &per_layer, &other);
     double per_weight = m->lora.rank ? 4.0 : 6.0;
-    *head = per_weight * (double)c->vocab * C;
+    *head = per_weight * (double)c->vocab * c->d_model;
     *body = per_weight * per_layer * c->n_layer + (m->lora.rank ? 6.0 * (double)m->nparams : 0.0) +
-            6.0 * c->n_layer * (double)T * C;
+            other * c->n_layer;
 }
 
 double model_flops_per_token(const model *m, int T)

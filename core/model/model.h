@@ -1,5 +1,6 @@
 /* model.h: the decoder-only transformer: parameter layout (one flat buffer + a named tensor table),
- * activation buffers, and the explicit forward/backward passes built from backend ops.
+ * activation buffers, and the explicit forward/backward passes built from backend ops; a layer's
+ * tensors and passes are its family's (core/model/family.h, private to the room).
  * The model owns its device buffers; it never talks to other ranks (core/train/dp.c does that
  * through the region hooks below) and never touches files (checkpoints/ does). */
 #ifndef LOOM_MODEL_H
@@ -26,7 +27,9 @@ typedef struct model_tensor {
     int trainable;             /* 0 for frozen base weights (LoRA fine-tunes) */
 } model_tensor;
 
-/* Device pointers of one layer's tensors (NULL where the architecture has none). */
+/* Device pointers of one layer's tensors (NULL where the architecture has none): the decoder
+ * family's; a family with other tensors adds its fields here (all float *: the view map walks the
+ * struct as slots) and fills them in its layer_views. */
 typedef struct layer_params {
     float *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
     float *ln2_w, *ln2_b, *fc_w, *fc_b, *gate_w, *up_w, *proj_w, *proj_b;
@@ -38,7 +41,8 @@ typedef struct model_params {
     layer_params *layer;                        /* n_layer entries */
 } model_params;
 
-/* Activations of one layer, kept for backward (or recomputed when cfg recompute is on). */
+/* Activations of one layer, kept for backward (or recomputed when cfg recompute is on): the
+ * decoder family's; another family adds its own fields and carves them in its carve_layer. */
 typedef struct layer_acts {
     float *x;                 /* (N, C) residual stream entering the layer (always kept) */
     float *ln1, *ln1_mean, *ln1_rstd;
@@ -69,6 +73,7 @@ typedef struct model_hooks {
 
 typedef struct model {
     model_config cfg;
+    const struct model_family *family; /* the layers' code (core/model/family.h), from cfg */
     backend *be;
     int B, T;                  /* the shape the next passes run at (model_set_shape) ... */
     int B_max, T_max;          /* ... at most the micro-batch shape the activations were sized for */
@@ -92,7 +97,8 @@ typedef struct model {
     layer_acts *acts;          /* n_layer entries; with recompute they share one scratch set */
     float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *loss_acc;           /* device, B*T: per-position loss sums since model_take_loss */
-    float *dres, *dln, *dq, *dk, *dv, *datt, *dh, *du, *dact; /* backward scratch */
+    float *dres, *dln;         /* backward scratch: the residual's gradient, a norm's input's */
+    float *dq, *dk, *dv, *datt, *dh, *du, *dact; /* the decoder family's backward scratch */
     float *dqr, *dkr;          /* qk_norm backward scratch */
     float *rope_freq;          /* device, head_dim/2 inverse frequencies (rope_scaling), else NULL */
     int32_t *tokens, *targets; /* device, B*T */
@@ -119,7 +125,7 @@ typedef struct model {
     float *dxa;                   /* backward scratch (N, r) */
 } model;
 
-/* Lay out the tensors of cfg (no allocation). Fills m->tensors, nparams, regions. */
+/* Lay out the tensors of cfg (no allocation). Fills m->family, tensors, nparams, regions. */
 int model_layout(model *m, const model_config *cfg);
 
 /* The `recompute` argument of model_create: keep every layer's activations for backward,
@@ -142,9 +148,9 @@ int model_lora_merge(const model *m, float *base_host, const float *lora_host);
 int model_base_table(const model *m, const model_tensor **tensors, int *n, size_t *nparams);
 void model_destroy(model *m);
 
-/* Seeded GPT-2 style init into a host array of nparams floats: N(0, std) matrices (residual
- * output projections std/sqrt(2L)), zero biases, unit norm weights. Deterministic in seed,
- * independent of backend and world size. */
+/* Seeded init into a host array of nparams floats, by the family's rule (the decoder's: GPT-2
+ * style, N(0, std) matrices (residual output projections std/sqrt(2L)), zero biases, unit norm
+ * weights). Deterministic in seed, independent of backend and world size. */
 int model_init_values(const model *m, uint64_t seed, float *host);
 /* The same values for logical elements [lo, hi) only, into host[0 .. hi - lo). */
 int model_init_range(const model *m, uint64_t seed, float *host, size_t lo, size_t hi);

@@ -1,8 +1,9 @@
-/* model_forward.c: the forward pass, one explicit function per block, pre-norm residual:
- *   x = wte[tok] (+ wpe[t]);  per layer: xm = x + Attn(Norm1(x));  x' = xm + MLP(Norm2(xm))
+/* model_forward.c: the forward pass around the layers, and the ops layers are made of:
+ *   x = wte[tok] (+ wpe[t]);  per layer: x' = Layer(x) (the family's, family.h);
  *   logits = Norm_f(x_L) W_head^T;  loss = softmax cross-entropy on the targets.
  * Calls only backend ops: it never reads a device pointer. */
 #include "core/model/model.h"
+#include "core/model/family.h"
 #include "core/model/model_internal.h"
 
 #include <string.h>
@@ -38,93 +39,6 @@ void model_norm_forward(model *m, float *out, float *mean, float *rstd, const fl
     int C = m->cfg.d_model;
     if (mean) backend_layernorm_forward(be, out, mean, rstd, x, w, b, N, C, m->cfg.norm_eps);
     else backend_rmsnorm_forward(be, out, rstd, x, w, N, C, m->cfg.norm_eps);
-}
-
-/* Layer l from a->x to the layer's activations; writes x_out (the next residual) when non-NULL. */
-void model_layer_forward(model *m, int l, float *x_out)
-{
-    backend *be = m->be;
-    const model_config *c = &m->cfg;
-    const layer_params *p = &m->p.layer[l];
-    layer_acts *a = &m->acts[l];
-    int N = m->B * m->T, C = c->d_model;
-    int H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
-
-    /* attention block */
-    model_qkv_forward(m, l, a, a->x, N);
-    /* RoPE and causal attention per sequence (a ragged pass's packed rows carry no padding) */
-    for (int s = 0, off = 0; s < model_seq_count(m); s++) {
-        int Bs, Ts;
-        model_seq_shape(m, s, &Bs, &Ts);
-        float *q = a->q + (size_t)off * qC, *k = a->k + (size_t)off * kvC, *v = a->v + (size_t)off * kvC;
-        if (model_uses_rope(c)) {
-            model_rope(m, q, Bs, Ts, H, 0);
-            model_rope(m, k, Bs, Ts, Hkv, 0);
-        }
-        backend_attention_forward(be, a->att + (size_t)off * qC, a->lse + (size_t)off * H, q, k, v,
-                                  Bs, Ts, H, Hkv, D);
-        off += Bs * Ts;
-    }
-    /* xm = x + att W_o^T + b_o: the projection accumulates onto a copy of the residual */
-    backend_copy_d2d(be, a->xm, a->x, (size_t)N * C * sizeof(float));
-    backend_matmul(be, a->xm, a->att, p->o_w, N, C, qC, 0, 1, 1.0f, 1.0f);
-    if (p->o_b) backend_bias_add(be, a->xm, p->o_b, N, C);
-    model_adapt(m, l, LORA_O, a->xm, a->att, N);
-
-    model_mlp_forward(m, l, a, x_out, N);
-}
-
-/* The attention block's inputs of layer l on N rows of x:  ln1 = Norm1(x);  q, k, v = ln1 W^T + b
- * (LoRA terms added where targeted, through m->acts[l]'s xa scratch); with qk_norm the
- * projections land in qr, kr and each head's D values are RMS-normalised into q, k. Before RoPE.
- * The training forward and model_gen's decode step share it. */
-void model_qkv_forward(model *m, int l, const layer_acts *a, const float *x, int N)
-{
-    backend *be = m->be;
-    const model_config *c = &m->cfg;
-    const layer_params *p = &m->p.layer[l];
-    int C = c->d_model, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c), qC = D * H, kvC = D * Hkv;
-    model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1_w, p->ln1_b, N);
-    float *q = c->qk_norm ? a->qr : a->q, *k = c->qk_norm ? a->kr : a->k;
-    model_linear(m, q, a->ln1, p->q_w, p->q_b, N, C, qC);
-    model_adapt(m, l, LORA_Q, q, a->ln1, N);
-    model_linear(m, k, a->ln1, p->k_w, p->k_b, N, C, kvC);
-    model_adapt(m, l, LORA_K, k, a->ln1, N);
-    model_linear(m, a->v, a->ln1, p->v_w, p->v_b, N, C, kvC);
-    model_adapt(m, l, LORA_V, a->v, a->ln1, N);
-    if (c->qk_norm) { /* rows of D in the (N*H, D) view */
-        backend_rmsnorm_forward(be, a->q, a->q_rstd, a->qr, p->lnq_w, N * H, D, c->norm_eps);
-        backend_rmsnorm_forward(be, a->k, a->k_rstd, a->kr, p->lnk_w, N * Hkv, D, c->norm_eps);
-    }
-}
-
-/* The MLP block of layer l on N rows, a->xm in:  ln2 = Norm2(xm);  act = SwiGLU(ln2 Wg^T, ln2 Wu^T)
- * or GELU(ln2 Wfc^T + b);  x_out = xm + act Wproj^T + b, skipped when x_out is NULL (backward's
- * recompute needs only the activations). LoRA terms are added where targeted, through
- * m->acts[l]'s xa scratch. The training forward and model_gen's decode step share it. */
-void model_mlp_forward(model *m, int l, const layer_acts *a, float *x_out, int N)
-{
-    backend *be = m->be;
-    const model_config *c = &m->cfg;
-    const layer_params *p = &m->p.layer[l];
-    int C = c->d_model, F = c->d_ff;
-    model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->xm, p->ln2_w, p->ln2_b, N);
-    if (model_uses_swiglu(c)) {
-        model_linear(m, a->h, a->ln2, p->gate_w, NULL, N, C, F);
-        model_adapt(m, l, LORA_GATE, a->h, a->ln2, N);
-        model_linear(m, a->u, a->ln2, p->up_w, NULL, N, C, F);
-        model_adapt(m, l, LORA_UP, a->u, a->ln2, N);
-        backend_swiglu_forward(be, a->act, a->h, a->u, (size_t)N * F);
-    } else {
-        model_linear(m, a->h, a->ln2, p->fc_w, p->fc_b, N, C, F);
-        model_adapt(m, l, LORA_FC, a->h, a->ln2, N);
-        backend_gelu_forward(be, a->act, a->h, (size_t)N * F);
-    }
-    if (!x_out) return;
-    backend_copy_d2d(be, x_out, a->xm, (size_t)N * C * sizeof(float));
-    backend_matmul(be, x_out, a->act, p->proj_w, N, C, F, 0, 1, 1.0f, 1.0f);
-    if (p->proj_b) backend_bias_add(be, x_out, p->proj_b, N, C);
-    model_adapt(m, l, LORA_PROJ, x_out, a->act, N);
 }
 
 void model_rope(model *m, float *x, int B, int T, int H, int inverse)
@@ -169,7 +83,7 @@ int model_trunk_forward(model *m)
     if (!c->tied_embeddings && model_end(m, 0, 0)) return -1;
     for (int l = 0; l < L; l++) {
         if (model_begin(m, l + 1, 0)) return -1;
-        model_layer_forward(m, l, l + 1 < L ? m->acts[l + 1].x : m->x_final);
+        m->family->layer_forward(m, l, l + 1 < L ? m->acts[l + 1].x : m->x_final);
         if (model_end(m, l + 1, 0)) return -1;
     }
     if (model_begin(m, L + 1, 0)) return -1;

@@ -1,9 +1,11 @@
 /* model_gen.c: batched generation (see model.h, model_gen_*): R sequences decoded together, each
  * with its own KV cache row and position; the prompts are prefilled in one forward, then every live
- * row costs one row of each projection per step. Its buffers are its own: weights, KV cache and one
- * layer's activations, so an inference model needs no training activations. Must never read a
- * device pointer, and must leave the model's own activation views as it found them. */
+ * row costs one row of each projection per step (the family's layer step, family.h). Its buffers
+ * are its own: weights, KV cache and one layer's activations, so an inference model needs no
+ * training activations. Must never read a device pointer, and must leave the model's own
+ * activation views as it found them. */
 #include "core/model/model.h"
+#include "core/model/family.h"
 #include "core/model/model_internal.h"
 
 #include <stdlib.h>
@@ -16,7 +18,8 @@ struct model_gen {
     int rows, cap, nf, lc; /* sequences, cache positions, forward rows, head rows per chunk */
     layer_acts *acts;      /* n_layer views of one layer's scratch; x alternates X[0], X[1] */
     float *X[2], *tmp, *last, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *kv;             /* per layer: k cache (rows, cap, kvC) then v cache */
+    float *kv;             /* per layer: k cache (rows, cap, kw) then v cache (rows, cap, vw) */
+    int kw, vw;            /* the family's key and value widths (kv_widths) */
     float *rope_freq;      /* rope_scaling: its own copy of the frequency table (device, D/2) */
     int32_t *tokens, *targets, *pos, *idx; /* device */
     int32_t *rgather, *rback;              /* rope_scaling: row gather/scatter indices (device) */
@@ -30,78 +33,45 @@ struct model_gen {
     size_t bytes;
 };
 
-/* Bump allocation over one device arena (a dry run with base NULL sizes it). */
-static float *gen_take(char *base, size_t *used, size_t floats)
-{
-    size_t bytes = (floats * sizeof(float) + 255) & ~(size_t)255;
-    float *p = base ? (float *)(base + *used) : NULL;
-    *used += bytes;
-    return p;
-}
-
+/* Carve the context's buffers from base (a dry run with base NULL sizes it): two residuals, one
+ * layer's activations (the family's) that every layer's views share, the head's, the batch. */
 static size_t gen_carve(model_gen *g, char *base)
 {
     const model_config *c = &g->m->cfg;
-    size_t used = 0, N = (size_t)g->nf, C = c->d_model, F = c->d_ff, Hn = c->n_head;
-    size_t D = (size_t)config_head_dim(c), qC = D * Hn, kvC = D * c->n_kv_head, lc = (size_t)g->lc;
-    int ln = strcmp(c->norm, "layernorm") == 0, sw = model_uses_swiglu(c);
+    size_t N = (size_t)g->nf, C = c->d_model, D = (size_t)config_head_dim(c), lc = (size_t)g->lc;
+    int ln = model_uses_layernorm(c);
+    model_arena a = {base, 0};
     layer_acts s = {0};
-    g->X[0] = gen_take(base, &used, N * C);
-    g->X[1] = gen_take(base, &used, N * C);
-    s.ln1 = gen_take(base, &used, N * C);
-    s.ln1_mean = ln ? gen_take(base, &used, N) : NULL;
-    s.ln1_rstd = gen_take(base, &used, N);
-    s.q = gen_take(base, &used, N * qC);
-    s.k = gen_take(base, &used, N * kvC);
-    s.v = gen_take(base, &used, N * kvC);
-    if (c->qk_norm) {
-        s.qr = gen_take(base, &used, N * qC);
-        s.kr = gen_take(base, &used, N * kvC);
-        s.q_rstd = gen_take(base, &used, N * Hn);
-        s.k_rstd = gen_take(base, &used, N * (size_t)c->n_kv_head);
-    }
-    s.att = gen_take(base, &used, N * qC); /* also the scratch of the scaled rope of a step */
-    s.lse = gen_take(base, &used, N * Hn);
-    s.xm = gen_take(base, &used, N * C);
-    s.ln2 = gen_take(base, &used, N * C);
-    s.ln2_mean = ln ? gen_take(base, &used, N) : NULL;
-    s.ln2_rstd = gen_take(base, &used, N);
-    s.h = gen_take(base, &used, N * F);
-    s.u = sw ? gen_take(base, &used, N * F) : NULL;
-    s.act = gen_take(base, &used, N * F);
-    s.g = s.act;
-    for (int t = 0; t < LORA_NTARGETS; t++)
-        s.xa[t] = (g->m->lora.targets & (1u << t)) ? gen_take(base, &used, N * (size_t)g->m->lora.rank) : NULL;
+    g->X[0] = model_arena_take(&a, N * C);
+    g->X[1] = model_arena_take(&a, N * C);
+    g->m->family->carve_layer(g->m, &a, &s, N);
     for (int l = 0; l < c->n_layer && base; l++) {
         g->acts[l] = s;
         g->acts[l].x = g->X[l % 2];
     }
-    g->tmp = gen_take(base, &used, (size_t)g->rows * C);
-    g->last = gen_take(base, &used, lc * C);
-    g->lnf = gen_take(base, &used, lc * C);
-    g->lnf_mean = ln ? gen_take(base, &used, lc) : NULL;
-    g->lnf_rstd = gen_take(base, &used, lc);
-    g->logits = gen_take(base, &used, lc * (size_t)c->vocab);
-    g->losses = gen_take(base, &used, lc);
-    g->tokens = (int32_t *)gen_take(base, &used, N);
-    g->targets = (int32_t *)gen_take(base, &used, N);
-    g->pos = (int32_t *)gen_take(base, &used, (size_t)g->rows);
-    g->idx = (int32_t *)gen_take(base, &used, lc);
+    g->tmp = model_arena_take(&a, (size_t)g->rows * C);
+    g->last = model_arena_take(&a, lc * C);
+    g->lnf = model_arena_take(&a, lc * C);
+    g->lnf_mean = ln ? model_arena_take(&a, lc) : NULL;
+    g->lnf_rstd = model_arena_take(&a, lc);
+    g->logits = model_arena_take(&a, lc * (size_t)c->vocab);
+    g->losses = model_arena_take(&a, lc);
+    g->tokens = (int32_t *)model_arena_take(&a, N);
+    g->targets = (int32_t *)model_arena_take(&a, N);
+    g->pos = (int32_t *)model_arena_take(&a, (size_t)g->rows);
+    g->idx = (int32_t *)model_arena_take(&a, lc);
     if (model_uses_rope_freq(c)) {
-        g->rope_freq = gen_take(base, &used, D / 2);
-        g->rgather = (int32_t *)gen_take(base, &used, N);
-        g->rback = (int32_t *)gen_take(base, &used, (size_t)g->rows);
+        g->rope_freq = model_arena_take(&a, D / 2);
+        g->rgather = (int32_t *)model_arena_take(&a, N);
+        g->rback = (int32_t *)model_arena_take(&a, (size_t)g->rows);
     }
-    return used;
+    return a.used;
 }
 
-static size_t gen_kv_floats(const model_gen *g)
-{
-    const model_config *c = &g->m->cfg;
-    return (size_t)g->rows * g->cap * (size_t)(config_head_dim(c) * c->n_kv_head);
-}
-static float *gen_kc(const model_gen *g, int l) { return g->kv + 2 * (size_t)l * gen_kv_floats(g); }
-static float *gen_vc(const model_gen *g, int l) { return gen_kc(g, l) + gen_kv_floats(g); }
+/* Floats of one layer's cache: keys, then values. */
+static size_t gen_kv_floats(const model_gen *g) { return (size_t)g->rows * g->cap * (size_t)(g->kw + g->vw); }
+static float *gen_kc(const model_gen *g, int l) { return g->kv + (size_t)l * gen_kv_floats(g); }
+static float *gen_vc(const model_gen *g, int l) { return gen_kc(g, l) + (size_t)g->rows * g->cap * g->kw; }
 
 model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
 {
@@ -119,6 +89,7 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
     if (g->nf < cap) g->nf = cap; /* one whole sequence per forward at least */
     g->lc = rows > 64 ? rows : 64;
     if (g->lc > g->nf) g->lc = g->nf;
+    m->family->kv_widths(&m->cfg, &g->kw, &g->vw);
     g->acts = calloc((size_t)m->cfg.n_layer, sizeof *g->acts);
     g->pos_h = calloc((size_t)g->lc, sizeof(int32_t));
     g->idx_h = calloc((size_t)g->lc, sizeof(int32_t));
@@ -137,7 +108,7 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
         model_gen_destroy(g);
         return NULL;
     }
-    size_t act_bytes = gen_carve(g, NULL), kv_bytes = 2 * (size_t)m->cfg.n_layer * gen_kv_floats(g) * sizeof(float);
+    size_t act_bytes = gen_carve(g, NULL), kv_bytes = (size_t)m->cfg.n_layer * gen_kv_floats(g) * sizeof(float);
     g->bytes = act_bytes + kv_bytes;
     char *base;
     if (m->acts[0].x && g->bytes <= m->activation_bytes) {
@@ -226,18 +197,17 @@ static int gen_trunk(model_gen *g, int B, int T, const int *lens, int r0, int ca
     model *m = g->m;
     backend *be = m->be;
     const model_config *c = &m->cfg;
-    int L = c->n_layer, kvC = config_head_dim(c) * c->n_kv_head;
+    int L = c->n_layer;
     gen_swap sw = lens ? gen_enter(g, 1, T, lens, B) : gen_enter(g, B, T, NULL, 0);
     int rc = model_begin(m, 0, 0);
     if (rc == 0) model_embed(m, g->X[0], g->tokens);
     for (int l = 0; rc == 0 && l < L; l++) {
         if ((rc = model_begin(m, l + 1, 0)) != 0) break;
-        model_layer_forward(m, l, g->X[(l + 1) % 2]);
+        m->family->layer_forward(m, l, g->X[(l + 1) % 2]);
         for (int r = 0, off = 0; cache && r < B; off += lens ? lens[r] : T, r++) {
-            size_t n = (size_t)(lens ? lens[r] : T) * kvC * sizeof(float);
-            size_t src = (size_t)off * kvC, dst = (size_t)(r0 + r) * g->cap * kvC;
-            backend_copy_d2d(be, gen_kc(g, l) + dst, g->acts[l].k + src, n);
-            backend_copy_d2d(be, gen_vc(g, l) + dst, g->acts[l].v + src, n);
+            size_t n = (size_t)(lens ? lens[r] : T), row = (size_t)(r0 + r) * g->cap, src = (size_t)off;
+            backend_copy_d2d(be, gen_kc(g, l) + row * g->kw, g->acts[l].k + src * g->kw, n * g->kw * sizeof(float));
+            backend_copy_d2d(be, gen_vc(g, l) + row * g->vw, g->acts[l].v + src * g->vw, n * g->vw * sizeof(float));
         }
         rc = model_end(m, l + 1, 0);
     }
@@ -302,15 +272,7 @@ int model_gen_prefill(model_gen *g, const int32_t *const *prompts, const int *le
     return rc ? loom_fail("generate: prefill failed") : 0;
 }
 
-/* LoRA on projection t of layer l for the R decode rows (model_adapt on the generation views). */
-static void gen_adapt(model_gen *g, int l, int t, float *y, const float *x, int R)
-{
-    gen_swap sw = gen_enter(g, R, 1, NULL, 0);
-    model_adapt(g->m, l, t, y, x, R);
-    gen_leave(g, sw);
-}
-
-/* rope_scaling: the positions of one step's rows for gen_rope (host, then device). rope_freqs
+/* rope_scaling: the positions of one step's rows for model_gen_rope (host, then device). rope_freqs
  * rotates rows 0..T-1 of (B, T) sequences, so each row is gathered into every position of a
  * scratch sequence (rope_per rows of rope_T positions fit the nf-row scratch), rotated there, and
  * the row at its own position gathered back: the same table bits as the training forward. */
@@ -331,7 +293,7 @@ static void gen_rope_index(model_gen *g, int R)
 }
 
 /* RoPE on R rows of x (R, H, D), row r at position pos[r]; `scratch` holds nf rows of H*D. */
-static void gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D)
+void model_gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D)
 {
     model *m = g->m;
     backend *be = m->be;
@@ -347,38 +309,6 @@ static void gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D
         backend_rope_freqs(be, scratch, n, Tp, H, D, g->rope_freq, 0);
         backend_embedding_forward(be, xr, g->rback + r0, scratch, NULL, 1, n, W);
     }
-}
-
-/* Layer l for the R live rows, each one token at its own position (g->pos). */
-static void gen_layer_step(model_gen *g, int l, int R)
-{
-    model *m = g->m;
-    backend *be = m->be;
-    const model_config *c = &m->cfg;
-    const layer_params *p = &m->p.layer[l];
-    const layer_acts *a = &g->acts[l];
-    int C = c->d_model, H = c->n_head, Hkv = c->n_kv_head, D = config_head_dim(c);
-    int qC = D * H;
-    const float *x = g->X[l % 2];
-    float *x_out = g->X[(l + 1) % 2];
-
-    gen_swap sw = gen_enter(g, R, 1, NULL, 0); /* the LoRA terms use the step's xa scratch */
-    model_qkv_forward(m, l, a, x, R);
-    gen_leave(g, sw);
-    if (model_uses_rope(c)) { /* att is free until attention writes it */
-        gen_rope(g, a->q, a->att, R, H, D);
-        gen_rope(g, a->k, a->att, R, Hkv, D);
-    }
-    backend_attention_decode_rows(be, a->att, a->q, a->k, a->v, gen_kc(g, l), gen_vc(g, l), g->pos,
-                                  R, g->cap, H, Hkv, D);
-    backend_copy_d2d(be, a->xm, x, (size_t)R * C * sizeof(float));
-    backend_matmul(be, a->xm, a->att, p->o_w, R, C, qC, 0, 1, 1.0f, 1.0f);
-    if (p->o_b) backend_bias_add(be, a->xm, p->o_b, R, C);
-    gen_adapt(g, l, LORA_O, a->xm, a->att, R);
-
-    sw = gen_enter(g, R, 1, NULL, 0);
-    model_mlp_forward(m, l, a, x_out, R);
-    gen_leave(g, sw);
 }
 
 int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
@@ -403,9 +333,13 @@ int model_gen_step(model_gen *g, const int32_t *tokens, float *logits_host)
         backend_embedding_forward(be, g->tmp, g->pos, m->p.wpe, NULL, 1, R, C);
         backend_add(be, g->X[0], g->X[0], g->tmp, (size_t)R * C);
     }
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L; l++) { /* the layer's views and shape R x 1 (LoRA's xa scratch) */
         if (model_begin(m, l + 1, 0)) return -1;
-        gen_layer_step(g, l, R);
+        gen_step s = {.g = g, .x = g->X[l % 2], .x_out = g->X[(l + 1) % 2], .kc = gen_kc(g, l),
+                      .vc = gen_vc(g, l), .pos = g->pos, .R = R, .cap = g->cap};
+        gen_swap sw = gen_enter(g, R, 1, NULL, 0);
+        m->family->layer_step(m, l, &s);
+        gen_leave(g, sw);
         if (model_end(m, l + 1, 0)) return -1;
     }
     if (model_begin(m, L + 1, 0)) return -1;
@@ -422,11 +356,10 @@ int model_gen_drop(model_gen *g, int i)
     if (i == last) return 0;
     backend *be = g->m->be;
     const model_config *c = &g->m->cfg;
-    size_t kvC = (size_t)(config_head_dim(c) * c->n_kv_head), n = (size_t)g->pos_h[last] * kvC;
+    size_t n = (size_t)g->pos_h[last], dst = (size_t)i * g->cap, src = (size_t)last * g->cap;
     for (int l = 0; l < c->n_layer; l++) {
-        size_t dst = (size_t)i * g->cap * kvC, src = (size_t)last * g->cap * kvC;
-        backend_copy_d2d(be, gen_kc(g, l) + dst, gen_kc(g, l) + src, n * sizeof(float));
-        backend_copy_d2d(be, gen_vc(g, l) + dst, gen_vc(g, l) + src, n * sizeof(float));
+        backend_copy_d2d(be, gen_kc(g, l) + dst * g->kw, gen_kc(g, l) + src * g->kw, n * g->kw * sizeof(float));
+        backend_copy_d2d(be, gen_vc(g, l) + dst * g->vw, gen_vc(g, l) + src * g->vw, n * g->vw * sizeof(float));
     }
     g->pos_h[i] = g->pos_h[last];
     return 0;
