@@ -131,7 +131,7 @@ static void check_family(int llama, int lora)
 {
     backend *be = cpu();
     model_config mc = variant(llama);
-    /* every projection: the attention ones and the MLP's (model_mlp_forward's adapter terms) */
+    /* every projection: the attention ones and the MLP's (decoder_mlp_forward's adapter terms) */
     lora_spec ls = {.rank = 2, .alpha = 4.0f, .targets = (1u << LORA_Q) | (1u << LORA_K) | (1u << LORA_V) | (1u << LORA_O) |
                     (1u << LORA_PROJ) | (llama ? (1u << LORA_GATE) | (1u << LORA_UP) : 1u << LORA_FC)};
     const lora_spec *lp = lora ? &ls : NULL;
