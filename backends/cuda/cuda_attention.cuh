@@ -1,8 +1,9 @@
 /* cuda_attention.cuh: what the three causal attention implementations share: cuda_attention.cu
- * (fp32 SIMT, and the dispatch), cuda_attention_tc.cu (TF32 WMMA), cuda_attention_bf16.cu (bf16
- * mma.sync). Where a block works, the tile and row-statistics loads, the causal mask, the
- * backward's recompute of p and ds, and the host launch of a path's kernels are written here
- * once; the products (register tiles, fragments) stay in each file. Only those files include it. */
+ * (fp32 SIMT, and the dispatch and launch), cuda_attention_tc.cu (TF32 WMMA), cuda_attention_bf16.cu
+ * (bf16 mma.sync). Where a block works, the tile loops, the tile and row-statistics loads, the
+ * causal mask, the backward's recompute of p and ds, and the description of a path's kernels
+ * (att_kernels) are written here once; the products (register tiles, fragments) stay in each
+ * file. Only those files include it. */
 #ifndef LOOM_CUDA_ATTENTION_CUH
 #define LOOM_CUDA_ATTENTION_CUH
 

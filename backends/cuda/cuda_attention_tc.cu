@@ -53,6 +53,18 @@ static __device__ __forceinline__ void tc_load_tile(float *dst, const float *src
     att_load_tile<TC_TILE, TC_THREADS>(dst, src, ld, r0, T, D, Dp);
 }
 
+/* att_key_tiles with each key tile's K and V (kv head rows from kb, vb) staged in Ks, Vs. */
+template <class Body>
+static __device__ __forceinline__ void tc_kv_tiles(const att_qblock &a, float *Ks, float *Vs,
+                                                   const float *kb, const float *vb, int T, int D,
+                                                   int Dp, Body body)
+{
+    att_key_tiles<TC_TILE>(a, [&](int k0) {
+        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
+        tc_load_tile(Vs, vb, a.ldk, k0, T, D, Dp);
+    }, body);
+}
+
 /* S (16 x 64, into s, stride TC_SP) = A (16 rows of a, stride Dp) . B^T where B is 64 rows of b
  * (stride Dp): S_ij = sum_d A_id B_jd, k-steps of 8 over d < D. B read as a col-major (d, j). */
 static __device__ __forceinline__ void tc_abt(float *s, const float *a, const float *b, int D, int Dp)
@@ -71,6 +83,16 @@ static __device__ __forceinline__ void tc_abt(float *s, const float *a, const fl
         }
         wmma::store_matrix_sync(s + 16 * j, acc, TC_SP, wmma::mem_row_major);
     }
+}
+
+/* f(r, c) for this lane's elements of its warp's 16 x 64 score tile: rows r < 16, columns
+ * c = lane and lane + 32. */
+template <class F>
+static __device__ __forceinline__ void tc_lane_scores(F f)
+{
+    const int lane = threadIdx.x & 31;
+    for (int r = 0; r < 16; r++)
+        for (int half = 0; half < 2; half++) f(r, lane + 32 * half);
 }
 
 /* acc[f] (16 x 16 column block f of a 16 x D result) += P (16 x 64, stride TC_SP) . V (64 rows
@@ -141,18 +163,16 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
     }, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         __syncwarp();
-        for (int r = 0; r < 16; r++)
-            for (int half = 0; half < 2; half++) {
-                const int c = lane + 32 * half, key = k0 + c;
-                if (!att_visible(key, r0 + r, T)) continue;
-                const float s = Sw[r * TC_SP + c] * scale_log2;
-                if (s > m[r]) {
-                    l[r] = l[r] * exp2f(m[r] - s) + 1.0f; /* exp2(-inf) = 0 the first time */
-                    m[r] = s;
-                } else {
-                    l[r] += exp2f(s - m[r]);
-                }
+        tc_lane_scores([&](int r, int c) {
+            if (!att_visible(k0 + c, r0 + r, T)) return;
+            const float s = Sw[r * TC_SP + c] * scale_log2;
+            if (s > m[r]) {
+                l[r] = l[r] * exp2f(m[r] - s) + 1.0f; /* exp2(-inf) = 0 the first time */
+                m[r] = s;
+            } else {
+                l[r] += exp2f(s - m[r]);
             }
+        });
         __syncwarp();
     });
     /* merge the 32 lanes' (m, l) per row: m = max, l = sum l_lane 2^(m_lane - m) */
@@ -169,18 +189,13 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
 
     tc_acc acc[DF];
     for (int f = 0; f < DF; f++) wmma::fill_fragment(acc[f], 0.0f);
-    att_key_tiles<TC_TILE>(a, [&](int k0) {
-        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
-        tc_load_tile(Vs, vb, a.ldk, k0, T, D, Dp);
-    }, [&](int k0) {
+    tc_kv_tiles(a, Ks, Vs, kb, vb, T, D, Dp, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         __syncwarp();
-        for (int r = 0; r < 16; r++)
-            for (int half = 0; half < 2; half++) {
-                const int c = lane + 32 * half, key = k0 + c;
-                float *s = Sw + r * TC_SP + c;
-                *s = att_visible(key, r0 + r, T) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
-            }
+        tc_lane_scores([&](int r, int c) {
+            float *s = Sw + r * TC_SP + c;
+            *s = att_visible(k0 + c, r0 + r, T) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
+        });
         __syncwarp();
         tc_pv<DF>(acc, Sw, Vs, D, Dp);
     });
@@ -200,7 +215,7 @@ att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, c
 {
     constexpr int DF = DMAX / 16;
     extern __shared__ __align__(128) float smem[];
-    const int Dp = D + 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int Dp = D + 4, warp = threadIdx.x >> 5;
     float *Qs = smem, *dOs = Qs + TC_TILE * Dp, *Ks = dOs + TC_TILE * Dp, *Vs = Ks + TC_TILE * Dp;
     float *Sw = Vs + TC_TILE * Dp + warp * 2 * 16 * TC_SP, *Pw = Sw + 16 * TC_SP;
     const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D);
@@ -216,19 +231,14 @@ att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, c
     }
     tc_acc acc[DF];
     for (int f = 0; f < DF; f++) wmma::fill_fragment(acc[f], 0.0f);
-    att_key_tiles<TC_TILE>(a, [&](int k0) {
-        tc_load_tile(Ks, kb, a.ldk, k0, T, D, Dp);
-        tc_load_tile(Vs, vb, a.ldk, k0, T, D, Dp);
-    }, [&](int k0) {
+    tc_kv_tiles(a, Ks, Vs, kb, vb, T, D, Dp, [&](int k0) {
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         tc_abt(Pw, dOs + 16 * warp * Dp, Vs, D, Dp);
         __syncwarp();
-        for (int r = 0; r < 16; r++)
-            for (int half = 0; half < 2; half++) {
-                const int c = lane + 32 * half;
-                const float p = att_prob(Sw[r * TC_SP + c], k0 + c, r0 + r, T, scale_log2, l2[r]);
-                Sw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dl[r]);
-            }
+        tc_lane_scores([&](int r, int c) {
+            const float p = att_prob(Sw[r * TC_SP + c], k0 + c, r0 + r, T, scale_log2, l2[r]);
+            Sw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dl[r]);
+        });
         __syncwarp();
         tc_pv<DF>(acc, Sw, Ks, D, Dp);
     });
