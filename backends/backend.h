@@ -250,6 +250,25 @@ void backend_scalar_gate_forward(backend *be, float *out, const float *x, const 
 void backend_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
                                   const float *x, const float *s, size_t n);
 
+/* Needle's fake quantisation (docs/needle.md section 3), forward only: its gradient is the
+ * straight-through identity (the caller passes the gradient of out on as that of the input).
+ * The arithmetic is backends/needle_quant.h's, in its order with no fused multiply-adds, so a
+ * rounding decision (a code, an integer) only differs between backends on inputs within a few
+ * ulps of a decision boundary. out may be the input. */
+/* W4 (CQ): each row of w (rows, cols) in groups of 128 along the row (the last one zero-padded;
+ * Needle's groups in loom's (out, in) layout, or along an embedding row); per group g:
+ *   rho = g H   (H: Sylvester Hadamard of order 128 / sqrt(128), entries +-f32(1/sqrt(128)))
+ *   nu = sqrt(sum rho^2),  u = rho / max(nu, 1e-12),  c_i = the code of codebook (16 ascending
+ *   device floats) nearest u_i (a tie takes the lower),  nu16 = nu rounded to fp16 (nearest even)
+ *   what = (codebook[c] nu16) H  (padding dropped),  out = w + (what - w)   (in f32, as Needle) */
+void backend_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows,
+                         int cols);
+/* A8 / KV8 of activations: per row of x (rows, cols), s = max_i |x_i| / 127 (1 when the row is
+ * 0), q_i = clip(rint(x_i / s), -128, 127) s (rint: half to even; a true division),
+ * out_i = x_i + (q_i - x_i). A8: rows are tokens (cols d, or n_l d for the mHC input); the query's
+ * A8 and KV8: rows are head vectors (cols the head dim). */
+void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols);
+
 /* bf16 mode (a no-op in fp32 mode, and on backends without one: BACKEND_OP_WEIGHTS_BF16): keep
  * a bf16 copy of the weights w[0..n), cast now on the compute stream, that later matmuls read for
  * a B operand lying inside w instead of casting it on every call. n = 0 drops the copy of w

@@ -100,6 +100,9 @@ typedef struct backend_ops {
                                 size_t n);
     void (*scalar_gate_backward)(backend *be, float *dx, float *ds, const float *dout,
                                  const float *x, const float *s, size_t n);
+    void (*cq_w4_quant)(backend *be, float *out, const float *w, const float *codebook, int rows,
+                        int cols);
+    void (*fake_quant_a8)(backend *be, float *out, const float *x, int rows, int cols);
 
     /* --- optional extras --- */
     void (*weights_bf16)(backend *be, const float *w, size_t n); /* optional: NULL = no-op */

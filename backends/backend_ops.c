@@ -215,6 +215,15 @@ void backend_scalar_gate_backward(backend *be, float *dx, float *ds, const float
 {
     be->ops->scalar_gate_backward(be, dx, ds, dout, x, s, n);
 }
+void backend_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows,
+                         int cols)
+{
+    be->ops->cq_w4_quant(be, out, w, codebook, rows, cols);
+}
+void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols)
+{
+    be->ops->fake_quant_a8(be, out, x, rows, cols);
+}
 void backend_weights_bf16(backend *be, const float *w, size_t n)
 {
     if (be->ops->weights_bf16) be->ops->weights_bf16(be, w, n);

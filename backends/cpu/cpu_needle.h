@@ -21,4 +21,9 @@ void cpu_scalar_gate_forward(backend *be, float *out, const float *x, const floa
 void cpu_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
                               const float *x, const float *s, size_t n);
 
+/* cpu_needle_quant.c */
+void cpu_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows,
+                     int cols);
+void cpu_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols);
+
 #endif

@@ -380,6 +380,8 @@ static const backend_ops cuda_ops = {
     .sigmoid_gate_backward = cuda_sigmoid_gate_backward,
     .scalar_gate_forward = cuda_scalar_gate_forward,
     .scalar_gate_backward = cuda_scalar_gate_backward,
+    .cq_w4_quant = cuda_cq_w4_quant,
+    .fake_quant_a8 = cuda_fake_quant_a8,
     .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };

@@ -1,10 +1,12 @@
 /* cuda_needle.cu: Needle's element-wise layers on the GPU: the causal depthwise conv taps along
- * time (forward, backward, one decode row) and the sigmoid gates (element-wise and scalar).
+ * time (forward, backward, one decode row), the sigmoid gates (element-wise and scalar) and the
+ * W4 / A8 fake quantisation (backends/needle_quant.h's arithmetic, a warp per group or row).
  * Grid-stride loops on the compute stream; parameter gradients are deterministic two-stage sums
  * (cuda_colsum, a fixed grid for the scalar gate; no atomics), so every result is bitwise
  * reproducible. It must never allocate except through cuda_scratch. */
 #include "backends/cuda/cuda_needle.h"
 #include "backends/cuda/cuda_reduce.cuh"
+#include "backends/needle_quant.h"
 
 #define GRID_STRIDE(i, n)                                                                 \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
@@ -221,4 +223,95 @@ void cuda_scalar_gate_backward(backend *be, float *dx, float *ds, const float *d
     }
     cuda_scalar_gate_dx_kernel<<<cuda_grid_for(be, n), CUDA_BLOCK, 0, st>>>(dx, dout, s, n);
     cuda_check_launch(be, "scalar_gate_backward (dx)");
+}
+
+/* --- W4 (CQ) and A8 fake quantisation --- */
+
+#define WARPS_PER_BLOCK (CUDA_BLOCK / 32)
+
+/* One butterfly stage across lanes (h = 4 xo elements apart: partner lane l ^ xo): the lane with
+ * bit xo clear holds the lower element a and keeps a + b, the other keeps a - b. */
+static __device__ __forceinline__ float cq_xstage(float v, int xo, int upper)
+{
+    const float o = cuda_shfl_xor(v, xo);
+    return upper ? NQ_SUB(o, v) : NQ_ADD(v, o);
+}
+
+/* cq_fwht with lane l holding v[4l .. 4l+3] in r[0..3]: stages 1, 2 in the lane, 4 .. 64 across */
+static __device__ __forceinline__ void cq_warp_fwht(float (&r)[4], int lane)
+{
+    float a = r[0], b = r[1], c = r[2], d = r[3];
+    r[0] = NQ_ADD(a, b), r[1] = NQ_SUB(a, b), r[2] = NQ_ADD(c, d), r[3] = NQ_SUB(c, d);
+    a = r[0], b = r[1], c = r[2], d = r[3];
+    r[0] = NQ_ADD(a, c), r[1] = NQ_ADD(b, d), r[2] = NQ_SUB(a, c), r[3] = NQ_SUB(b, d);
+    for (int xo = 1; xo < 32; xo <<= 1)
+        for (int m = 0; m < 4; m++) r[m] = cq_xstage(r[m], xo, lane & xo);
+}
+
+/* A warp per group: cq_group in the same order (cq_sumsq's per-lane sums and xor butterfly are
+ * this warp's own), out = w + (what - w) on the group's real values. */
+__global__ void cuda_cq_kernel(float *out, const float *w, const float *codebook, int cols,
+                               int gpr, size_t G)
+{
+    const size_t g = (size_t)blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (g >= G) return; /* the whole warp leaves together */
+    float cb[CQ_CODES];
+    for (int k = 0; k < CQ_CODES; k++) cb[k] = codebook[k];
+    const size_t row = g / (size_t)gpr;
+    const int c0 = (int)(g % (size_t)gpr) * CQ_GROUP, len = min(CQ_GROUP, cols - c0);
+    const float *wg = w + row * cols + c0;
+    float r[4], wv[4];
+    for (int m = 0; m < 4; m++) {
+        const int k = 4 * lane + m;
+        wv[m] = k < len ? wg[k] : 0.0f;
+        r[m] = wv[m];
+    }
+    cq_warp_fwht(r, lane);
+    for (int m = 0; m < 4; m++) r[m] = NQ_MUL(r[m], CQ_HS);
+    float p = NQ_ADD(NQ_MUL(r[0], r[0]), NQ_MUL(r[1], r[1]));
+    p = NQ_ADD(p, NQ_MUL(r[2], r[2]));
+    p = NQ_ADD(p, NQ_MUL(r[3], r[3]));
+    p = cuda_lanes_reduce<32>(p, cuda_sum_op()); /* offsets 16, 8, 4, 2, 1 */
+    const float nu = sqrtf(p);
+    const float den = nu > 1e-12f ? nu : 1e-12f, nu16 = cq_round_fp16(nu);
+    for (int m = 0; m < 4; m++) r[m] = NQ_MUL(cb[cq_code(NQ_DIV(r[m], den), cb)], nu16);
+    cq_warp_fwht(r, lane);
+    float *og = out + row * cols + c0;
+    for (int m = 0; m < 4; m++) {
+        const int k = 4 * lane + m;
+        if (k < len) og[k] = nq_ste(wv[m], NQ_MUL(r[m], CQ_HS));
+    }
+}
+
+/* A warp per row: the absolute maximum by butterfly (exact), then each element's A8 value. */
+__global__ void cuda_a8_kernel(float *out, const float *x, int rows, int cols)
+{
+    const int row = blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const float *xr = x + (size_t)row * cols;
+    float amax = 0.0f;
+    for (int c = lane; c < cols; c += 32) amax = fmaxf(amax, fabsf(xr[c]));
+    const float s = a8_scale(cuda_warp_max(amax));
+    float *o = out + (size_t)row * cols;
+    for (int c = lane; c < cols; c += 32) o[c] = a8_quant(xr[c], s);
+}
+
+void cuda_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows,
+                      int cols)
+{
+    if (rows <= 0 || cols <= 0 || cuda_broken(be)) return;
+    const int gpr = (cols + CQ_GROUP - 1) / CQ_GROUP;
+    const size_t G = (size_t)rows * gpr, blocks = (G + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
+    cuda_cq_kernel<<<(unsigned)blocks, CUDA_BLOCK, 0, cuda_im(be)->compute>>>(out, w, codebook,
+                                                                             cols, gpr, G);
+    cuda_check_launch(be, "cq_w4_quant");
+}
+
+void cuda_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols)
+{
+    if (rows <= 0 || cols <= 0 || cuda_broken(be)) return;
+    const unsigned blocks = (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+    cuda_a8_kernel<<<blocks, CUDA_BLOCK, 0, cuda_im(be)->compute>>>(out, x, rows, cols);
+    cuda_check_launch(be, "fake_quant_a8");
 }

@@ -23,6 +23,9 @@ void cuda_sigmoid_gate_backward(backend *be, float *dx, float *dg, const float *
 void cuda_scalar_gate_forward(backend *be, float *out, const float *x, const float *s, size_t n);
 void cuda_scalar_gate_backward(backend *be, float *dx, float *ds, const float *dout,
                                const float *x, const float *s, size_t n);
+void cuda_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows,
+                      int cols);
+void cuda_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols);
 
 #ifdef __cplusplus
 }

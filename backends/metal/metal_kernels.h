@@ -54,7 +54,10 @@
     X(SCALAR_GATE_FORWARD, loom_scalar_gate_forward)                                               \
     X(SCALAR_GATE_PARTIAL, loom_scalar_gate_partial)                                               \
     X(SCALAR_GATE_DS, loom_scalar_gate_ds)                                                         \
-    X(SCALAR_GATE_DX, loom_scalar_gate_dx)
+    X(SCALAR_GATE_DX, loom_scalar_gate_dx)                                                         \
+    X(CQ_W4, loom_cq_w4)                                                                           \
+    X(A8_ROWSCALE, loom_a8_rowscale)                                                               \
+    X(A8_QUANT, loom_a8_quant)
 
 #define METAL_KERNEL_ENUM_(id, fn) MK_##id,
 enum metal_kernel { METAL_KERNEL_LIST(METAL_KERNEL_ENUM_) MK_COUNT };

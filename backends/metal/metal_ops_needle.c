@@ -1,5 +1,6 @@
-/* metal_ops_needle.c: Needle's layers on the Metal backend (conv taps, sigmoid gates) as kernel
- * launches of needle.metal with their scratch, filling their entries of the op table.
+/* metal_ops_needle.c: Needle's layers on the Metal backend (conv taps, sigmoid gates, W4 / A8
+ * fake quantisation) as kernel launches of needle.metal with their scratch, filling their entries
+ * of the op table.
  * Must never compute on tensors here: the host only plans grids. */
 #include <stdint.h>
 
@@ -104,6 +105,29 @@ static void metal_scalar_gate_backward(backend *be, float *dx, float *ds, const 
     metal_gate_ew(be, MK_SCALAR_GATE_DX, (void *[]){dx, MB(dout), MB(s)}, 3, 2, n);
 }
 
+/* --- W4 / A8 fake quantisation --- */
+
+static void metal_cq_w4_quant(backend *be, float *out, const float *w, const float *codebook, int rows, int cols)
+{
+    if (rows <= 0 || cols <= 0) return;
+    metal_p_quant p = {(unsigned)rows, (unsigned)cols, (unsigned)((cols + 127) / 128)};
+    metal_launch(metal_c(be), MK_CQ_W4, (size_t)rows * p.gpr, (void *[]){out, MB(w), MB(codebook)}, 3, &p,
+                 sizeof p);
+}
+
+/* The rows' scales in scratch, then one thread per element (out may be x: the scales are read
+ * from x before any element is written). */
+static void metal_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols)
+{
+    metal_ctx *c = metal_c(be);
+    if (rows <= 0 || cols <= 0) return;
+    float *scale = metal_scratch(c, (size_t)rows);
+    if (!scale) return;
+    metal_p_quant p = {(unsigned)rows, (unsigned)cols, 0};
+    metal_launch(c, MK_A8_ROWSCALE, (size_t)rows, (void *[]){scale, MB(x)}, 2, &p, sizeof p);
+    metal_launch(c, MK_A8_QUANT, (size_t)rows * cols, (void *[]){out, MB(x), scale}, 3, &p, sizeof p);
+}
+
 void metal_ops_needle_fill(backend_ops *o)
 {
     o->conv_taps_forward = metal_conv_taps_forward;
@@ -113,4 +137,6 @@ void metal_ops_needle_fill(backend_ops *o)
     o->sigmoid_gate_backward = metal_sigmoid_gate_backward;
     o->scalar_gate_forward = metal_scalar_gate_forward;
     o->scalar_gate_backward = metal_scalar_gate_backward;
+    o->cq_w4_quant = metal_cq_w4_quant;
+    o->fake_quant_a8 = metal_fake_quant_a8;
 }

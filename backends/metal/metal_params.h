@@ -69,4 +69,9 @@ typedef struct metal_p_taps {
     unsigned int N, T, C, K, dil, chunk_rows, nchunks;
 } metal_p_taps;
 
+/* Needle's fake quantisation of (rows, cols): W4 in gpr groups of 128 a row; A8 per row. */
+typedef struct metal_p_quant {
+    unsigned int rows, cols, gpr;
+} metal_p_quant;
+
 #endif

@@ -38,6 +38,9 @@ inline float sqrt(float x) { return std::sqrt(x); }
 inline float tanh(float x) { return std::tanh(x); }
 inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
 inline float abs(float x) { return std::fabs(x); }
+inline float rint(float x) { return std::rint(x); } /* to nearest even, as Metal's */
+inline float frexp(float x, int &e) { return std::frexp(x, &e); }
+inline float ldexp(float x, int k) { return std::ldexp(x, k); }
 inline bool isfinite(float x) { return std::isfinite(x); }
 /* Metal's max/min on float are fmax/fmin (a NaN operand loses to a number). */
 inline float max(float a, float b) { return std::fmax(a, b); }

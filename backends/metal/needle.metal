@@ -1,7 +1,8 @@
 /* needle.metal: Needle's element-wise layers: the causal depthwise conv taps along time
- * (forward, input gradient, tap-gradient chunk partials, one decode row) and the sigmoid gates
- * (element-wise; scalar, with its gradient's partial sums). One GPU thread per output item; no
- * thread reads what another thread of the same dispatch writes; no atomics. */
+ * (forward, input gradient, tap-gradient chunk partials, one decode row), the sigmoid gates
+ * (element-wise; scalar, with its gradient's partial sums) and the W4 / A8 fake quantisation
+ * (backends/needle_quant.h's arithmetic, repeated here: MSL cannot include it). One GPU thread
+ * per output item; no thread reads what another thread of the same dispatch writes; no atomics. */
 #include "metal_shim.h"
 #include "metal_params.h"
 
@@ -128,4 +129,100 @@ kernel void loom_scalar_gate_dx(device float *dx LOOM_BUFFER(0), device const fl
     if (gid >= p.n) return;
     float a = 1.0f / (1.0f + metal::exp(-s[0]));
     dx[gid] = a * dout[gid];
+}
+
+/* --- W4 (CQ) and A8 fake quantisation: backends/needle_quant.h, operation for operation --- */
+
+/* v H_sylvester in place, stages h = 1, 2, ..., 64: (v[i], v[i+h]) <- (v[i] + v[i+h], v[i] - v[i+h]) */
+inline void loom_cq_fwht(thread float *v)
+{
+    for (uint h = 1; h < 128u; h <<= 1)
+        for (uint i = 0; i < 128u; i++)
+            if ((i & h) == 0u) {
+                float a = v[i], b = v[i + h];
+                v[i] = a + b;
+                v[i + h] = a - b;
+            }
+}
+
+/* sum r^2 as a warp adds it: ((r0^2 + r1^2) + r2^2) + r3^2 per 4, then xor butterfly 16 .. 1 */
+inline float loom_cq_sumsq(thread const float *r)
+{
+    float p[32], n[32];
+    for (uint l = 0; l < 32u; l++) {
+        float s = r[4 * l] * r[4 * l] + r[4 * l + 1] * r[4 * l + 1];
+        s = s + r[4 * l + 2] * r[4 * l + 2];
+        p[l] = s + r[4 * l + 3] * r[4 * l + 3];
+    }
+    for (uint off = 16; off > 0u; off >>= 1) {
+        for (uint l = 0; l < 32u; l++) n[l] = p[l] + p[l ^ off];
+        for (uint l = 0; l < 32u; l++) p[l] = n[l];
+    }
+    return p[0];
+}
+
+/* x >= 0 rounded to fp16 (nearest even; inf beyond 65504) and back: step 2^max(e - 11, -24) */
+inline float loom_cq_round_fp16(float x)
+{
+    int e = 0;
+    (void)metal::frexp(x, e);
+    int q = e - 11 < -24 ? -24 : e - 11;
+    float r = metal::ldexp(metal::rint(metal::ldexp(x, -q)), q);
+    return r > 65504.0f ? INFINITY : r;
+}
+
+/* The code nearest u: pos = clip(#{cb[k] < u}, 1, 15), the lower code on a tie. */
+inline uint loom_cq_code(float u, thread const float *cb)
+{
+    uint pos = 0;
+    for (uint k = 0; k < 16u; k++) pos += cb[k] < u ? 1u : 0u;
+    pos = pos < 1u ? 1u : pos > 15u ? 15u : pos;
+    return metal::abs(u - cb[pos - 1]) <= metal::abs(u - cb[pos]) ? pos - 1 : pos;
+}
+
+/* One thread per group of 128 along a row: rotate, normalise, nearest codes, fp16 norm, rotate
+ * back; out = w + (what - w) on the group's real values (out may be w). */
+kernel void loom_cq_w4(device float *out LOOM_BUFFER(0), device const float *w LOOM_BUFFER(1),
+                       device const float *codebook LOOM_BUFFER(2), constant metal_p_quant &p LOOM_BUFFER(3),
+                       uint gid LOOM_GID)
+{
+    if (gid >= p.rows * p.gpr) return;
+    uint row = gid / p.gpr, c0 = (gid % p.gpr) * 128u;
+    uint len = p.cols - c0 < 128u ? p.cols - c0 : 128u;
+    float v[128], cb[16];
+    for (uint k = 0; k < 16u; k++) cb[k] = codebook[k];
+    for (uint k = 0; k < 128u; k++) v[k] = k < len ? w[row * p.cols + c0 + k] : 0.0f;
+    loom_cq_fwht(v);
+    for (uint k = 0; k < 128u; k++) v[k] = v[k] * 0.0883883461f;
+    float nu = metal::sqrt(loom_cq_sumsq(v));
+    float den = nu > 1e-12f ? nu : 1e-12f, nu16 = loom_cq_round_fp16(nu);
+    for (uint k = 0; k < 128u; k++) v[k] = cb[loom_cq_code(v[k] / den, cb)] * nu16;
+    loom_cq_fwht(v);
+    for (uint k = 0; k < len; k++) {
+        float x = w[row * p.cols + c0 + k], q = v[k] * 0.0883883461f;
+        out[row * p.cols + c0 + k] = x + (q - x);
+    }
+}
+
+/* A8, step 1: scale[r] = max_c |x[r, c]| / 127 (1 for a zero row), one thread per row */
+kernel void loom_a8_rowscale(device float *scale LOOM_BUFFER(0), device const float *x LOOM_BUFFER(1),
+                             constant metal_p_quant &p LOOM_BUFFER(2), uint gid LOOM_GID)
+{
+    if (gid >= p.rows) return;
+    float amax = 0.0f;
+    for (uint c = 0; c < p.cols; c++) amax = metal::abs(x[gid * p.cols + c]) > amax ? metal::abs(x[gid * p.cols + c]) : amax;
+    scale[gid] = amax > 0.0f ? amax / 127.0f : 1.0f;
+}
+
+/* A8, step 2: out = x + (clip(rint(x / s), -128, 127) s - x), one thread per element */
+kernel void loom_a8_quant(device float *out LOOM_BUFFER(0), device const float *x LOOM_BUFFER(1),
+                          device const float *scale LOOM_BUFFER(2), constant metal_p_quant &p LOOM_BUFFER(3),
+                          uint gid LOOM_GID)
+{
+    if (gid >= p.rows * p.cols) return;
+    float xi = x[gid], s = scale[gid / p.cols];
+    float r = metal::rint(xi / s);
+    r = r < -128.0f ? -128.0f : r > 127.0f ? 127.0f : r;
+    float q = r * s;
+    out[gid] = xi + (q - xi);
 }

@@ -1,5 +1,6 @@
 /* op_suite_needle.c: the op suite's cases for Needle's layers (docs/needle.md): the conv taps
- * (forward, backward, decode rows) and the sigmoid gates (element-wise and scalar), run on the backend under test and the reference with the same
+ * (forward, backward, decode rows), the sigmoid gates (element-wise and scalar) and the W4 / A8
+ * fake quantisation (against needle_quant_ref.h's bounds), run on the backend under test and the reference with the same
  * seeded inputs and compared element-wise (see op_suite.h). Every one is element-wise fp32 on
  * every backend, so TF32/bf16 modes never loosen them. */
 static int needle_failures; /* check.h's counter for this file; each check also counts in s->failed */
@@ -11,6 +12,7 @@ static int needle_failures; /* check.h's counter for this file; each check also 
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/backends/needle_quant_ref.h"
 #include "tests/backends/op_suite_internal.h"
 
 /* An fp32 element-wise result on both sides, bitwise when the sides are one implementation. */
@@ -144,8 +146,77 @@ static void suite_gates(suite *s)
     pair_free(s, &dx), pair_free(s, &dg);
 }
 
+/* A fake quantisation's output on both sides against the double reference's bounds: each side
+ * within bound of the exact result, so the two within twice that; an ambiguous decision (bound
+ * INFINITY) may go either way. Bitwise where the sides are one implementation. The backends
+ * share one arithmetic (backends/needle_quant.h), so how many elements differ at all is shown. */
+static void quant_check(suite *s, const char *what, pair *p, const double *bound, size_t n)
+{
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+    double *want = malloc(n * sizeof(double)), *two = malloc(n * sizeof(double));
+    backend_sync(s->t), backend_sync(s->r);
+    backend_copy_d2h(s->t, a, p->t, n * 4);
+    backend_copy_d2h(s->r, b, p->r, n * 4);
+    size_t diff = 0, out = 0;
+    for (size_t i = 0; i < n; i++) {
+        want[i] = b[i], two[i] = 2 * bound[i];
+        diff += memcmp(&a[i], &b[i], 4) != 0;
+        out += !(fabs((double)a[i] - want[i]) <= two[i]);
+    }
+    char name[120];
+    snprintf(name, sizeof name, "op_suite %s (%zu differ in any bit)", what, diff);
+    if (s->u_dot == 0.0)
+        suite_count(s, check_allclose_v(name, a, want, n, CHECK_EXACT, s->verbose));
+    else if (out || s->verbose) /* prints its line */
+        suite_count(s, check_within(name, a, want, two, n));
+    free(a), free(b), free(want), free(two);
+}
+
+static void suite_quant(suite *s)
+{
+    float cb[16];
+    nqref_needle_codebook(cb);
+    pair pcb = pair_new(s, cb, sizeof cb);
+    const int shapes[3][2] = {{37, 300}, {64, 24}, {200, 768}}; /* padded groups; engram rows */
+    for (int k = 0; k < 3; k++) {
+        const int rows = shapes[k][0], cols = shapes[k][1];
+        const size_t n = (size_t)rows * cols;
+        float *w = host_rand(s, n, k == 2 ? 0.05 : 1.0);
+        double *want = malloc(n * sizeof(double)), *bound = malloc(n * sizeof(double));
+        size_t amb = nqref_cq(w, rows, cols, cb, want, bound);
+        pair pw = pair_new(s, w, n * 4), out = pair_new(s, NULL, n * 4);
+        FOR_SIDES (be) backend_cq_w4_quant(be, PF(out, side), PF(pw, side), PF(pcb, side), rows, cols);
+        char name[96];
+        snprintf(name, sizeof name, "cq_w4_quant %dx%d, %zu groups ambiguous", rows, cols, amb);
+        quant_check(s, name, &out, bound, n);
+        free(w), free(want), free(bound);
+        pair_free(s, &pw), pair_free(s, &out);
+    }
+    pair_free(s, &pcb);
+    const int ashapes[2][2] = {{200, 96}, {1500, 16}}; /* tokens; head vectors (KV8) */
+    for (int k = 0; k < 2; k++) {
+        const int rows = ashapes[k][0], cols = ashapes[k][1];
+        const size_t n = (size_t)rows * cols;
+        float *x = host_rand(s, n, 3);
+        for (int c = 0; c < cols; c++) x[c] = 0.0f; /* a zero row */
+        double *want = malloc(n * sizeof(double)), *bound = malloc(n * sizeof(double));
+        size_t amb = 0;
+        for (int r = 0; r < rows; r++)
+            amb += nqref_a8_row(x + (size_t)r * cols, cols, want + (size_t)r * cols,
+                                bound + (size_t)r * cols);
+        pair px = pair_new(s, x, n * 4), out = pair_new(s, NULL, n * 4);
+        FOR_SIDES (be) backend_fake_quant_a8(be, PF(out, side), PF(px, side), rows, cols);
+        char name[96];
+        snprintf(name, sizeof name, "fake_quant_a8 %dx%d, %zu ambiguous", rows, cols, amb);
+        quant_check(s, name, &out, bound, n);
+        free(x), free(want), free(bound);
+        pair_free(s, &px), pair_free(s, &out);
+    }
+}
+
 void suite_needle(suite *s)
 {
     suite_taps(s);
     suite_gates(s);
+    suite_quant(s);
 }

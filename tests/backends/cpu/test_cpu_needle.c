@@ -2,8 +2,11 @@
  * the sigmoid gates (forward against a double reference, backward against central finite
  * differences of a random linear functional of it; conv decode rows against the forward), and
  * Needle's zero-centred RMSNorm as rmsnorm with weight 1 + scale (checked against the ZC formula
- * itself: dweight is dscale). Accumulated gradients start non-zero so += is checked. */
+ * itself: dweight is dscale), and the W4 / A8 fake quantisation against needle_quant_ref.h's
+ * double reference (with Needle's own codebook; ties, padding, fp16 subnormal norms, zero rows).
+ * Accumulated gradients start non-zero so += is checked. */
 #include "cpu_test.h"
+#include "tests/backends/needle_quant_ref.h"
 
 typedef struct {
     double *x, *w, *wout, *out;
@@ -211,6 +214,87 @@ static void test_zc_norm(backend *be, int N, int C, size_t samples)
     free(c.x), free(c.s), free(c.wout), free(c.out);
 }
 
+/* W4 of a random (rows, cols) matrix at the given scale (zero_row: row 0 all zeros) against the
+ * double reference; ambiguous groups (a decision within its fp32 error) are left out of the
+ * comparison and must be few; in place must give the same bits. */
+static void test_cq(backend *be, int rows, int cols, double scale, int zero_row)
+{
+    const size_t n = (size_t)rows * cols, groups = (size_t)rows * ((cols + 127) / 128);
+    float cb[16], *w = frand(n, scale), *out = frand(n, 1);
+    nqref_needle_codebook(cb);
+    if (zero_row) memset(w, 0, (size_t)cols * sizeof(float));
+    double *want = malloc(n * sizeof(double)), *bound = malloc(n * sizeof(double));
+    size_t amb = nqref_cq(w, rows, cols, cb, want, bound);
+    backend_cq_w4_quant(be, out, w, cb, rows, cols);
+    char name[96];
+    snprintf(name, sizeof name, "cq_w4 %dx%d scale %g (%zu of %zu groups ambiguous)", rows, cols,
+             scale, amb, groups);
+    check_within(name, out, want, bound, n);
+    CHECK(amb * 10 <= groups, "cq_w4: %zu of %zu groups ambiguous (random data: ~4%%)", amb, groups);
+    float *y = fcopy(w, n);
+    backend_cq_w4_quant(be, y, y, cb, rows, cols);
+    check_equal("  cq_w4 in place (out = w)", y, out, n);
+    free(w), free(out), free(want), free(bound), free(y);
+}
+
+/* Ties take the lower code: a codebook symmetric about 0 (cb[7] = -cb[8]) and groups w = a e_0 +
+ * a e_1, whose rotation is exactly 2 a hs at even i and exactly 0 at odd i: every odd u is an
+ * exact tie between cb[7] and cb[8]. The upper code would move what_k by 2 cb[8] nu16 hs times
+ * sum_{odd i} H[i][k] (+-64 at k = 0, 1; 0 elsewhere): far outside the bound at those two. */
+static void test_cq_ties(backend *be)
+{
+    float cb[16], w[2 * 128] = {0};
+    for (int k = 0; k < 16; k++) cb[k] = (float)((k - 7.5) * 0.05); /* cb[10] = 0.125 = u_even */
+    w[0] = w[1] = 0.75f, w[128] = w[129] = -3.0f;
+    double want[256], bound[256], up[256];
+    int codes[128];
+    for (int g = 0; g < 2; g++) {
+        nqref_cq_group(w + 128 * g, 128, cb, want + 128 * g, bound + 128 * g, codes);
+        CHECK(codes[1] == 7 && codes[0] == (g ? 5 : 10), "cq ties: reference codes %d, %d", codes[0], codes[1]);
+        float cu[16];
+        memcpy(cu, cb, sizeof cu);
+        cu[7] = cb[8]; /* what the upper code would give */
+        nqref_cq_group(w + 128 * g, 128, cu, up + 128 * g, bound + 128 * g, NULL);
+        for (int k = 0; k < 128; k++) bound[128 * g + k] = 2 * CHECK_U_FP32 * (8 + 4 * fabs(want[128 * g + k]));
+    }
+    float out[256];
+    backend_cq_w4_quant(be, out, w, cb, 2, 128);
+    check_within("cq_w4 exact ties take the lower code", out, want, bound, 256);
+    int far = 1;
+    for (int k = 0; k < 256; k++)
+        if (k % 128 < 2) far &= fabs(out[k] - up[k]) > 100 * bound[k];
+    CHECK(far, "cq_w4: a tie is not told from the upper code's result");
+}
+
+/* A8 rows against the double reference (element-wise, ambiguous half-integers left out), exact
+ * half-to-even ties, a zero row, and in place. */
+static void test_a8(backend *be, int rows, int cols)
+{
+    const size_t n = (size_t)rows * cols;
+    float *x = frand(n, 3), *out = frand(n, 1);
+    for (int c = 0; c < cols; c++) x[c] = 0.0f; /* row 0: zeros (s = 1) */
+    for (int c = 0; c < cols; c++) x[(size_t)cols + c] *= (float)(1 + c % 7) * 1e3f; /* wide range */
+    double *want = malloc(n * sizeof(double)), *bound = malloc(n * sizeof(double));
+    size_t amb = 0;
+    for (int r = 0; r < rows; r++)
+        amb += nqref_a8_row(x + (size_t)r * cols, cols, want + (size_t)r * cols, bound + (size_t)r * cols);
+    backend_fake_quant_a8(be, out, x, rows, cols);
+    char name[96];
+    snprintf(name, sizeof name, "a8 %dx%d (%zu ambiguous)", rows, cols, amb);
+    check_within(name, out, want, bound, n);
+    CHECK(amb * 1000 <= n, "a8: %zu of %zu elements ambiguous", amb, n);
+    float *y = fcopy(x, n);
+    backend_fake_quant_a8(be, y, y, rows, cols);
+    check_equal("  a8 in place (out = x)", y, out, n);
+    /* s = 127 / 127 = 1: x / s is exact, so the half-integers are true ties (to even) */
+    float t[9] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 3.5f, -126.5f}, tq[9];
+    /* -0.5 -> q = -0, and x + (q - x) = -0.5 + 0.5 = +0, as Needle's f32 expression gives */
+    const float te[9] = {127.0f, 0.0f, 2.0f, 2.0f, 0.0f, -2.0f, -2.0f, 4.0f, -126.0f};
+    backend_fake_quant_a8(be, tq, t, 1, 9);
+    check_equal("  a8 ties to even", tq, te, 9);
+    free(x), free(out), free(want), free(bound), free(y);
+}
+
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
@@ -227,6 +311,14 @@ int main(int argc, char **argv)
     test_scalar_gate(be, 100003, -2.5f, 500);
     test_zc_norm(be, 37, 96, 300); /* a residual row (d 96, the fixtures') */
     test_zc_norm(be, 64 * 4, 16, 300); /* q/k heads: rows of dq 16 */
+    test_cq(be, 40, 300, 1.0, 1);   /* two full groups and a padded one a row; a zero row */
+    test_cq(be, 64, 24, 0.05, 0);   /* engram table rows (sub 24): one short group */
+    test_cq(be, 12, 768, 300.0, 0); /* large norms (fp16 steps of 1 and more) */
+    test_cq(be, 30, 128, 1e-7, 0);  /* norms under 2^-14: fp16's subnormal steps */
+    test_cq(be, 300, 256, 0.02, 0); /* several threads */
+    test_cq_ties(be);
+    test_a8(be, 50, 96);
+    test_a8(be, 4096, 16); /* KV8: head vectors */
     backend_destroy(be);
     return test_finish("test_cpu_needle");
 }
