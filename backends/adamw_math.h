@@ -7,14 +7,7 @@
 
 #include <math.h>
 
-/* Host and device code under nvcc; nothing in C (and in the CUDA host emulator's C++). */
-#ifndef LOOM_HD
-#ifdef __CUDACC__
-#define LOOM_HD __host__ __device__
-#else
-#define LOOM_HD
-#endif
-#endif
+#include "backends/loom_hd.h"
 
 /* One step's constants: learning rate, betas, eps, weight decay, gradient scale, and the
  * reciprocal bias corrections ibc1 = 1 / (1 - b1^t), ibc2 = 1 / (1 - b2^t). */
