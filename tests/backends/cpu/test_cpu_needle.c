@@ -230,7 +230,8 @@ static void test_cq(backend *be, int rows, int cols, double scale, int zero_row)
     snprintf(name, sizeof name, "cq_w4 %dx%d scale %g (%zu of %zu groups ambiguous)", rows, cols,
              scale, amb, groups);
     check_within(name, out, want, bound, n);
-    CHECK(amb * 10 <= groups, "cq_w4: %zu of %zu groups ambiguous (random data: ~4%%)", amb, groups);
+    /* random data leaves ~5% of groups ambiguous; the check must still compare most of them */
+    CHECK(amb * 4 <= groups, "cq_w4: %zu of %zu groups ambiguous (random data: ~5%%)", amb, groups);
     float *y = fcopy(w, n);
     backend_cq_w4_quant(be, y, y, cb, rows, cols);
     check_equal("  cq_w4 in place (out = w)", y, out, n);
