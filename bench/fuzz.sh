@@ -6,6 +6,8 @@
 #                and Needle's rows (tests/fixtures/needle/needle_rows.jsonl, flag bit 3: Needle's format)
 #   fuzz_ckpt    checkpoint files (open, state, groups, `ckpt info`)  seed: a small valid checkpoint
 #   fuzz_safetensors  .safetensors files (header, every tensor to fp32)  seeds: the HF fixtures'
+#   fuzz_needle  Needle base checkpoints and adapters (format, config, shapes, every tensor)  seeds:
+#                Needle's own files (tests/fixtures/needle)
 #   fuzz_tokenizer    tokenizer.json files (open, encode, decode, a chat prompt)  seeds: every
 #                     committed tokenizer.json
 #   fuzz_spm     SentencePiece .model files (open, encode, decode, Needle's rows)  seeds: the
@@ -34,13 +36,13 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 $san" \
       -DLOOM_CUDA=OFF -DCMAKE_PROJECT_loom_INCLUDE="$root/bench/fuzz/fuzz.cmake" >"$build.configure.log" 2>&1 ||
     { tail -20 "$build.configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_tokenizer fuzz_spm fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_needle fuzz_tokenizer fuzz_spm fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
     { grep -E "error" "$build.build.log" | head -20; exit 1; }
 
 # Seeds (fresh each run; the fuzzer's own finds go to corpus/, kept between runs)
 seeds=$out/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,tokenizer,spm,text,hf} \
-    "$out"/corpus/{config,jsonl,ckpt,safetensors,tokenizer,spm,text,hf} "$out/crashes"
+rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf} \
+    "$out"/corpus/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf} "$out/crashes"
 cp configs/*.json configs/models/*.json "$seeds/config/"
 i=0
 while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines, bit1 prompt-only
@@ -55,6 +57,9 @@ while IFS= read -r line; do   # Needle's rows, read the Needle way (bit 3)
 done <tests/fixtures/needle/needle_rows.jsonl
 { printf '\x08'; cat tests/fixtures/needle/needle_rows.jsonl; } >"$seeds/jsonl/needle_file"
 cp tests/fixtures/needle/*.model "$seeds/spm/"
+# needle seeds: a selector byte (even: base checkpoint, odd: adapter), then Needle's own files
+{ printf '\000'; cat tests/fixtures/needle/model_base.safetensors; } >"$seeds/needle/base"
+{ printf '\001'; cat tests/fixtures/needle/model_lora.safetensors; } >"$seeds/needle/lora"
 "$build/tests/reliability/fuzz_replay" --ckpt-seed "$seeds/ckpt/full.h5"
 "$build/tests/reliability/fuzz_replay" --safetensors-seed "$seeds/safetensors"
 for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seeds/safetensors/$(basename "$(dirname "$f")").safetensors"; done

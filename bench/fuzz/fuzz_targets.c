@@ -12,6 +12,7 @@
 
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
+#include "checkpoints/needle.h"
 #include "checkpoints/safetensors.h"
 #include "core/text/chat.h"
 #include "core/config/config.h"
@@ -210,6 +211,29 @@ int fuzz_safetensors(const uint8_t *data, size_t n)
         for (int i = 0; i < f->ntensors; i++)
             if (f->t[i].numel <= 4096) st_read_f32(f, i, buf, f->t[i].numel);
         st_close(f);
+    }
+    unlink(path);
+    return 0;
+}
+
+/* A Needle file: the first byte says which reader (even: a base checkpoint, whose every tensor up to
+ * 4096 elements is read to fp32; odd: a LoRA adapter), the rest is the file. */
+int fuzz_needle(const uint8_t *data, size_t n)
+{
+    char path[512];
+    if (n < 1 || fuzz_to_scratch(path, sizeof path, "safetensors", data + 1, n - 1) != 0) return 0;
+    if (data[0] & 1) {
+        needle_adapter_close(needle_adapter_open(path));
+    } else {
+        needle_file *f = needle_open(path);
+        if (f) {
+            float buf[4096];
+            for (int i = 0; i < needle_file_count(f); i++) {
+                const st_tensor *t = needle_file_tensor(f, i);
+                if (t->numel <= 4096) needle_file_read(f, i, buf, t->numel);
+            }
+            needle_close(f);
+        }
     }
     unlink(path);
     return 0;
@@ -472,6 +496,7 @@ fuzz_target_fn fuzz_target_by_name(const char *name)
     if (strcmp(name, "spm") == 0) return fuzz_spm;
     if (strcmp(name, "text") == 0) return fuzz_text_encode;
     if (strcmp(name, "safetensors") == 0) return fuzz_safetensors;
+    if (strcmp(name, "needle") == 0) return fuzz_needle;
     if (strcmp(name, "config") == 0) return fuzz_config;
     if (strcmp(name, "jsonl") == 0) return fuzz_jsonl;
     if (strcmp(name, "ckpt") == 0) return fuzz_ckpt;

@@ -30,6 +30,10 @@ int fuzz_ckpt_seed(const char *path);
 int fuzz_safetensors(const uint8_t *data, size_t n);
 /* Write a small valid model.safetensors (bf16, 3 tensors) into folder `dir`. 0 on success. */
 int fuzz_safetensors_seed(const char *dir);
+/* A Needle .safetensors file after one selector byte: even, a base checkpoint (needle_open's
+ * format, config and shape checks, then every tensor up to 4096 elements to fp32); odd, a LoRA
+ * adapter (needle_adapter_open). */
+int fuzz_needle(const uint8_t *data, size_t n);
 
 /* A tokenizer.json file: tokenizer_open, then a fixed text (words, whitespace runs, accents, CJK,
  * an emoji, a bad UTF-8 sequence, chat markers) encoded and decoded (ids in the vocabulary, the

@@ -60,7 +60,7 @@ typedef struct data_config {
     float val_split;         /* held-out fraction when val is empty (finetune) */
     int max_len;             /* finetune: cap on padded example length */
     int skip_bad_lines;
-    char chat_format[32];    /* finetune: "" = loom */
+    char chat_format[32];    /* finetune: "" = from the model (its template, Needle's tokenizer), else loom */
     int bucket;              /* finetune: global batches of similar lengths, each at its own length */
     int pack;                /* finetune: micro-batches packed without padding (ragged passes) */
 } data_config;

@@ -128,8 +128,8 @@
     X("data.skip_bad_lines", CFG_BOOL, data.skip_bad_lines, "false", ANY, \
       "Finetune: skip malformed JSONL lines with a warning instead of stopping.") \
     X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
-      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`, `mistral`; docs/finetune-data.md); `\"\"` = from " \
-      "the model folder's chat_template, else `loom`.") \
+      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`, `mistral`, `needle`; docs/finetune-data.md); " \
+      "`\"\"` = from the model folder's chat_template, `needle` for a Needle SentencePiece model, else `loom`.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
       "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \
       "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \

@@ -1,5 +1,5 @@
 /* fuzz_replay.c: `fuzz_replay DIR`: every file DIR/<target>/<name> (target = config, jsonl,
- * ckpt, safetensors, tokenizer, text or hf) run once through the same fuzz entry point bench/fuzz.sh
+ * ckpt, safetensors, needle, tokenizer, spm, text or hf) run once through the same fuzz entry point bench/fuzz.sh
  * fuzzes. Inputs that once crashed a fuzzer live there, so a fixed bug stays fixed; under LOOM_SANITIZE a leak or a bad read in
  * them fails the test too. `fuzz_replay --ckpt-seed FILE` writes the fuzzer's checkpoint seed;
  * `--ckpt-seal FILE` seals a seed that another tool (h5repack) rewrote. Must never modify DIR. */
@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_set_quiet(1);
-    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors", "tokenizer", "text", "hf"};
+    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors", "needle", "tokenizer", "spm", "text", "hf"};
     int total = 0;
     for (int t = 0; t < (int)(sizeof targets / sizeof *targets); t++) {
         char dir[4096], path[8192];
