@@ -8,14 +8,7 @@
 
 #include <math.h>
 
-/* Host and device code under nvcc; nothing in C (and in the CUDA host emulator's C++). */
-#ifndef LOOM_HD
-#ifdef __CUDACC__
-#define LOOM_HD __host__ __device__
-#else
-#define LOOM_HD
-#endif
-#endif
+#include "backends/loom_hd.h"
 
 /* Single IEEE operations, never fused with a neighbour. */
 #if defined(__CUDA_ARCH__)
