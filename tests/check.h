@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The failure counter: one per test program. A program built from several files defines
@@ -191,6 +192,22 @@ static inline int check_exit_code(const char *name)
     else
         printf("%s: passed\n", name);
     return CHECK_COUNTER ? 1 : 0;
+}
+
+/* A whole file, NUL-terminated (malloc'd; its length in *n), or NULL when it cannot be read. */
+static inline char *check_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    *n = buf ? (size_t)len : 0;
+    return buf;
 }
 
 #endif

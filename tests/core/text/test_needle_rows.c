@@ -17,21 +17,6 @@
 
 #include "tests/check.h"
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
-
 static const char *fixture(const char *name)
 {
     static char path[1024];
@@ -203,7 +188,7 @@ int main(void)
               ct.pad == 0,
           "the format of a Needle tokenizer: %s", ct.format ? ct.format : loom_error());
     size_t n1, n2;
-    char *rows_all = read_all(fixture("needle_rows.jsonl"), &n1), *want_all = read_all(fixture("needle_rows_expected.jsonl"), &n2);
+    char *rows_all = check_read_file(fixture("needle_rows.jsonl"), &n1), *want_all = check_read_file(fixture("needle_rows_expected.jsonl"), &n2);
     CHECK(rows_all && want_all, "fixtures missing");
     if (rows_all && want_all) {
         char *rows[256], *want[257];

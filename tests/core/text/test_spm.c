@@ -14,21 +14,6 @@
 
 #include "tests/check.h"
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
-
 static const char *fixture(const char *dir, const char *name)
 {
     static char path[1024];
@@ -59,9 +44,9 @@ static void check_ids(tokenizer *t)
 static void check_text(tokenizer *t)
 {
     size_t n, nw, nd;
-    char *text = read_all(fixture("tokenizers", "text.txt"), &n);
-    unsigned char *want = (unsigned char *)read_all(fixture("needle", "needle_text.ids"), &nw);
-    char *dec = read_all(fixture("needle", "needle_text.decoded"), &nd);
+    char *text = check_read_file(fixture("tokenizers", "text.txt"), &n);
+    unsigned char *want = (unsigned char *)check_read_file(fixture("needle", "needle_text.ids"), &nw);
+    char *dec = check_read_file(fixture("needle", "needle_text.decoded"), &nd);
     CHECK(text && want && dec, "fixtures missing");
     if (!text || !want || !dec) { free(text); free(want); free(dec); return; }
     size_t count = 0, first = 0;
@@ -107,7 +92,7 @@ static void check_case(tokenizer *t, const cJSON *c, int line, const char *file)
 static void check_cases(tokenizer *t, const char *name)
 {
     size_t n;
-    char *all = read_all(fixture("needle", name), &n);
+    char *all = check_read_file(fixture("needle", name), &n);
     CHECK(all != NULL, "%s missing", name);
     int line = 0;
     for (char *p = all, *nl; p && *p; p = nl ? nl + 1 : p + strlen(p)) {
@@ -213,7 +198,7 @@ static void x_many(FILE *f)
 static void check_bad(void)
 {
     size_t n;
-    char *good = read_all(fixture("needle", "needle.model"), &n);
+    char *good = check_read_file(fixture("needle", "needle.model"), &n);
     CHECK(good != NULL, "needle.model missing");
     if (!good) return;
     write_model(NULL, 0, 0, x_json);

@@ -13,21 +13,6 @@
 
 #include "tests/check.h"
 
-static char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    *n = (size_t)len;
-    return buf;
-}
-
 static const char *fixture(const char *name)
 {
     static char path[1024];
@@ -47,7 +32,7 @@ static void check_family(const char *name, const char *text, size_t n, int nfc, 
     if (!t) return;
     snprintf(file, sizeof file, "%s.ids", name);
     size_t bytes;
-    unsigned char *want = (unsigned char *)read_all(fixture(file), &bytes);
+    unsigned char *want = (unsigned char *)check_read_file(fixture(file), &bytes);
     CHECK(want != NULL, "%s: no fixture ids", name);
     size_t nwant = bytes / 2, count = 0;
     int32_t *got = tokenizer_encode_alloc(t, text, n, &count);
@@ -180,14 +165,14 @@ static void check_runs(const char *last, int32_t last_id, int32_t joined_id)
 int main(void)
 {
     size_t n;
-    char *text = read_all(fixture("text.txt"), &n);
+    char *text = check_read_file(fixture("text.txt"), &n);
     CHECK(text != NULL && n >= 50000, "test text: %s", fixture("text.txt"));
     static const char *const families[] = {"gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral"};
     for (int i = 0; text && i < (int)(sizeof families / sizeof *families); i++)
         check_family(families[i], text, n, strcmp(families[i], "qwen2") == 0, 1);
     free(text);
     /* added tokens' lstrip, rstrip, single_word, normalized, and a special token hiding a plain one */
-    text = read_all(fixture("added.txt"), &n);
+    text = check_read_file(fixture("added.txt"), &n);
     CHECK(text != NULL, "added-token text: %s", fixture("added.txt"));
     if (text) check_family("added", text, n, 1, 0);
     free(text);
