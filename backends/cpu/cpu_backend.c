@@ -15,6 +15,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_needle.h"
+#include "backends/cpu/cpu_needle_mix.h"
 #include "base/error.h"
 #include "base/log.h"
 
@@ -239,6 +240,21 @@ static const backend_ops cpu_ops = {
     .scalar_gate_backward = cpu_scalar_gate_backward,
     .cq_w4_quant = cpu_cq_w4_quant,
     .fake_quant_a8 = cpu_fake_quant_a8,
+    .kron_apply = cpu_kron_apply,
+    .permute_cols = cpu_permute_cols,
+    .scale_cols = cpu_scale_cols,
+    .softmax_rows = cpu_softmax_rows,
+    .softmax_rows_backward = cpu_softmax_rows_backward,
+    .hada_mid_forward = cpu_hada_mid_forward,
+    .hada_mid_backward = cpu_hada_mid_backward,
+    .mhc_coeffs_forward = cpu_mhc_coeffs_forward,
+    .mhc_coeffs_backward = cpu_mhc_coeffs_backward,
+    .mhc_collapse = cpu_mhc_collapse,
+    .mhc_collapse_backward = cpu_mhc_collapse_backward,
+    .mhc_expand = cpu_mhc_expand,
+    .mhc_expand_backward = cpu_mhc_expand_backward,
+    .engram_gate_forward = cpu_engram_gate_forward,
+    .engram_gate_backward = cpu_engram_gate_backward,
     .measure_peak = cpu_measure_peak,
     .tuning_save = cpu_tuning_save,
     .tuning_load = cpu_tuning_load,

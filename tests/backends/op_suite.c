@@ -577,6 +577,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_xent(&s);
     suite_adamw(&s);
     suite_needle(&s);
+    suite_needle_mix(&s);
     printf("op_suite: %s vs %s: %d failing check%s\n", backend_description(test),
            backend_description(ref), s.failed, s.failed == 1 ? "" : "s");
     return s.failed;

@@ -1,7 +1,7 @@
 /* op_suite_internal.h: what the files of the op suite share (op_suite.c: the harness and the
- * ops every model uses; op_suite_needle.c: Needle's layers): the run's state, host arrays
- * mirrored on both backends, and the tolerance of a comparison. Test-only; include
- * tests/check.h (with the file's own CHECK_COUNTER) before it. */
+ * ops every model uses; op_suite_needle.c and op_suite_needle_mix.c: Needle's layers): the run's
+ * state, host arrays mirrored on both backends, and the tolerance of a comparison. Test-only;
+ * include tests/check.h (with the file's own CHECK_COUNTER) before it. */
 #ifndef LOOM_OP_SUITE_INTERNAL_H
 #define LOOM_OP_SUITE_INTERNAL_H
 
@@ -41,6 +41,10 @@ void pair_check(suite *s, const char *op, pair *p, check_tol t);
 
 /* op_suite_needle.c: Needle's layers (conv taps, gates, fake quantisation). */
 void suite_needle(suite *s);
+/* op_suite_needle_mix.c: Needle's mixing layers (Kronecker products, permutations, softmax, the
+ * Hadamard middle, mHC, the engram gate), against double references; skipped (and said) where a
+ * side lacks BACKEND_OP_NEEDLE_MIX. */
+void suite_needle_mix(suite *s);
 
 /* The device pointer of pair p on side 0 (test) or 1 (reference), and that side's backend. */
 #define PF(p, side) ((float *)((side) ? (p).r : (p).t))

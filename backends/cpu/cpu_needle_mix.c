@@ -1,0 +1,660 @@
+/* cpu_needle_mix.c: Needle's mixing layers on the CPU (backend.h, "Needle's mixing layers";
+ * docs/needle.md 2.3, 2.4, 2.6): the Kronecker-factored products, column permutations and
+ * scales, row softmax, the Hadamard MLP's SiLU middle, mHC's coefficients (Sinkhorn), collapse and
+ * expand, and the engram gate, each with its input gradient. fp32, rows in parallel, each row's
+ * arithmetic independent of the thread count. exp and log are libm's expf/logf (within an ulp,
+ * like the f32 model's), never cpu_expf's approximation. The only memory taken is the per-thread
+ * scratch (cpu_scratch.c), so any lanes count works. */
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_needle_mix.h"
+
+/* Sinkhorn's rounds (docs/needle.md 2.3): each a row then a column normalisation. */
+#define MIX_SINKHORN_STEPS 40
+
+/* Threads for N rows of about `width` floats of work each: one below CPU_PAR_MIN. */
+static int mix_threads(backend *be, size_t N, size_t width)
+{
+    return N < 2 || N * width < CPU_PAR_MIN ? 1 : cpu_st(be)->threads;
+}
+
+static inline float mix_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* --- Kronecker-factored products --- */
+
+/* Eight floats as one value (GCC/clang vector extension: an AVX register in the AVX2 and AVX-512
+ * clones, two SSE registers in the baseline one); mix_v8u is the same at any float's alignment,
+ * for loads and stores. Values only, never passed to or returned from a function (ABI). */
+typedef float mix_v8 __attribute__((vector_size(32)));
+typedef float mix_v8u __attribute__((vector_size(32), aligned(4), may_alias));
+#define mix_ld(p) (*(const mix_v8u *)(p))
+#define mix_st(p, v) (*(mix_v8u *)(p) = (v))
+
+/* C (m x n) = P (m x p) Q (p x n), row-major: C[k][:] = sum_i P[k][i] Q[i][:], i in order for
+ * every element whichever path computes it. Blocks of four rows by 16 (then 8) columns keep their
+ * sums in registers while Q's rows stream past, P's entries broadcast; the rest one row at a
+ * time, then one element at a time. Always inlined: compiled inside each clone of its caller. */
+static inline __attribute__((always_inline)) void mix_mm(float *restrict C,
+                                                         const float *restrict P,
+                                                         const float *restrict Q, int m, int p,
+                                                         int n)
+{
+    int k = 0;
+    for (; k + 4 <= m; k += 4) {
+        const float *p0 = P + (size_t)k * p, *p1 = p0 + p, *p2 = p1 + p, *p3 = p2 + p;
+        float *c = C + (size_t)k * n;
+        int l = 0;
+        for (; l + 16 <= n; l += 16) {
+            mix_v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+            for (int i = 0; i < p; i++) {
+                const float *q = Q + (size_t)i * n + l;
+                const mix_v8 qa = mix_ld(q), qb = mix_ld(q + 8);
+                c0 += p0[i] * qa, c1 += p0[i] * qb;
+                c2 += p1[i] * qa, c3 += p1[i] * qb;
+                c4 += p2[i] * qa, c5 += p2[i] * qb;
+                c6 += p3[i] * qa, c7 += p3[i] * qb;
+            }
+            mix_st(c + l, c0), mix_st(c + l + 8, c1);
+            mix_st(c + n + l, c2), mix_st(c + n + l + 8, c3);
+            mix_st(c + 2 * n + l, c4), mix_st(c + 2 * n + l + 8, c5);
+            mix_st(c + 3 * n + l, c6), mix_st(c + 3 * n + l + 8, c7);
+        }
+        for (; l + 8 <= n; l += 8) {
+            mix_v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+            for (int i = 0; i < p; i++) {
+                const mix_v8 q = mix_ld(Q + (size_t)i * n + l);
+                c0 += p0[i] * q, c1 += p1[i] * q, c2 += p2[i] * q, c3 += p3[i] * q;
+            }
+            mix_st(c + l, c0), mix_st(c + n + l, c1);
+            mix_st(c + 2 * n + l, c2), mix_st(c + 3 * n + l, c3);
+        }
+        for (int kk = k; kk < k + 4; kk++)
+            for (int ll = l; ll < n; ll++) {
+                float acc = 0.0f;
+                for (int i = 0; i < p; i++) acc += P[(size_t)kk * p + i] * Q[(size_t)i * n + ll];
+                C[(size_t)kk * n + ll] = acc;
+            }
+    }
+    for (; k < m; k++) {
+        const float *pk = P + (size_t)k * p;
+        float *c = C + (size_t)k * n;
+        int l = 0;
+        for (; l + 8 <= n; l += 8) {
+            mix_v8 c0 = {0};
+            for (int i = 0; i < p; i++) c0 += pk[i] * mix_ld(Q + (size_t)i * n + l);
+            mix_st(c + l, c0);
+        }
+        for (; l < n; l++) {
+            float acc = 0.0f;
+            for (int i = 0; i < p; i++) acc += pk[i] * Q[(size_t)i * n + l];
+            c[l] = acc;
+        }
+    }
+}
+
+/* Rows [r0, r1): out[r] = L Z R (Z = z[r] as a x b) as T = L Z, then T R; T: a x b scratch. */
+CPU_CLONES static void mix_k_kron(float *out, const float *z, const float *L, const float *R,
+                                  float *T, size_t r0, size_t r1, int a, int b)
+{
+    const size_t ab = (size_t)a * b;
+    for (size_t r = r0; r < r1; r++) {
+        mix_mm(T, L, z + r * ab, a, a, b);
+        mix_mm(out + r * ab, T, R, a, b, b);
+    }
+}
+
+/* transpose 0: out = A^T Z Bm (L = A^T, R = Bm); 1: out = A Z Bm^T (L = A, R = Bm^T). Each
+ * thread lays L and R out row-major in its own scratch, then runs its rows. */
+void cpu_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
+                    int N, int a, int b, int transpose)
+{
+    if (N <= 0 || a <= 0 || b <= 0) return;
+    cpu_state *st = cpu_st(be);
+    const size_t aa = (size_t)a * a, bb = (size_t)b * b, ab = (size_t)a * b;
+    if (cpu_scratch_reserve(st, aa + bb + ab) != 0) return;
+    /* 2 (a + b) flops per element: worth threads from a few rows on */
+    int nt = mix_threads(be, (size_t)N, ab * (size_t)(a + b) / 8);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *L = st->scratch[CPU_TID()], *R = L + aa, *T = R + bb;
+        for (size_t i = 0; i < (size_t)a; i++)
+            for (size_t k = 0; k < (size_t)a; k++)
+                L[i * a + k] = transpose ? A[i * a + k] : A[k * a + i];
+        for (size_t j = 0; j < (size_t)b; j++)
+            for (size_t l = 0; l < (size_t)b; l++)
+                R[j * b + l] = transpose ? Bm[l * b + j] : Bm[j * b + l];
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_kron(out, z, L, R, T, lo, hi, a, b);
+    }
+}
+
+/* --- column permutations and scales --- */
+
+/* gather out[r][m] = x[r][perm[m]], or (inverse) scatter out[r][perm[m]] = x[r][m] */
+void cpu_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N, int n,
+                      int inverse)
+{
+    if (N <= 0 || n <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) {
+            const float *xr = x + r * n;
+            float *o = out + r * n;
+            if (inverse)
+                for (int m = 0; m < n; m++) o[perm[m]] = xr[m];
+            else
+                for (int m = 0; m < n; m++) o[m] = xr[perm[m]];
+        }
+    }
+}
+
+/* out[r][c] = x[r][c] d[c] for c < min(n_in, n_out), then zeros up to n_out */
+CPU_CLONES static void mix_k_scale_cols(float *out, const float *x, const float *d, size_t r0,
+                                        size_t r1, int n_in, int n_out)
+{
+    const int m = n_in < n_out ? n_in : n_out;
+    for (size_t r = r0; r < r1; r++) {
+        const float *xr = x + r * n_in;
+        float *o = out + r * n_out;
+#pragma omp simd
+        for (int c = 0; c < m; c++) o[c] = xr[c] * d[c];
+        for (int c = m; c < n_out; c++) o[c] = 0.0f;
+    }
+}
+
+void cpu_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,
+                    int n_out)
+{
+    if (N <= 0 || n_out <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n_out);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_scale_cols(out, x, d, lo, hi, n_in, n_out);
+    }
+}
+
+/* --- row softmax --- */
+
+/* o = exp(x - max) / sum exp(x - max) over n values at stride 1; o may be x */
+static void mix_softmax(float *o, const float *x, int n)
+{
+    float mx = x[0], sum = 0.0f;
+    for (int c = 1; c < n; c++) mx = x[c] > mx ? x[c] : mx;
+    for (int c = 0; c < n; c++) {
+        float e = expf(x[c] - mx);
+        o[c] = e;
+        sum += e;
+    }
+    for (int c = 0; c < n; c++) o[c] = o[c] / sum;
+}
+
+void cpu_softmax_rows(backend *be, float *out, const float *x, int N, int n)
+{
+    if (N <= 0 || n <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n * 8);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) mix_softmax(out + r * n, x + r * n, n);
+    }
+}
+
+/* dx = s (dout - <s, dout>); the dot first, so dx may be dout */
+CPU_CLONES static void mix_k_softmax_bwd(float *dx, const float *dout, const float *s, size_t r0,
+                                         size_t r1, int n)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *sr = s + r * n, *g = dout + r * n;
+        float *o = dx + r * n, dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int c = 0; c < n; c++) dot += sr[c] * g[c];
+#pragma omp simd
+        for (int c = 0; c < n; c++) o[c] = sr[c] * (g[c] - dot);
+    }
+}
+
+void cpu_softmax_rows_backward(backend *be, float *dx, const float *dout, const float *s, int N,
+                               int n)
+{
+    if (N <= 0 || n <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_softmax_bwd(dx, dout, s, lo, hi, n);
+    }
+}
+
+/* --- the Hadamard MLP's middle --- */
+
+/* u = (d2 cond) z1 + b2, out = u sigmoid(u); out may be z1 (each element read, then written) */
+void cpu_hada_mid_forward(backend *be, float *out, const float *z1, const float *cond,
+                          const float *d2, const float *b2, int N, int n)
+{
+    if (N <= 0 || n <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n * 4);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) {
+            const float *zr = z1 + r * n, *cr = cond + r * n;
+            float *o = out + r * n;
+            for (int c = 0; c < n; c++) {
+                float u = (d2[c] * cr[c]) * zr[c] + b2[c];
+                o[c] = u * mix_sigmoid(u);
+            }
+        }
+    }
+}
+
+/* du = dout sigmoid(u) (1 + u (1 - sigmoid(u))), dz1 = (d2 cond) du, dcond = d2 (z1 du) */
+void cpu_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *dout,
+                           const float *z1, const float *cond, const float *d2, const float *b2,
+                           int N, int n)
+{
+    if (N <= 0 || n <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)n * 4);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        for (size_t r = lo; r < hi; r++) {
+            const size_t o = r * n;
+            for (int c = 0; c < n; c++) {
+                const float dc = d2[c] * cond[o + c];
+                const float u = dc * z1[o + c] + b2[c], s = mix_sigmoid(u);
+                const float du = dout[o + c] * (s * (1.0f + u * (1.0f - s)));
+                dz1[o + c] = dc * du;
+                dcond[o + c] = d2[c] * (z1[o + c] * du);
+            }
+        }
+    }
+}
+
+/* --- mHC: coefficients --- */
+
+/* logsumexp of n values at stride `st`: max + log(sum exp(z - max)) */
+static float mix_lse(const float *z, int st, int n)
+{
+    float mx = z[0], sum = 0.0f;
+    for (int i = 1; i < n; i++) mx = z[(size_t)i * st] > mx ? z[(size_t)i * st] : mx;
+    for (int i = 0; i < n; i++) sum += expf(z[(size_t)i * st] - mx);
+    return mx + logf(sum);
+}
+
+/* Sinkhorn's steps on the L x L matrix Z in place: even steps subtract every row's logsumexp,
+ * odd steps every column's. With `trace`, step t's input is kept at trace + t L^2 first. */
+static void mix_sinkhorn(float *Z, int L, float *trace)
+{
+    const size_t LL = (size_t)L * L;
+    for (int t = 0; t < MIX_SINKHORN_STEPS; t++) {
+        if (trace) memcpy(trace + (size_t)t * LL, Z, LL * sizeof(float));
+        const size_t along = t % 2 ? (size_t)L : 1, across = t % 2 ? 1 : (size_t)L;
+        for (int i = 0; i < L; i++) {
+            float *line = Z + i * across;
+            const float lse = mix_lse(line, (int)along, L);
+            for (int j = 0; j < L; j++) line[j * along] -= lse;
+        }
+    }
+}
+
+/* The pre and post gates' arguments (k < L: pre; L <= k < 2L: post):
+ * pre: (alpha0 z + b) + (8 [k == lane] - 4);  post: (alpha1 z + b) - 4 [k != lane] */
+static inline float mix_gate_arg(const float *z, const float *alpha, const float *bias, int k,
+                                 int L, int lane)
+{
+    if (k < L) return (alpha[0] * z[k] + bias[k]) + (k == lane ? 4.0f : -4.0f);
+    return (alpha[1] * z[k] + bias[k]) - (k - L != lane ? 4.0f : 0.0f);
+}
+
+/* Row r: h_pre = sigmoid(.), h_post = 2 sigmoid(.), H = exp(Sinkhorn(alpha2 z_res + b_res));
+ * Z: L^2 scratch */
+static void mix_coeffs_row(float *h, const float *z, const float *alpha, const float *bias,
+                           float *Z, int L, int lane)
+{
+    for (int k = 0; k < 2 * L; k++) {
+        const float s = mix_sigmoid(mix_gate_arg(z, alpha, bias, k, L, lane));
+        h[k] = k < L ? s : 2.0f * s;
+    }
+    const int LL = L * L;
+    for (int q = 0; q < LL; q++) Z[q] = alpha[2] * z[2 * L + q] + bias[2 * L + q];
+    mix_sinkhorn(Z, L, NULL);
+    for (int q = 0; q < LL; q++) h[2 * L + q] = expf(Z[q]);
+}
+
+void cpu_mhc_coeffs_forward(backend *be, float *h, const float *z, const float *alpha,
+                            const float *bias, int N, int lanes, int lane)
+{
+    if (N <= 0 || lanes <= 0) return;
+    cpu_state *st = cpu_st(be);
+    const size_t L = (size_t)lanes, K = 2 * L + L * L;
+    if (cpu_scratch_reserve(st, L * L) != 0) return;
+    /* ~ 40 L^2 exps per row */
+    int nt = mix_threads(be, (size_t)N, 40 * 8 * L * L);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        float *Z = st->scratch[CPU_TID()];
+        for (size_t r = lo; r < hi; r++)
+            mix_coeffs_row(h + r * K, z + r * K, alpha, bias, Z, lanes, lane);
+    }
+}
+
+/* dZ back through Sinkhorn's steps, last first: step t's input `in` (trace) gives, along the
+ * step's axis, din = dout - softmax(in) sum(dout); p: L floats of scratch */
+static void mix_sinkhorn_backward(float *dZ, const float *trace, float *p, int L)
+{
+    const size_t LL = (size_t)L * L;
+    for (int t = MIX_SINKHORN_STEPS - 1; t >= 0; t--) {
+        const float *in = trace + (size_t)t * LL;
+        const size_t along = t % 2 ? (size_t)L : 1, across = t % 2 ? 1 : (size_t)L;
+        for (int i = 0; i < L; i++) {
+            const float *x = in + i * across;
+            float *g = dZ + i * across, mx = x[0], sum = 0.0f, gs = 0.0f;
+            for (int j = 1; j < L; j++) mx = x[j * along] > mx ? x[j * along] : mx;
+            for (int j = 0; j < L; j++) {
+                p[j] = expf(x[j * along] - mx);
+                sum += p[j];
+                gs += g[j * along];
+            }
+            for (int j = 0; j < L; j++) g[j * along] -= (p[j] / sum) * gs;
+        }
+    }
+}
+
+/* Row r's dz from dh: the gates' sigmoid' (times 2 for post) times alpha; the Sinkhorn part
+ * from dZ_final = dH H, back through the recomputed steps, times alpha2. w: scratch of
+ * (40 + 2) L^2 + L floats. */
+static void mix_coeffs_bwd_row(float *dz, const float *dh, const float *z, const float *alpha,
+                               const float *bias, float *w, int L, int lane)
+{
+    const size_t LL = (size_t)L * L;
+    float *trace = w, *Z = trace + MIX_SINKHORN_STEPS * LL, *dZ = Z + LL, *p = dZ + LL;
+    for (int k = 0; k < 2 * L; k++) {
+        const float s = mix_sigmoid(mix_gate_arg(z, alpha, bias, k, L, lane));
+        const float dv = k < L ? dh[k] * (s * (1.0f - s)) : dh[k] * (2.0f * (s * (1.0f - s)));
+        dz[k] = alpha[k < L ? 0 : 1] * dv;
+    }
+    for (size_t q = 0; q < LL; q++) Z[q] = alpha[2] * z[2 * L + q] + bias[2 * L + q];
+    mix_sinkhorn(Z, L, trace);
+    for (size_t q = 0; q < LL; q++) dZ[q] = dh[2 * L + q] * expf(Z[q]);
+    mix_sinkhorn_backward(dZ, trace, p, L);
+    for (size_t q = 0; q < LL; q++) dz[2 * L + q] = alpha[2] * dZ[q];
+}
+
+void cpu_mhc_coeffs_backward(backend *be, float *dz, const float *dh, const float *z,
+                             const float *alpha, const float *bias, int N, int lanes, int lane)
+{
+    if (N <= 0 || lanes <= 0) return;
+    cpu_state *st = cpu_st(be);
+    const size_t L = (size_t)lanes, K = 2 * L + L * L;
+    if (cpu_scratch_reserve(st, (MIX_SINKHORN_STEPS + 2) * L * L + L) != 0) return;
+    int nt = mix_threads(be, (size_t)N, 80 * 8 * L * L);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        float *w = st->scratch[CPU_TID()];
+        for (size_t r = lo; r < hi; r++)
+            mix_coeffs_bwd_row(dz + r * K, dh + r * K, z + r * K, alpha, bias, w, lanes, lane);
+    }
+}
+
+/* --- mHC: collapse and expand --- */
+
+/* u[r] = sum_k h[r hs + k] X[r][k], k in order */
+CPU_CLONES static void mix_k_collapse(float *u, const float *X, const float *h, int hs, size_t r0,
+                                      size_t r1, int L, int d)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *hr = h + r * hs, *x = X + r * L * d;
+        float *o = u + r * d;
+        const float h0 = hr[0];
+#pragma omp simd
+        for (int c = 0; c < d; c++) o[c] = h0 * x[c];
+        for (int k = 1; k < L; k++) {
+            const float hk = hr[k], *xk = x + (size_t)k * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++) o[c] += hk * xk[c];
+        }
+    }
+}
+
+void cpu_mhc_collapse(backend *be, float *u, const float *X, const float *h, int hs, int N,
+                      int lanes, int d)
+{
+    if (N <= 0 || lanes <= 0 || d <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)lanes * d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_collapse(u, X, h, hs, lo, hi, lanes, d);
+    }
+}
+
+/* dX[r][k] += h[r hs + k] du[r]; dh[r hs + k] = <du[r], X[r][k]> (dh NULL: not computed) */
+CPU_CLONES static void mix_k_collapse_bwd(float *dX, float *dh, const float *du, const float *X,
+                                          const float *h, int hs, size_t r0, size_t r1, int L,
+                                          int d)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *g = du + r * d, *hr = h + r * hs;
+        for (int k = 0; k < L; k++) {
+            const size_t o = (r * L + k) * d;
+            const float hk = hr[k];
+            float *dx = dX + o;
+#pragma omp simd
+            for (int c = 0; c < d; c++) dx[c] += hk * g[c];
+            if (dh) {
+                const float *x = X + o;
+                float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                for (int c = 0; c < d; c++) acc += g[c] * x[c];
+                dh[r * hs + k] = acc;
+            }
+        }
+    }
+}
+
+/* hs = 0 (one h shared by every row) takes no dh: it would be every row's sum, a fixed mean's
+ * gradient nobody needs, and every row would write the same place. */
+void cpu_mhc_collapse_backward(backend *be, float *dX, float *dh, const float *du, const float *X,
+                               const float *h, int hs, int N, int lanes, int d)
+{
+    if (N <= 0 || lanes <= 0 || d <= 0) return;
+    if (hs == 0) dh = NULL;
+    int nt = mix_threads(be, (size_t)N, (size_t)lanes * d * 2);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_collapse_bwd(dX, dh, du, X, h, hs, lo, hi, lanes, d);
+    }
+}
+
+/* Xo[r][i] = sum_j H[i][j] X[r][j] (j in order) + h_post[i] y[r] */
+CPU_CLONES static void mix_k_expand(float *Xo, const float *X, const float *h, const float *y,
+                                    size_t r0, size_t r1, int L, int d)
+{
+    const size_t K = 2 * (size_t)L + (size_t)L * L;
+    for (size_t r = r0; r < r1; r++) {
+        const float *hr = h + r * K, *H = hr + 2 * L, *x = X + r * L * d, *yr = y + r * d;
+        for (int i = 0; i < L; i++) {
+            float *o = Xo + (r * L + i) * d;
+            const float *Hi = H + (size_t)i * L, hp = hr[L + i];
+#pragma omp simd
+            for (int c = 0; c < d; c++) o[c] = Hi[0] * x[c];
+            for (int j = 1; j < L; j++) {
+                const float hij = Hi[j], *xj = x + (size_t)j * d;
+#pragma omp simd
+                for (int c = 0; c < d; c++) o[c] += hij * xj[c];
+            }
+#pragma omp simd
+            for (int c = 0; c < d; c++) o[c] += hp * yr[c];
+        }
+    }
+}
+
+void cpu_mhc_expand(backend *be, float *Xo, const float *X, const float *h, const float *y, int N,
+                    int lanes, int d)
+{
+    if (N <= 0 || lanes <= 0 || d <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)lanes * (lanes + 1) * d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_expand(Xo, X, h, y, lo, hi, lanes, d);
+    }
+}
+
+static inline float mix_dot(const float *a, const float *b, int d)
+{
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int c = 0; c < d; c++) acc += a[c] * b[c];
+    return acc;
+}
+
+/* dX[r][j] = sum_i H[i][j] g[r][i], dy[r] = sum_i h_post[i] g[r][i] (i in order);
+ * dh post[i] = <g[r][i], y[r]>, res[i][j] = <g[r][i], X[r][j]> */
+CPU_CLONES static void mix_k_expand_bwd(float *dX, float *dh, float *dy, const float *g,
+                                        const float *X, const float *h, const float *y, size_t r0,
+                                        size_t r1, int L, int d)
+{
+    const size_t K = 2 * (size_t)L + (size_t)L * L;
+    for (size_t r = r0; r < r1; r++) {
+        const float *hr = h + r * K, *H = hr + 2 * L, *gr = g + r * L * d, *x = X + r * L * d;
+        const float *yr = y + r * d;
+        float *dhr = dh + r * K, *dyr = dy + r * d;
+        for (int j = 0; j < L; j++) {
+            float *o = dX + (r * L + j) * d;
+            const float h0 = H[j];
+#pragma omp simd
+            for (int c = 0; c < d; c++) o[c] = h0 * gr[c];
+            for (int i = 1; i < L; i++) {
+                const float hij = H[(size_t)i * L + j], *gi = gr + (size_t)i * d;
+#pragma omp simd
+                for (int c = 0; c < d; c++) o[c] += hij * gi[c];
+            }
+        }
+        const float p0 = hr[L];
+#pragma omp simd
+        for (int c = 0; c < d; c++) dyr[c] = p0 * gr[c];
+        for (int i = 1; i < L; i++) {
+            const float pi = hr[L + i], *gi = gr + (size_t)i * d;
+#pragma omp simd
+            for (int c = 0; c < d; c++) dyr[c] += pi * gi[c];
+        }
+        for (int i = 0; i < L; i++) {
+            const float *gi = gr + (size_t)i * d;
+            dhr[L + i] = mix_dot(gi, yr, d);
+            for (int j = 0; j < L; j++) dhr[2 * L + i * L + j] = mix_dot(gi, x + (size_t)j * d, d);
+        }
+    }
+}
+
+void cpu_mhc_expand_backward(backend *be, float *dX, float *dh, float *dy, const float *g,
+                             const float *X, const float *h, const float *y, int N, int lanes,
+                             int d)
+{
+    if (N <= 0 || lanes <= 0 || d <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)lanes * (2 * lanes + 2) * d);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_expand_bwd(dX, dh, dy, g, X, h, y, lo, hi, lanes, d);
+    }
+}
+
+/* --- the engram gate --- */
+
+/* rsqrt(mean(z^2) + 1e-6) of d values */
+static inline float mix_rms_inv(const float *z, int d)
+{
+    return 1.0f / sqrtf(mix_dot(z, z, d) / (float)d + 1e-6f);
+}
+
+/* c = <u su, k sk> / sqrt(d) (su, sk: the rms scales; the products as rmsunit forms them) */
+static inline float mix_gate_c(const float *u, const float *k, float su, float sk, int d)
+{
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int c = 0; c < d; c++) acc += (u[c] * su) * (k[c] * sk);
+    return acc / sqrtf((float)d);
+}
+
+/* out = u + sigmoid(c) v; the scalars first, so out may be u */
+CPU_CLONES static void mix_k_engram_fwd(float *out, const float *u, const float *k,
+                                        const float *v, size_t r0, size_t r1, int d)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *ur = u + r * d, *kr = k + r * d, *vr = v + r * d;
+        const float su = mix_rms_inv(ur, d), sk = mix_rms_inv(kr, d);
+        const float s = mix_sigmoid(mix_gate_c(ur, kr, su, sk, d));
+        float *o = out + r * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++) o[c] = ur[c] + s * vr[c];
+    }
+}
+
+void cpu_engram_gate_forward(backend *be, float *out, const float *u, const float *k,
+                             const float *v, int N, int d)
+{
+    if (N <= 0 || d <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)d * 4);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_engram_fwd(out, u, k, v, lo, hi, d);
+    }
+}
+
+/* dc = s (1 - s) <dout, v>; with w = dc / sqrt(d) the gradient reaching r(u) is w r(k), and
+ * r(u) = u su's backward gives du = dout + w su r(k) - u (w su^3 <u, r(k)> / d), r(k) = k sk.
+ * The scalars first, so du may be dout. */
+CPU_CLONES static void mix_k_engram_bwd(float *du, const float *dout, const float *u,
+                                        const float *k, const float *v, size_t r0, size_t r1,
+                                        int d)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *ur = u + r * d, *kr = k + r * d, *vr = v + r * d, *g = dout + r * d;
+        const float su = mix_rms_inv(ur, d), sk = mix_rms_inv(kr, d);
+        const float s = mix_sigmoid(mix_gate_c(ur, kr, su, sk, d));
+        const float w = (s * (1.0f - s)) * mix_dot(g, vr, d) / sqrtf((float)d);
+        float uk = 0.0f;
+#pragma omp simd reduction(+ : uk)
+        for (int c = 0; c < d; c++) uk += ur[c] * (kr[c] * sk);
+        const float a = w * su * sk, b = w * su * su * su * uk / (float)d;
+        float *o = du + r * d;
+#pragma omp simd
+        for (int c = 0; c < d; c++) o[c] = g[c] + a * kr[c] - b * ur[c];
+    }
+}
+
+void cpu_engram_gate_backward(backend *be, float *du, const float *dout, const float *u,
+                              const float *k, const float *v, int N, int d)
+{
+    if (N <= 0 || d <= 0) return;
+    int nt = mix_threads(be, (size_t)N, (size_t)d * 6);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        size_t lo, hi;
+        cpu_split((size_t)N, &lo, &hi);
+        mix_k_engram_bwd(du, dout, u, k, v, lo, hi, d);
+    }
+}
