@@ -53,6 +53,7 @@ typedef enum backend_op {
     BACKEND_OP_TUNING_SAVE,           /* backend_tuning_save (else nothing to record) */
     BACKEND_OP_TUNING_LOAD,           /* backend_tuning_load (else never adopts) */
     BACKEND_OP_FAILURE,               /* backend_failure can report (else always NULL) */
+    BACKEND_OP_NEEDLE_MIX,            /* Needle's mixing ops, all of them (kron_apply .. engram_gate) */
 } backend_op;
 
 /* 1 if be implements op, else 0. */
@@ -162,13 +163,16 @@ void backend_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const
 
 /* --- causal self-attention with grouped-query heads (H % Hkv == 0; head h reads kv head
  * h / (H/Hkv)), scale 1/sqrt(D). Computed blockwise: never a (T, T) matrix for all heads.
+ * Query i sees key j iff j <= i and, when window > 0, i - j < window (sliding-window attention,
+ * docs/needle.md 2.5: keys i - window < j <= i); window = 0 is unlimited (plain causal). Key
+ * blocks wholly outside the window are skipped, not just masked.
  * out (B,T,H,D); lse (B,H,T) is the row log-sum-exp of the scaled scores, saved for backward. */
 void backend_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                               const float *v, int B, int T, int H, int Hkv, int D);
-/* Overwrites dq, dk, dv (recomputes the probabilities from q, k, lse). */
+                               const float *v, int B, int T, int H, int Hkv, int D, int window);
+/* Overwrites dq, dk, dv (recomputes the probabilities from q, k, lse); window as the forward's. */
 void backend_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                                 const float *q, const float *k, const float *v, const float *out,
-                                const float *lse, int B, int T, int H, int Hkv, int D);
+                                const float *lse, int B, int T, int H, int Hkv, int D, int window);
 
 /* Generation with a KV cache: ONE query per head, the token at position Tk-1, over the Tk
  * cached keys/values of batch row 0: out (H*D) = softmax(q k^T / sqrt(D)) v per head (GQA as
@@ -268,6 +272,94 @@ void backend_cq_w4_quant(backend *be, float *out, const float *w, const float *c
  * out_i = x_i + (q_i - x_i). A8: rows are tokens (cols d, or n_l d for the mHC input); the query's
  * A8 and KV8: rows are head vectors (cols the head dim). */
 void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols);
+
+/* --- Needle's mixing layers (docs/needle.md sections 2.2-2.6): the Monarch-Hadamard MLP, the mHC
+ * residual lanes and the engram gate, each forward with its input gradient (the needle family
+ * trains LoRA adapters: these parts are frozen, so no weight gradients). Optional as one group:
+ * backend_has(be, BACKEND_OP_NEEDLE_MIX); a backend without it cannot run the needle family.
+ * fp32, row-major, N rows; sigmoid(z) = 1 / (1 + e^-z). --- */
+
+/* Kronecker-factored matrix on each row (Needle's _kron_apply "ij,ik,jl->kl"): Z = z[r] viewed as
+ * a x b (row-major), A (a, a), Bm (b, b):
+ *   transpose = 0:  out[r] = A^T Z Bm      out[k][l] = sum_i sum_j A[i][k] Z[i][j] Bm[j][l]
+ *   transpose = 1:  out[r] = A Z Bm^T      (the input gradient of the former)
+ * out must not overlap z. */
+void backend_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
+                        int N, int a, int b, int transpose);
+/* A column permutation of N rows of n: inverse = 0 gathers out[r][m] = x[r][perm[m]]; inverse = 1
+ * scatters out[r][perm[m]] = x[r][m] (the gather's backward). perm: device int32 (n), a
+ * permutation of [0, n). out must not overlap x. */
+void backend_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N,
+                          int n, int inverse);
+/* Column scale with a change of width: out (N, n_out), x (N, n_in), d min(n_in, n_out) floats:
+ *   out[r][c] = x[r][c] d[c]  for c < min(n_in, n_out);   0 for n_in <= c < n_out
+ * (a zero pad when n_out > n_in, a truncation when n_out < n_in); its own adjoint with the widths
+ * swapped. out may be x only when n_in == n_out. */
+void backend_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,
+                        int n_out);
+/* Softmax along each row of n: out = exp(x - max) / sum exp(x - max). out may be x. */
+void backend_softmax_rows(backend *be, float *out, const float *x, int N, int n);
+/* Its backward from the output s: dx = s (dout - <s, dout>) per row. dx may be dout. */
+void backend_softmax_rows_backward(backend *be, float *dx, const float *dout, const float *s,
+                                   int N, int n);
+/* The Hadamard MLP's middle on rows of n (d2, b2: n floats):
+ *   u = (d2[c] cond[r][c]) z1[r][c] + b2[c];   out = u sigmoid(u)   (SiLU)
+ * out may be z1. */
+void backend_hada_mid_forward(backend *be, float *out, const float *z1, const float *cond,
+                              const float *d2, const float *b2, int N, int n);
+/* du = dout silu'(u), silu'(u) = sigmoid(u) (1 + u (1 - sigmoid(u)));
+ * dz1 = d2 cond du;  dcond = d2 z1 du  (both overwritten; neither may alias an input). */
+void backend_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *dout,
+                               const float *z1, const float *cond, const float *d2,
+                               const float *b2, int N, int n);
+
+/* mHC, with `lanes` residual lanes of d each (X rows: lanes * d) and K = 2 lanes + lanes^2
+ * coefficient columns per row, in this order: pre (lanes), post (lanes), res (lanes x lanes,
+ * row-major: column 2 lanes + i lanes + j is H[i][j]).
+ * Coefficients from z (N, K) = xhat Phi^T, with alpha (3 device floats: pre, post, res), bias
+ * (K device floats, the same columns) and the layer's lane (l mod lanes):
+ *   h_pre[k]  = sigmoid(alpha[0] z_pre[k] + bias_pre[k] + (8 [k == lane] - 4))
+ *   h_post[k] = 2 sigmoid(alpha[1] z_post[k] + bias_post[k] - 4 [k != lane])
+ *   H         = Sinkhorn(alpha[2] z_res + bias_res): 20 rounds of (every row minus its
+ *               logsumexp, then every column minus its logsumexp), in the log domain, then exp
+ * into h (N, K), the same columns. */
+void backend_mhc_coeffs_forward(backend *be, float *h, const float *z, const float *alpha,
+                                const float *bias, int N, int lanes, int lane);
+/* dz (N, K, overwritten) from dh (N, K), the Sinkhorn recomputed from z: each step
+ * out = in - lse(in) has din = dout - softmax(in) sum(dout) along its axis, taken in reverse. */
+void backend_mhc_coeffs_backward(backend *be, float *dz, const float *dh, const float *z,
+                                 const float *alpha, const float *bias, int N, int lanes,
+                                 int lane);
+/* u (N, d) = sum_k h[r][k] X[r][k], X (N, lanes, d), the k in order; h's rows have stride hs
+ * (K for the coefficients: the pre columns come first; 0: the one row h for every r, which with
+ * h = 1/lanes is the final lane mean). */
+void backend_mhc_collapse(backend *be, float *u, const float *X, const float *h, int hs, int N,
+                          int lanes, int d);
+/* dX[r][k] += h[r][k] du[r] (accumulated); dh[r][k] = <du[r], X[r][k]> (overwritten, the first
+ * lanes columns of rows of stride hs; NULL: not computed). */
+void backend_mhc_collapse_backward(backend *be, float *dX, float *dh, const float *du,
+                                   const float *X, const float *h, int hs, int N, int lanes,
+                                   int d);
+/* Xo[r][i] = sum_j H[i][j] X[r][j] + h_post[i] y[r] (j in order, then the post term), with h
+ * (N, K) the coefficients. Xo must not overlap X or y. */
+void backend_mhc_expand(backend *be, float *Xo, const float *X, const float *h, const float *y,
+                        int N, int lanes, int d);
+/* With g = dL/dXo: dX[r][j] = sum_i H[i][j] g[r][i] (overwritten); dy[r] = sum_i h_post[i] g[r][i]
+ * (overwritten); dh's post columns <g[r][i], y[r]> and res columns <g[r][i], X[r][j]>
+ * (overwritten; the pre columns untouched). */
+void backend_mhc_expand_backward(backend *be, float *dX, float *dh, float *dy, const float *g,
+                                 const float *X, const float *h, const float *y, int N, int lanes,
+                                 int d);
+
+/* Engram gate on rows of d (k, v: the site's keys and values):
+ *   out = u + sigmoid(c) v,   c = <r(u), r(k)> / sqrt(d),   r(z) = z rsqrt(mean(z^2) + 1e-6)
+ * out may be u. */
+void backend_engram_gate_forward(backend *be, float *out, const float *u, const float *k,
+                                 const float *v, int N, int d);
+/* du = dout + dc (dr(u)/du)^T r(k) / sqrt(d),  dc = sigmoid'(c) <dout, v>  (overwritten; k and v
+ * get no gradient: the engram is frozen and reads only the tokens). du may be dout. */
+void backend_engram_gate_backward(backend *be, float *du, const float *dout, const float *u,
+                                  const float *k, const float *v, int N, int d);
 
 /* bf16 mode (a no-op in fp32 mode, and on backends without one: BACKEND_OP_WEIGHTS_BF16): keep
  * a bf16 copy of the weights w[0..n), cast now on the compute stream, that later matmuls read for

@@ -65,10 +65,10 @@ typedef struct backend_ops {
     void (*rope_freqs)(backend *be, float *x, int B, int T, int H, int D, const float *freqs,
                        int inverse); /* optional */
     void (*attention_forward)(backend *be, float *out, float *lse, const float *q, const float *k,
-                              const float *v, int B, int T, int H, int Hkv, int D);
+                              const float *v, int B, int T, int H, int Hkv, int D, int window);
     void (*attention_backward)(backend *be, float *dq, float *dk, float *dv, const float *dout,
                                const float *q, const float *k, const float *v, const float *out,
-                               const float *lse, int B, int T, int H, int Hkv, int D);
+                               const float *lse, int B, int T, int H, int Hkv, int D, int window);
     void (*attention_decode)(backend *be, float *out, const float *q, const float *k, const float *v,
                              int Tk, int H, int Hkv, int D); /* optional */
     void (*rope_rows)(backend *be, float *x, const int32_t *pos, int R, int H, int D,
@@ -103,6 +103,41 @@ typedef struct backend_ops {
     void (*cq_w4_quant)(backend *be, float *out, const float *w, const float *codebook, int rows,
                         int cols);
     void (*fake_quant_a8)(backend *be, float *out, const float *x, int rows, int cols);
+
+    /* --- Needle's mixing layers: optional as a group (BACKEND_OP_NEEDLE_MIX: all or none) --- */
+    void (*kron_apply)(backend *be, float *out, const float *z, const float *A, const float *Bm,
+                       int N, int a, int b, int transpose);
+    void (*permute_cols)(backend *be, float *out, const float *x, const int32_t *perm, int N,
+                         int n, int inverse);
+    void (*scale_cols)(backend *be, float *out, const float *x, const float *d, int N, int n_in,
+                       int n_out);
+    void (*softmax_rows)(backend *be, float *out, const float *x, int N, int n);
+    void (*softmax_rows_backward)(backend *be, float *dx, const float *dout, const float *s,
+                                  int N, int n);
+    void (*hada_mid_forward)(backend *be, float *out, const float *z1, const float *cond,
+                             const float *d2, const float *b2, int N, int n);
+    void (*hada_mid_backward)(backend *be, float *dz1, float *dcond, const float *dout,
+                              const float *z1, const float *cond, const float *d2,
+                              const float *b2, int N, int n);
+    void (*mhc_coeffs_forward)(backend *be, float *h, const float *z, const float *alpha,
+                               const float *bias, int N, int lanes, int lane);
+    void (*mhc_coeffs_backward)(backend *be, float *dz, const float *dh, const float *z,
+                                const float *alpha, const float *bias, int N, int lanes,
+                                int lane);
+    void (*mhc_collapse)(backend *be, float *u, const float *X, const float *h, int hs, int N,
+                         int lanes, int d);
+    void (*mhc_collapse_backward)(backend *be, float *dX, float *dh, const float *du,
+                                  const float *X, const float *h, int hs, int N, int lanes,
+                                  int d);
+    void (*mhc_expand)(backend *be, float *Xo, const float *X, const float *h, const float *y,
+                       int N, int lanes, int d);
+    void (*mhc_expand_backward)(backend *be, float *dX, float *dh, float *dy, const float *g,
+                                const float *X, const float *h, const float *y, int N, int lanes,
+                                int d);
+    void (*engram_gate_forward)(backend *be, float *out, const float *u, const float *k,
+                                const float *v, int N, int d);
+    void (*engram_gate_backward)(backend *be, float *du, const float *dout, const float *u,
+                                 const float *k, const float *v, int N, int d);
 
     /* --- optional extras --- */
     void (*weights_bf16)(backend *be, const float *w, size_t n); /* optional: NULL = no-op */

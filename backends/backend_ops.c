@@ -30,6 +30,12 @@ int backend_has(const backend *be, backend_op op)
     case BACKEND_OP_TUNING_SAVE: return o->tuning_save != NULL;
     case BACKEND_OP_TUNING_LOAD: return o->tuning_load != NULL;
     case BACKEND_OP_FAILURE: return o->failure != NULL;
+    case BACKEND_OP_NEEDLE_MIX: /* a group: every entry or none */
+        return o->kron_apply && o->permute_cols && o->scale_cols && o->softmax_rows &&
+               o->softmax_rows_backward && o->hada_mid_forward && o->hada_mid_backward &&
+               o->mhc_coeffs_forward && o->mhc_coeffs_backward && o->mhc_collapse &&
+               o->mhc_collapse_backward && o->mhc_expand && o->mhc_expand_backward &&
+               o->engram_gate_forward && o->engram_gate_backward;
     }
     return 0;
 }
@@ -143,15 +149,15 @@ void backend_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const
     be->ops->rope_freqs(be, x, B, T, H, D, freqs, inverse);
 }
 void backend_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                               const float *v, int B, int T, int H, int Hkv, int D)
+                               const float *v, int B, int T, int H, int Hkv, int D, int window)
 {
-    be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    be->ops->attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D, window);
 }
 void backend_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                                 const float *q, const float *k, const float *v, const float *out,
-                                const float *lse, int B, int T, int H, int Hkv, int D)
+                                const float *lse, int B, int T, int H, int Hkv, int D, int window)
 {
-    be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D);
+    be->ops->attention_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D, window);
 }
 void backend_attention_decode(backend *be, float *out, const float *q, const float *k,
                               const float *v, int Tk, int H, int Hkv, int D)
@@ -223,6 +229,84 @@ void backend_cq_w4_quant(backend *be, float *out, const float *w, const float *c
 void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, int cols)
 {
     be->ops->fake_quant_a8(be, out, x, rows, cols);
+}
+void backend_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
+                        int N, int a, int b, int transpose)
+{
+    be->ops->kron_apply(be, out, z, A, Bm, N, a, b, transpose);
+}
+void backend_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N,
+                          int n, int inverse)
+{
+    be->ops->permute_cols(be, out, x, perm, N, n, inverse);
+}
+void backend_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,
+                        int n_out)
+{
+    be->ops->scale_cols(be, out, x, d, N, n_in, n_out);
+}
+void backend_softmax_rows(backend *be, float *out, const float *x, int N, int n)
+{
+    be->ops->softmax_rows(be, out, x, N, n);
+}
+void backend_softmax_rows_backward(backend *be, float *dx, const float *dout, const float *s,
+                                   int N, int n)
+{
+    be->ops->softmax_rows_backward(be, dx, dout, s, N, n);
+}
+void backend_hada_mid_forward(backend *be, float *out, const float *z1, const float *cond,
+                              const float *d2, const float *b2, int N, int n)
+{
+    be->ops->hada_mid_forward(be, out, z1, cond, d2, b2, N, n);
+}
+void backend_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *dout,
+                               const float *z1, const float *cond, const float *d2,
+                               const float *b2, int N, int n)
+{
+    be->ops->hada_mid_backward(be, dz1, dcond, dout, z1, cond, d2, b2, N, n);
+}
+void backend_mhc_coeffs_forward(backend *be, float *h, const float *z, const float *alpha,
+                                const float *bias, int N, int lanes, int lane)
+{
+    be->ops->mhc_coeffs_forward(be, h, z, alpha, bias, N, lanes, lane);
+}
+void backend_mhc_coeffs_backward(backend *be, float *dz, const float *dh, const float *z,
+                                 const float *alpha, const float *bias, int N, int lanes,
+                                 int lane)
+{
+    be->ops->mhc_coeffs_backward(be, dz, dh, z, alpha, bias, N, lanes, lane);
+}
+void backend_mhc_collapse(backend *be, float *u, const float *X, const float *h, int hs, int N,
+                          int lanes, int d)
+{
+    be->ops->mhc_collapse(be, u, X, h, hs, N, lanes, d);
+}
+void backend_mhc_collapse_backward(backend *be, float *dX, float *dh, const float *du,
+                                   const float *X, const float *h, int hs, int N, int lanes,
+                                   int d)
+{
+    be->ops->mhc_collapse_backward(be, dX, dh, du, X, h, hs, N, lanes, d);
+}
+void backend_mhc_expand(backend *be, float *Xo, const float *X, const float *h, const float *y,
+                        int N, int lanes, int d)
+{
+    be->ops->mhc_expand(be, Xo, X, h, y, N, lanes, d);
+}
+void backend_mhc_expand_backward(backend *be, float *dX, float *dh, float *dy, const float *g,
+                                 const float *X, const float *h, const float *y, int N, int lanes,
+                                 int d)
+{
+    be->ops->mhc_expand_backward(be, dX, dh, dy, g, X, h, y, N, lanes, d);
+}
+void backend_engram_gate_forward(backend *be, float *out, const float *u, const float *k,
+                                 const float *v, int N, int d)
+{
+    be->ops->engram_gate_forward(be, out, u, k, v, N, d);
+}
+void backend_engram_gate_backward(backend *be, float *du, const float *dout, const float *u,
+                                  const float *k, const float *v, int N, int d)
+{
+    be->ops->engram_gate_backward(be, du, dout, u, k, v, N, d);
 }
 void backend_weights_bf16(backend *be, const float *w, size_t n)
 {

@@ -62,13 +62,13 @@ int main(int argc, char **argv)
     BENCH_SET_THREADS(threads);
     double prod = 2.0 * B * H * ((double)T * (T + 1) / 2) * D; /* one causal product's FLOPs */
     double tf[100], tb[100], ts[100];
-    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D); /* warm-up: scratch */
-    backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
+    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D, 0); /* warm-up: scratch */
+    backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D, 0);
     for (int r = 0; r < rounds; r++) {
         double t0 = bench_now();
-        backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
+        backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D, 0);
         double t1 = bench_now();
-        backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D);
+        backend_attention_backward(be, dq, dk, dv, dout, q, k, v, o, lse, B, T, H, Hkv, D, 0);
         double t2 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, S, S, S, 1.0f, sa, S, sb, S, 0.0f,
                     sc, S);

@@ -101,7 +101,7 @@ static void step_forward(step_bufs *s)
         mm(s->qkv, s->ln, s->wqkv, N, 3 * C, C, 0, 1, 0.0f);
         TIMED(F_ELEM, backend_bias_add(be, s->qkv, s->bias, N, 3 * C));
         TIMED(F_ATTN, backend_attention_forward(be, s->att, s->lse, s->q, s->k, s->v, s->B, s->T,
-                                                s->H, s->H, s->D));
+                                                s->H, s->H, s->D, 0));
         mm(s->ln, s->att, s->wproj, N, C, C, 0, 1, 0.0f);
         TIMED(F_ELEM, backend_add(be, s->x, s->x, s->ln, s->NC));
         TIMED(F_NORM, backend_layernorm_forward(be, s->ln, s->mean, s->rstd, s->x, s->lnw, s->lnb,
@@ -140,7 +140,7 @@ static void step_backward(step_bufs *s, int t)
         mm(s->gproj, s->dx, s->att, C, C, N, 1, 0, 1.0f);
         TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dx, N, C));
         TIMED(F_ATTN, backend_attention_backward(be, s->dq, s->dk, s->dv, s->att, s->q, s->k, s->v,
-                                                 s->att, s->lse, s->B, s->T, s->H, s->H, s->D));
+                                                 s->att, s->lse, s->B, s->T, s->H, s->H, s->D, 0));
         mm(s->dln, s->dqkv, s->wqkv, N, C, 3 * C, 0, 0, 0.0f);
         mm(s->gqkv, s->dqkv, s->ln, 3 * C, C, N, 1, 0, 1.0f);
         TIMED(F_ELEM, backend_bias_backward(be, s->gb, s->dqkv, N, 3 * C));

@@ -55,10 +55,10 @@ static void p_matmul(backend *be, float *C, const float *A, const float *B, int 
              beta != 0.0f ? " +=" : "", lib >= 0 ? cpu_gemm_lib_name(lib) : "");
     prof_add(w, dt, 2.0 * M * N * (double)K);
 }
-static void p_att_f(backend *be, float *o, float *l, const float *q, const float *k, const float *v, int B, int T, int H, int Hkv, int D)
-{ double t0 = prof_now(be); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D); prof_add("attention_forward", prof_now(be) - t0, 2.0 * B * H * (double)T * T * D); }
-static void p_att_b(backend *be, float *dq, float *dk, float *dv, const float *d, const float *q, const float *k, const float *v, const float *o, const float *l, int B, int T, int H, int Hkv, int D)
-{ double t0 = prof_now(be); real.attention_backward(be, dq, dk, dv, d, q, k, v, o, l, B, T, H, Hkv, D); prof_add("attention_backward", prof_now(be) - t0, 5.0 * B * H * (double)T * T * D); }
+static void p_att_f(backend *be, float *o, float *l, const float *q, const float *k, const float *v, int B, int T, int H, int Hkv, int D, int W)
+{ double t0 = prof_now(be); real.attention_forward(be, o, l, q, k, v, B, T, H, Hkv, D, W); prof_add("attention_forward", prof_now(be) - t0, 2.0 * B * H * (double)T * T * D); }
+static void p_att_b(backend *be, float *dq, float *dk, float *dv, const float *d, const float *q, const float *k, const float *v, const float *o, const float *l, int B, int T, int H, int Hkv, int D, int W)
+{ double t0 = prof_now(be); real.attention_backward(be, dq, dk, dv, d, q, k, v, o, l, B, T, H, Hkv, D, W); prof_add("attention_backward", prof_now(be) - t0, 5.0 * B * H * (double)T * T * D); }
 static void p_rms_f(backend *be, float *o, float *r, const float *x, const float *w, int N, int C, float eps)
 { double t0 = prof_now(be); real.rmsnorm_forward(be, o, r, x, w, N, C, eps); prof_add("rmsnorm_forward", prof_now(be) - t0, 0); }
 static void p_rms_b(backend *be, float *dx, float *dw, const float *dy, const float *x, const float *w, const float *r, int N, int C)

@@ -1,9 +1,11 @@
-/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise. An item is
- * one kv head of one sequence (or a run of its query blocks) with its G query heads stacked, so a
- * block of queries x G heads goes through one product against the shared K/V, on cpu_tile.c's
- * kernel (single-threaded: the blocks are the parallelism). A block keeps its scores transposed
- * (key-major), so every product reads its operands in place and the softmax runs along vectors.
- * It must never hold a (T, T) matrix for all heads, nor race on dk/dv (one writer per row). */
+/* cpu_attention.c: causal grouped-query attention, forward and backward, blockwise, optionally
+ * within a sliding window (query i sees keys i - W < j <= i; a block reads only the keys some of
+ * its queries see). An item is one kv head of one sequence (or a run of its query blocks) with
+ * its G query heads stacked, so a block of queries x G heads goes through one product against the
+ * shared K/V, on cpu_tile.c's kernel (single-threaded: the blocks are the parallelism). A block
+ * keeps its scores transposed (key-major), so every product reads its operands in place and the
+ * softmax runs along vectors. It must never hold a (T, T) matrix for all heads, nor race on
+ * dk/dv (one writer per row). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,30 +41,45 @@ static int cpu_att_bq(int G)
 }
 
 /* Geometry of one query block of one (b, kv head): queries [i0, i0 + rows) of the G heads
- * hk G .. hk G + G - 1 (score row r G + g: query i0 + r, head hk G + g) see keys [0, nk). */
+ * hk G .. hk G + G - 1 (score row r G + g: query i0 + r, head hk G + g) see keys [k0, k0 + nk):
+ * k0 = 0 without a window (W = 0), else the first key the block's first query sees. */
 typedef struct {
-    int i0, rows, nk, M, G, D;
+    int i0, rows, k0, nk, M, G, D, W;
     size_t ldq, ldk;         /* row strides: H*D for q/out, Hkv*D for k/v */
     size_t qoff;             /* q/out offset of query i0, head hk G */
-    const float *k, *v;      /* first row of this kv head */
+    const float *k, *v;      /* row k0 of this kv head */
 } cpu_att_blk;
 
 static cpu_att_blk cpu_att_block(const float *k, const float *v, int b, int hk, int i0, int bq,
-                                 int T, int H, int Hkv, int D)
+                                 int T, int H, int Hkv, int D, int W)
 {
     cpu_att_blk g;
     g.G = H / Hkv;
     g.D = D;
+    g.W = W;
     g.i0 = i0;
     g.rows = T - i0 < bq ? T - i0 : bq;
-    g.nk = i0 + g.rows;
+    g.k0 = W > 0 && i0 - W + 1 > 0 ? i0 - W + 1 : 0;
+    g.nk = i0 + g.rows - g.k0;
     g.M = g.rows * g.G;
     g.ldq = (size_t)H * D;
     g.ldk = (size_t)Hkv * D;
     g.qoff = ((size_t)b * T + i0) * g.ldq + (size_t)hk * g.G * D;
-    g.k = k + (size_t)b * T * g.ldk + (size_t)hk * D;
-    g.v = v + (size_t)b * T * g.ldk + (size_t)hk * D;
+    g.k = k + ((size_t)b * T + g.k0) * g.ldk + (size_t)hk * D;
+    g.v = v + ((size_t)b * T + g.k0) * g.ldk + (size_t)hk * D;
     return g;
+}
+
+/* Score rows [first, lim) of the block see its key jj (key k0 + jj): queries from that key on,
+ * and (W > 0) before key + W. */
+static inline int cpu_att_first(const cpu_att_blk *g, int jj)
+{
+    return (g->k0 + jj - g->i0) * g->G;
+}
+
+static inline int cpu_att_lim(const cpu_att_blk *g, int jj)
+{
+    return g->W > 0 ? (g->k0 + jj + g->W - g->i0) * g->G : g->M;
 }
 
 /* dst (M x D, packed) <- the block's rows of src (q layout): one G*D run per query. */
@@ -152,25 +169,26 @@ CPU_CLONES static float cpu_k_att_exp_row(float *s, int valid, int nk, float *m_
     return sum;
 }
 
-/* A block's scores stored transposed, St[j M + i] for key j and score row i (query i0 + i / G):
- * key j is visible to row i iff i >= (j - i0) G. Per row i, m_i = max over its keys, St <- e^(St -
- * m_i) (0 where hidden) and sum_i = the sum over j in order; vectors run along the rows. */
-CPU_CLONES static void cpu_k_att_exp_cols(float *St, int nk, int M, int i0, int G, float *mx,
-                                          float *sum)
+/* A block's scores stored transposed, St[j M + i] for its key j and score row i (query
+ * i0 + i / G): key j is visible to row i iff cpu_att_first <= i < cpu_att_lim. Per row i,
+ * m_i = max over its keys, St <- e^(St - m_i) (0 where hidden) and sum_i = the sum over j in
+ * order; vectors run along the rows. Every row sees its own query's key, so m_i is finite. */
+CPU_CLONES static void cpu_k_att_exp_cols(float *St, const cpu_att_blk *g, float *mx, float *sum)
 {
+    const int M = g->M, nk = g->nk;
     for (int i = 0; i < M; i++) mx[i] = -INFINITY, sum[i] = 0.0f;
     for (int j = 0; j < nk; j++) {
         const float *s = St + (size_t)j * M;
-        int first = (j - i0) * G;
+        int first = cpu_att_first(g, j), lim = cpu_att_lim(g, j);
 #pragma omp simd
-        for (int i = 0; i < M; i++) mx[i] = i >= first && s[i] > mx[i] ? s[i] : mx[i];
+        for (int i = 0; i < M; i++) mx[i] = i >= first && i < lim && s[i] > mx[i] ? s[i] : mx[i];
     }
     for (int j = 0; j < nk; j++) {
         float *s = St + (size_t)j * M;
-        int first = (j - i0) * G;
+        int first = cpu_att_first(g, j), lim = cpu_att_lim(g, j);
 #pragma omp simd
         for (int i = 0; i < M; i++) {
-            float e = i >= first ? cpu_expf(s[i] - mx[i]) : 0.0f;
+            float e = i >= first && i < lim ? cpu_expf(s[i] - mx[i]) : 0.0f;
             s[i] = e;
             sum[i] += e;
         }
@@ -183,22 +201,22 @@ CPU_CLONES static void cpu_k_scaled_copy(float *o, const float *x, float a, int 
     for (int i = 0; i < n; i++) o[i] = a * x[i];
 }
 
-/* One query block of M = rows G score rows against nk keys:
- *   Sᵀ = scale K Qᵀ (nk x M), E = e^(S - m) causal, O = E V / rowsum(E),
+/* One query block of M = rows G score rows against its nk keys:
+ *   Sᵀ = scale K Qᵀ (nk x M), E = e^(S - m) causal (and windowed), O = E V / rowsum(E),
  *   lse = m + log rowsum(E) saved for the backward.
  * The scores are kept transposed so that every product is cpu_tile_gemm's (A through strides, B's
  * rows contiguous) and the softmax runs along vectors of rows. scr holds M (nk + 2 D + 2). */
 static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q, const float *k,
                               const float *v, int b, int hk, int i0, int bq, int T, int H, int Hkv,
-                              int D)
+                              int D, int W)
 {
-    cpu_att_blk g = cpu_att_block(k, v, b, hk, i0, bq, T, H, Hkv, D);
+    cpu_att_blk g = cpu_att_block(k, v, b, hk, i0, bq, T, H, Hkv, D, W);
     float scale = 1.0f / sqrtf((float)D);
     size_t M = (size_t)g.M;
     float *St = scr, *Qt = St + M * g.nk, *Op = Qt + M * D, *mx = Op + M * D, *sum = mx + M;
     cpu_att_pack_t(Qt, q, &g);
     cpu_tile_gemm(g.nk, g.M, D, scale, g.k, g.ldk, 1, Qt, M, 0, St, M);
-    cpu_k_att_exp_cols(St, g.nk, g.M, i0, g.G, mx, sum);
+    cpu_k_att_exp_cols(St, &g, mx, sum);
     cpu_tile_gemm(g.M, D, g.nk, 1.0f, St, 1, M, g.v, g.ldk, 0, Op, (size_t)D); /* A(i, j) = St[j M + i] */
     for (int r = 0; r < g.rows; r++)
         for (int gg = 0; gg < g.G; gg++) {
@@ -209,10 +227,18 @@ static void cpu_att_fwd_block(float *scr, float *out, float *lse, const float *q
         }
 }
 
-void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, int B, int T, int H, int Hkv, int D)
+/* A window of T or more keys (or none, window <= 0) is plain causal attention: W = 0. */
+static int cpu_att_window(int window, int T)
 {
-    if (cpu_attention_amx_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return; /* bf16 */
+    return window > 0 && window < T ? window : 0;
+}
+
+void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
+                           const float *v, int B, int T, int H, int Hkv, int D, int window)
+{
+    int W = cpu_att_window(window, T);
+    /* bf16 on AMX: plain causal only (its tiles walk keys from 0); a window runs fp32 here */
+    if (W == 0 && cpu_attention_amx_forward(be, out, lse, q, k, v, B, T, H, Hkv, D)) return;
     cpu_state *st = cpu_st(be);
     int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq;
     long items = (long)B * Hkv * nq;
@@ -224,21 +250,23 @@ void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, 
         int qb = nq - 1 - (int)(it / ((long)B * Hkv)); /* longest (last) blocks first: balance */
         int bh = (int)(it % ((long)B * Hkv));
         cpu_att_fwd_block(st->scratch[CPU_TID()], out, lse, q, k, v, bh / Hkv, bh % Hkv, qb * bq,
-                          bq, T, H, Hkv, D);
+                          bq, T, H, Hkv, D, W);
     }
 }
 
 /* The transposed block (St[j M + i] = s_ij, dPt likewise, row i hides key j unless
- * i >= (j - i0) G): P = exp(S - lse_i) where visible (0 beyond), dS = P (dP - delta_i) into dPt. */
-CPU_CLONES static void cpu_k_att_dscore_cols(float *St, float *dPt, int nk, int M, int i0, int G,
+ * cpu_att_first <= i < cpu_att_lim): P = exp(S - lse_i) where visible (0 beyond),
+ * dS = P (dP - delta_i) into dPt. */
+CPU_CLONES static void cpu_k_att_dscore_cols(float *St, float *dPt, const cpu_att_blk *g,
                                              const float *l, const float *delta)
 {
-    for (int j = 0; j < nk; j++) {
+    const int M = g->M;
+    for (int j = 0; j < g->nk; j++) {
         float *s = St + (size_t)j * M, *dp = dPt + (size_t)j * M;
-        int first = (j - i0) * G;
+        int first = cpu_att_first(g, j), lim = cpu_att_lim(g, j);
 #pragma omp simd
         for (int i = 0; i < M; i++) {
-            float p = i >= first ? cpu_expf(s[i] - l[i]) : 0.0f;
+            float p = i >= first && i < lim ? cpu_expf(s[i] - l[i]) : 0.0f;
             s[i] = p;
             dp[i] = p * (dp[i] - delta[i]);
         }
@@ -257,7 +285,7 @@ CPU_CLONES static float cpu_k_dot(const float *a, const float *b, int n)
 typedef struct {
     const float *dout, *q, *k, *v, *out, *lse;
     float *dq, *dk, *dv;
-    int T, H, Hkv, D, bq;
+    int T, H, Hkv, D, bq, W;
 } cpu_att_bwd_args;
 
 /* Floats of scratch a backward block of M score rows against T keys uses (cpu_att_bwd_block). */
@@ -267,15 +295,16 @@ static size_t cpu_att_bwd_scratch(size_t M, int T, int D)
 }
 
 /* One query block of the backward (math in cpu_att_bwd_item), transposed as in the forward:
- * Sᵀ = scale K Qᵀ, P, dPᵀ = V dOᵀ, dS; dK += scale dSᵀ Q; dV += Pᵀ dO; dQ = scale dS K.
- * dk/dv: this kv head's first row, ldd apart. */
+ * Sᵀ = scale K Qᵀ, P, dPᵀ = V dOᵀ, dS; dK += scale dSᵀ Q; dV += Pᵀ dO; dQ = scale dS K, over
+ * the block's keys [k0, k0 + nk). dk/dv: this kv head's first row, ldd apart. */
 static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int hk, int i0,
                               float *dk, float *dv, size_t ldd)
 {
     int T = a->T, H = a->H, D = a->D;
-    cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D);
+    cpu_att_blk g = cpu_att_block(a->k, a->v, b, hk, i0, a->bq, T, H, a->Hkv, D, a->W);
     float scale = 1.0f / sqrtf((float)D);
     size_t M = (size_t)g.M, nk = (size_t)g.nk;
+    dk += (size_t)g.k0 * ldd, dv += (size_t)g.k0 * ldd;
     float *St = scr, *dPt = St + M * nk, *Qt = dPt + M * nk, *dOt = Qt + M * D;
     float *Qp = dOt + M * D, *dOp = Qp + M * D, *l = dOp + M * D, *delta = l + M;
     cpu_att_pack_t(Qt, a->q, &g);
@@ -290,7 +319,7 @@ static void cpu_att_bwd_block(float *scr, const cpu_att_bwd_args *a, int b, int 
         delta[i] = cpu_k_dot(dOp + (size_t)i * D, O, D);
         l[i] = a->lse[((size_t)b * H + h) * T + i0 + r];
     }
-    cpu_k_att_dscore_cols(St, dPt, g.nk, g.M, i0, g.G, l, delta);
+    cpu_k_att_dscore_cols(St, dPt, &g, l, delta);
     cpu_tile_gemm(g.nk, D, g.M, scale, dPt, M, 1, Qp, (size_t)D, 1, dk, ldd);
     cpu_tile_gemm(g.nk, D, g.M, 1.0f, St, M, 1, dOp, (size_t)D, 1, dv, ldd);
     /* dQ lands packed in Q's place (Q is spent), then goes to its rows: each written once */
@@ -320,9 +349,11 @@ static void cpu_att_bwd_item(float *scr, const cpu_att_bwd_args *a, int b, int h
 #define CPU_ATT_MIN_ITEMS 8
 
 /* First query block of segment s of nseg: block qb costs ~qb + 1, so cuts at nq sqrt(s / nseg)
- * give the segments equal work. */
-static int cpu_att_seg_start(int s, int nseg, int nq)
+ * give the segments equal work; within a window (W > 0) blocks cost about the same, so cuts at
+ * nq s / nseg. */
+static int cpu_att_seg_start(int s, int nseg, int nq, int W)
 {
+    if (W > 0) return (int)((long)nq * s / nseg);
     return (int)(nq * sqrt((double)s / nseg) + 0.5);
 }
 
@@ -351,10 +382,12 @@ static void cpu_att_reduce_segments(float *dk, float *dv, const float *part, int
  * thread count. */
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
-                            const float *lse, int B, int T, int H, int Hkv, int D)
+                            const float *lse, int B, int T, int H, int Hkv, int D, int window)
 {
-    if (cpu_attention_amx_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H, Hkv, D))
-        return; /* precision bf16 on AMX */
+    int W = cpu_att_window(window, T);
+    if (W == 0 && cpu_attention_amx_backward(be, dq, dk, dv, dout, q, k, v, out, lse, B, T, H,
+                                             Hkv, D))
+        return; /* precision bf16 on AMX (plain causal only, as the forward) */
     cpu_state *st = cpu_st(be);
     int G = H / Hkv, bq = cpu_att_bq(G), nq = (T + bq - 1) / bq, heads = B * Hkv;
     int nseg = heads >= CPU_ATT_MIN_ITEMS ? 1 : (CPU_ATT_MIN_ITEMS + heads - 1) / heads;
@@ -371,12 +404,12 @@ void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const 
         st->att_part = p;
         st->att_part_cap = 2 * half;
     }
-    cpu_att_bwd_args a = {dout, q, k, v, out, lse, dq, dk, dv, T, H, Hkv, D, bq};
+    cpu_att_bwd_args a = {dout, q, k, v, out, lse, dq, dk, dv, T, H, Hkv, D, bq, W};
     cpu_blas_enter_parallel();
 #pragma omp parallel for num_threads(st->threads) schedule(dynamic, 1)
     for (int it = 0; it < heads * nseg; it++) {
         int bh = it / nseg, sg = it % nseg, b = bh / Hkv, hk = bh % Hkv;
-        int q0 = cpu_att_seg_start(sg, nseg, nq), q1 = cpu_att_seg_start(sg + 1, nseg, nq);
+        int q0 = cpu_att_seg_start(sg, nseg, nq, W), q1 = cpu_att_seg_start(sg + 1, nseg, nq, W);
         if (nseg == 1)
             cpu_att_bwd_item(st->scratch[CPU_TID()], &a, b, hk, 0, nq,
                              dk + (size_t)b * T * ldk + (size_t)hk * D,

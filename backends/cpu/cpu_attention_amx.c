@@ -20,7 +20,12 @@
  *
  * Measured (a bf16 LoRA step of SmolLM2-135M's shapes, B 8 T 256, 2 threads of an AMX Xeon,
  * PROFILE=1 bench_lora): forward 174 -> 72 ms a step, backward 317 -> 177 ms, against the fp32
- * path. Every output's bits are the same on 1 and 2 threads (a unit or an item has one writer). */
+ * path. Every output's bits are the same on 1 and 2 threads (a unit or an item has one writer).
+ *
+ * Plain causal attention only: with a sliding window (window > 0) cpu_attention.c never calls
+ * these and runs its fp32 path. A window here would need a lower bound in every mask below
+ * (amx_softmax_row, amx_dscore16) and key-block ranges that start past 0 in the products and the
+ * dK/dV accumulators; not done, as no machine these tests run on has AMX to check it. */
 #define _DEFAULT_SOURCE /* syscall(SYS_arch_prctl): the tile state's permission */
 #include <math.h>
 #include <stdlib.h>

@@ -137,7 +137,8 @@ void cpu_bf16_kept_free(cpu_state *st);
 
 /* cpu_attention_amx.c: the attention ops on AMX tiles where precision is bf16; 1 when done, 0
  * when they do not run here (fp32 precision, no AMX, D not a multiple of 64, out of memory):
- * the caller's fp32 path computes them then */
+ * the caller's fp32 path computes them then. Plain causal only: cpu_attention.c never calls them
+ * with a sliding window (window > 0 runs fp32). */
 int cpu_attention_amx_forward(backend *be, float *out, float *lse, const float *q, const float *k,
                               const float *v, int B, int T, int H, int Hkv, int D);
 int cpu_attention_amx_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
@@ -146,7 +147,7 @@ int cpu_attention_amx_backward(backend *be, float *dq, float *dk, float *dv, con
 
 /* cpu_attention.c */
 void cpu_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                           const float *v, int B, int T, int H, int Hkv, int D);
+                           const float *v, int B, int T, int H, int Hkv, int D, int window);
 void cpu_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                           int Tk, int H, int Hkv, int D);
 /* The same with its kernel at most `isa` wide (CPU_SKINNY_*, cpu_skinny.h: AVX-512, AVX2, or
@@ -158,7 +159,7 @@ void cpu_attention_decode_rows(backend *be, float *out, const float *q, const fl
                                int cap, int H, int Hkv, int D);
 void cpu_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                             const float *q, const float *k, const float *v, const float *out,
-                            const float *lse, int B, int T, int H, int Hkv, int D);
+                            const float *lse, int B, int T, int H, int Hkv, int D, int window);
 
 /* cpu_xent.c */
 void cpu_softmax_xent(backend *be, float *logits, float *losses, const int32_t *targets, int N,

@@ -1,5 +1,5 @@
-/* cuda_attention.cu: causal grouped-query attention, flash style, fp32, forward and backward.
- * q (B,T,H,D), k/v (B,T,Hkv,D), lse (B,H,T). Tiles of TILE queries x TILE keys live in shared
+/* cuda_attention.cu: causal grouped-query attention, flash style, fp32, forward and backward,
+ * optionally within a sliding window (cuda_attention.cuh). q (B,T,H,D), k/v (B,T,Hkv,D), lse (B,H,T). Tiles of TILE queries x TILE keys live in shared
  * memory; no (T, T) matrix is ever stored. Backward is two kernels (dK/dV per key tile, dQ per
  * query tile) that each own what they write, so there are no atomics and results are bitwise
  * reproducible. It must never be launched with D > 256 (checked) or H % Hkv != 0. */
@@ -82,7 +82,8 @@ static __device__ __forceinline__ void att_tile_accum(float (&acc0)[RI][DJ], flo
     }
 }
 
-/* Forward, one block per (query tile, b, h). With s_ij = (q_i . k_j) / sqrt(D) for j <= i:
+/* Forward, one block per (query tile, b, h). With s_ij = (q_i . k_j) / sqrt(D) for the keys j
+ * query i sees (j <= i, and i - j < W within a window):
  *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j / l_i,
  *   lse_i = m_i + log l_i.
  * Keys are visited tile by tile with the online rescaling m' = max(m, max_tile s),
@@ -91,14 +92,14 @@ static __device__ __forceinline__ void att_tile_accum(float (&acc0)[RI][DJ], flo
 template <int TILE, int DMAX>
 __global__ void __launch_bounds__(ATT_THREADS)
 att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T,
-               int H, int Hkv, int D, float scale_log2)
+               int H, int Hkv, int D, int W, float scale_log2)
 {
     constexpr int RI = TILE / 16, DJ = DMAX / 16;
     extern __shared__ float smem[];
     const int Dp = D | 1, Pp = TILE + 1;
     float *Qs = smem, *Ks = Qs + TILE * Dp, *Vs = Ks + TILE * Dp, *Ps = Vs + TILE * Dp;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const att_qblock a = att_query_block(TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(TILE, T, H, Hkv, D, W);
 
     att_load_tile<TILE, ATT_THREADS>(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
     float m[RI], l[RI], o[RI][DJ];
@@ -117,15 +118,17 @@ att_fwd_kernel(float *out, float *lse, const float *q, const float *k, const flo
             const int row = a.q0 + ty + 16 * i;
             float mx = -INFINITY;
             for (int j = 0; j < RI; j++) {
-                s[i][j] = att_score(s[i][j], k0 + tx + 16 * j, row, T, scale_log2);
+                s[i][j] = att_score(s[i][j], k0 + tx + 16 * j, row, T, W, scale_log2);
                 mx = fmaxf(mx, s[i][j]);
             }
-            /* column k0 <= row and k0 < T in every visited tile, so m_new is finite */
+            /* without a window column k0 <= row and k0 < T in every visited tile, so m_new is
+             * finite; within one a row may see none of a tile's keys (att_base) */
             const float m_new = fmaxf(m[i], cuda_lanes_reduce<16>(mx, cuda_max_op()));
-            const float alpha = exp2f(m[i] - m_new); /* 0 on the first tile (m = -inf) */
+            const float base = att_base(m_new);
+            const float alpha = exp2f(m[i] - base); /* 0 on the first tile (m = -inf) */
             float psum = 0.0f;
             for (int j = 0; j < RI; j++) {
-                float p = exp2f(s[i][j] - m_new); /* masked: exp2(-inf) = 0 */
+                float p = exp2f(s[i][j] - base); /* masked: exp2(-inf) = 0 */
                 Ps[(ty + 16 * i) * Pp + tx + 16 * j] = p;
                 psum += p;
             }
@@ -179,14 +182,14 @@ __global__ void att_delta_kernel(float *delta, const float *dout, const float *o
     if (lane == 0) delta[((size_t)b * H + h) * T + t] = s;
 }
 
-/* dQ, one block per (query tile, b, h), keys j <= i tile by tile:
+/* dQ, one block per (query tile, b, h), the keys j query i sees tile by tile:
  *   p_ij = e^(s_ij - lse_i), dp_ij = dO_i . v_j, ds_ij = p_ij (dp_ij - delta_i),
  *   dq_i = scale sum_j ds_ij k_j   (overwrites dq). */
 template <int TILE, int DMAX>
 __global__ void __launch_bounds__(ATT_THREADS)
 att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                  const float *lse, const float *delta, int T, int H, int Hkv, int D, float scale,
-                  float scale_log2)
+                  const float *lse, const float *delta, int T, int H, int Hkv, int D, int W,
+                  float scale, float scale_log2)
 {
     constexpr int RI = TILE / 16, DJ = DMAX / 16;
     extern __shared__ float smem[];
@@ -194,7 +197,7 @@ att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, 
     float *Qs = smem, *dOs = Qs + TILE * Dp, *Ks = dOs + TILE * Dp, *Vs = Ks + TILE * Dp;
     float *dSs = Vs + TILE * Dp, *lse2 = dSs + TILE * Pp, *dl = lse2 + TILE;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const att_qblock a = att_query_block(TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(TILE, T, H, Hkv, D, W);
 
     att_load_tile<TILE, ATT_THREADS>(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
     att_load_tile<TILE, ATT_THREADS>(dOs, dout + a.qoff, a.ldq, a.q0, T, D, Dp);
@@ -211,7 +214,7 @@ att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, 
         for (int i = 0; i < RI; i++) {
             const int r = ty + 16 * i, row = a.q0 + r;
             for (int j = 0; j < RI; j++) {
-                const float p = att_prob(s[i][j], k0 + tx + 16 * j, row, T, scale_log2, lse2[r]);
+                const float p = att_prob(s[i][j], k0 + tx + 16 * j, row, T, W, scale_log2, lse2[r]);
                 dSs[r * Pp + tx + 16 * j] = att_dscore(p, dp[i][j], dl[r]);
             }
         }
@@ -230,7 +233,8 @@ att_bwd_dq_kernel(float *dq, const float *dout, const float *q, const float *k, 
 }
 
 /* dK, dV, one block per (key tile, b, kv head hk); every query head h of the group
- * (h / (H/Hkv) == hk) and every query tile with keys of this tile in its past, in a fixed order:
+ * (h / (H/Hkv) == hk) and every query tile with keys of this tile in its past (and window), in a
+ * fixed order:
  *   p_ij = e^(s_ij - lse_i), dv_j = sum_i p_ij dO_i,
  *   ds_ij = p_ij (dO_i . v_j - delta_i), dk_j = scale sum_i ds_ij q_i   (overwrites dk, dv).
  * Here the thread's rows are keys (c = ty + 16 i) and its score columns are queries. */
@@ -238,7 +242,7 @@ template <int TILE, int DMAX>
 __global__ void __launch_bounds__(ATT_THREADS)
 att_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
                    const float *v, const float *lse, const float *delta, int T, int H, int Hkv,
-                   int D, float scale, float scale_log2)
+                   int D, int W, float scale, float scale_log2)
 {
     constexpr int RI = TILE / 16, DJ = DMAX / 16;
     extern __shared__ float smem[];
@@ -246,7 +250,7 @@ att_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, cons
     float *Ks = smem, *Vs = Ks + TILE * Dp, *Qs = Vs + TILE * Dp, *dOs = Qs + TILE * Dp;
     float *PTs = dOs + TILE * Dp, *dSTs = PTs + TILE * Pp, *lse2 = dSTs + TILE * Pp, *dl = lse2 + TILE;
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const att_kblock a = att_key_block(TILE, T, H, Hkv, D);
+    const att_kblock a = att_key_block(TILE, T, H, Hkv, D, W);
 
     att_load_tile<TILE, ATT_THREADS>(Ks, k + a.koff, a.ldk, a.k0, T, D, Dp);
     att_load_tile<TILE, ATT_THREADS>(Vs, v + a.koff, a.ldk, a.k0, T, D, Dp);
@@ -263,7 +267,7 @@ att_bwd_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, cons
             const int c = ty + 16 * i, key = a.k0 + c;
             for (int j = 0; j < RI; j++) {
                 const int r = tx + 16 * j;
-                const float p = att_prob(s[i][j], key, q0 + r, T, scale_log2, lse2[r]);
+                const float p = att_prob(s[i][j], key, q0 + r, T, W, scale_log2, lse2[r]);
                 PTs[c * Pp + r] = p;
                 dSTs[c * Pp + r] = att_dscore(p, dp[i][j], dl[r]);
             }
@@ -352,8 +356,14 @@ static int att_allow(backend *be, K *kernel, size_t smem, const char *what)
                                                (int)smem), what);
 }
 
+/* The kernels' window W: 0 (plain causal) for none and for one of T keys or more. */
+static int att_window(int window, int T)
+{
+    return window > 0 && window < T ? window : 0;
+}
+
 void cuda_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                            const float *v, int B, int T, int H, int Hkv, int D)
+                            const float *v, int B, int T, int H, int Hkv, int D, int window)
 {
     if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
     const att_kernels ks = att_pick(be, D);
@@ -362,17 +372,18 @@ void cuda_attention_forward(backend *be, float *out, float *lse, const float *q,
     if (att_allow(be, fwd, ks.smem_fwd, "attention_forward (smem attribute)") != 0)
         return;
     dim3 grid((unsigned)((T + ks.tile - 1) / ks.tile), (unsigned)(B * H));
-    fwd<<<grid, ks.threads, ks.smem_fwd, cuda_im(be)->compute>>>(out, lse, q, k, v, T, H, Hkv, D,
-                                                                 ATT_LOG2E / sqrtf((float)D));
+    fwd<<<grid, ks.threads, ks.smem_fwd, cuda_im(be)->compute>>>(
+        out, lse, q, k, v, T, H, Hkv, D, att_window(window, T), ATT_LOG2E / sqrtf((float)D));
     cuda_check_launch(be, ks.what_fwd);
 }
 
 void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                              const float *q, const float *k, const float *v, const float *out,
-                             const float *lse, int B, int T, int H, int Hkv, int D)
+                             const float *lse, int B, int T, int H, int Hkv, int D, int window)
 {
     if (B <= 0 || T <= 0 || H <= 0 || cuda_broken(be)) return;
     if (att_check(be, T, H, Hkv, D, 0, "attention_backward") != 0) return;
+    const int W = att_window(window, T);
     const int rows = B * T * H;
     float *delta = (float *)cuda_scratch(be, (size_t)rows * sizeof(float));
     if (!delta) return;
@@ -390,10 +401,10 @@ void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const
     const float scale = 1.0f / sqrtf((float)D), scale_log2 = ATT_LOG2E * scale;
     const unsigned tiles = (unsigned)((T + ks.tile - 1) / ks.tile);
     dkvk<<<dim3(tiles, (unsigned)(B * Hkv)), ks.threads, ks.smem_dkv, st>>>(
-        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+        dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, W, scale, scale_log2);
     if (cuda_check_launch(be, ks.what_dkv) != 0) return;
     dqk<<<dim3(tiles, (unsigned)(B * H)), ks.threads, ks.smem_dq, st>>>(
-        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2);
+        dq, dout, q, k, v, lse, delta, T, H, Hkv, D, W, scale, scale_log2);
     cuda_check_launch(be, ks.what_dq);
 }
 

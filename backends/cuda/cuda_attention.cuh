@@ -1,7 +1,8 @@
 /* cuda_attention.cuh: what the three causal attention implementations share: cuda_attention.cu
  * (fp32 SIMT, and the dispatch and launch), cuda_attention_tc.cu (TF32 WMMA), cuda_attention_bf16.cu
- * (bf16 mma.sync). Where a block works, the tile loops, the tile and row-statistics loads, the
- * causal mask, the backward's recompute of p and ds, and the description of a path's kernels
+ * (bf16 mma.sync). Where a block works, the tile loops (which skip the tiles wholly outside a
+ * sliding window), the tile and row-statistics loads, the causal (and windowed) mask, the
+ * backward's recompute of p and ds, and the description of a path's kernels
  * (att_kernels) are written here once; the products (register tiles, fragments) stay in each
  * file. Only those files include it. */
 #ifndef LOOM_CUDA_ATTENTION_CUH
@@ -16,7 +17,8 @@
 
 /* --- device: where a block works ---
  * q (B,T,H,D), k/v (B,T,Hkv,D), lse and delta (B,H,T). Query head h reads kv head
- * hk = h / (H / Hkv); row strides ldq = H D, ldk = Hkv D. */
+ * hk = h / (H / Hkv); row strides ldq = H D, ldk = Hkv D. W: the sliding window (query i sees
+ * keys i - W < j <= i), 0 for none; the host passes 0 for a window of T or more. */
 
 /* Where lse and delta of (b, h) start. (Computed where used: kept live through a kernel it
  * costs the tensor-core kernels registers.) */
@@ -26,13 +28,15 @@ static __device__ __forceinline__ size_t att_stats_at(int b, int h, int H, int T
 }
 
 /* A query-tile block (forward, dQ): grid (query tiles, B * H), the longest (last) query tiles
- * first. Head h's q rows start at qoff, kv head hk's rows at koff. */
+ * first. Head h's q rows start at qoff, kv head hk's rows at koff. Its key tiles are kt0 .. qt:
+ * kt0 = 0, or within a window the tile of the first key its first query sees. */
 struct att_qblock {
-    int b, h, hk, qt, q0;
+    int b, h, hk, qt, q0, kt0;
     size_t ldq, ldk, qoff, koff;
 };
 
-static __device__ __forceinline__ att_qblock att_query_block(int tile, int T, int H, int Hkv, int D)
+static __device__ __forceinline__ att_qblock att_query_block(int tile, int T, int H, int Hkv, int D,
+                                                             int W)
 {
     att_qblock a;
     a.qt = gridDim.x - 1 - blockIdx.x;
@@ -40,6 +44,7 @@ static __device__ __forceinline__ att_qblock att_query_block(int tile, int T, in
     a.h = blockIdx.y % H;
     a.hk = a.h / (H / Hkv);
     a.q0 = a.qt * tile;
+    a.kt0 = W > 0 && a.q0 - W + 1 > 0 ? (a.q0 - W + 1) / tile : 0;
     a.ldq = (size_t)H * D;
     a.ldk = (size_t)Hkv * D;
     a.qoff = (size_t)a.b * T * a.ldq + (size_t)a.h * D;
@@ -49,17 +54,23 @@ static __device__ __forceinline__ att_qblock att_query_block(int tile, int T, in
 
 /* A key-tile block (dK, dV): grid (key tiles, B * Hkv), key tile 0 (the most queries after it)
  * first; it visits the G = H / Hkv query heads hk G .. hk G + G - 1 of its group and, for each,
- * the query tiles kt .. nt - 1. */
+ * the query tiles kt .. nt - 1: nt = all of them, or within a window up to the tile of the last
+ * query that sees its last key. */
 struct att_kblock {
     int b, hk, kt, k0, nt, G;
     size_t ldq, ldk, koff;
 };
 
-static __device__ __forceinline__ att_kblock att_key_block(int tile, int T, int H, int Hkv, int D)
+static __device__ __forceinline__ att_kblock att_key_block(int tile, int T, int H, int Hkv, int D,
+                                                           int W)
 {
     att_kblock a;
     a.kt = blockIdx.x;
     a.nt = gridDim.x;
+    if (W > 0) {
+        const int last = (a.kt * tile + tile - 1 + W - 1) / tile + 1;
+        a.nt = last < a.nt ? last : a.nt;
+    }
     a.G = H / Hkv;
     a.b = blockIdx.y / Hkv;
     a.hk = blockIdx.y % Hkv;
@@ -116,14 +127,15 @@ static __device__ __forceinline__ void att_load_stats(float *lse2, float *dl, co
 }
 
 /* --- device: the tile loops ---
- * A query-tile block walks the causal key tiles 0 .. qt; a key-tile block walks, for each query
- * head of its group, the query tiles kt .. nt - 1: always in this order, so what they sum is
+ * A query-tile block walks the causal key tiles kt0 .. qt; a key-tile block walks, for each query
+ * head of its group, the query tiles kt .. nt - 1 (att_query_block, att_key_block: the tiles a
+ * window hides wholly are never visited): always in this order, so what they sum is
  * bitwise reproducible. Each step: a barrier (the previous tile is no longer read), stage loads
  * the tile into shared memory, a barrier publishes it, body uses it. */
 template <int TILE, class Stage, class Body>
 static __device__ __forceinline__ void att_key_tiles(const att_qblock &a, Stage stage, Body body)
 {
-    for (int kt = 0; kt <= a.qt; kt++) {
+    for (int kt = a.kt0; kt <= a.qt; kt++) {
         const int k0 = kt * TILE;
         __syncthreads();
         stage(k0);
@@ -157,24 +169,31 @@ static __device__ __forceinline__ void att_query_tiles(const att_kblock &a, int 
  * s is a raw q_i . k_j, scale_log2 = log2(e) / sqrt(D): exponentials are base 2 on s scale_log2
  * (exp2f is the fast hardware path). */
 
-/* Query row sees key: causal (key <= row) and a real key (key < T). */
-static __device__ __forceinline__ bool att_visible(int key, int row, int T)
+/* Query row sees key: causal (key <= row), a real key (key < T) and, with a window W > 0,
+ * row - key < W. */
+static __device__ __forceinline__ bool att_visible(int key, int row, int T, int W)
 {
-    return key <= row && key < T;
+    return key <= row && key < T && (W <= 0 || row - key < W);
 }
 
 /* The forward's score in log2 units, -inf where masked (2^-inf = 0 drops it from every sum). */
-static __device__ __forceinline__ float att_score(float s, int key, int row, int T, float scale_log2)
+static __device__ __forceinline__ float att_score(float s, int key, int row, int T, int W,
+                                                  float scale_log2)
 {
-    return att_visible(key, row, T) ? s * scale_log2 : -INFINITY;
+    return att_visible(key, row, T, W) ? s * scale_log2 : -INFINITY;
 }
+
+/* The base an online softmax subtracts: its running max m, or 0 while m = -inf (within a window
+ * a row may see no key of its first tiles: 2^(-inf - m) then gives 0, not NaN). m as it is
+ * whenever it is finite, as always without a window. */
+static __device__ __forceinline__ float att_base(float m) { return m == -INFINITY ? 0.0f : m; }
 
 /* The backward's p_ij = e^(s_ij / sqrt(D) - lse_i) = 2^(s scale_log2 - l2), l2 = lse_i log2(e),
  * recomputed from the forward's lse; 0 where masked and for padding rows (row >= T). */
-static __device__ __forceinline__ float att_prob(float s, int key, int row, int T, float scale_log2,
-                                                 float l2)
+static __device__ __forceinline__ float att_prob(float s, int key, int row, int T, int W,
+                                                 float scale_log2, float l2)
 {
-    return att_visible(key, row, T) && row < T ? exp2f(s * scale_log2 - l2) : 0.0f;
+    return att_visible(key, row, T, W) && row < T ? exp2f(s * scale_log2 - l2) : 0.0f;
 }
 
 /* ds_ij = p_ij (dp_ij - delta_i), dp_ij = dO_i . v_j, delta_i = dO_i . O_i = sum_j p_ij dp_ij. */
@@ -182,18 +201,18 @@ static __device__ __forceinline__ float att_dscore(float p, float dp, float dl) 
 
 /* --- host: a path's kernels ---
  * Every path has the same three kernels (the head-dim bound DMAX a template argument):
- *   forward  (out, lse, q, k, v, T, H, Hkv, D, scale_log2), grid (query tiles, B * H);
- *   dK, dV   (dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2),
+ *   forward  (out, lse, q, k, v, T, H, Hkv, D, W, scale_log2), grid (query tiles, B * H);
+ *   dK, dV   (dk, dv, dout, q, k, v, lse, delta, T, H, Hkv, D, W, scale, scale_log2),
  *            grid (key tiles, B * Hkv);
- *   dQ       (dq, dout, q, k, v, lse, delta, T, H, Hkv, D, scale, scale_log2),
+ *   dQ       (dq, dout, q, k, v, lse, delta, T, H, Hkv, D, W, scale, scale_log2),
  *            grid (query tiles, B * H). */
 typedef void (*att_fwd_fn)(float *, float *, const float *, const float *, const float *, int, int,
-                           int, int, float);
+                           int, int, int, float);
 typedef void (*att_dkv_fn)(float *, float *, const float *, const float *, const float *,
-                           const float *, const float *, const float *, int, int, int, int, float,
-                           float);
+                           const float *, const float *, const float *, int, int, int, int, int,
+                           float, float);
 typedef void (*att_dq_fn)(float *, const float *, const float *, const float *, const float *,
-                          const float *, const float *, int, int, int, int, float, float);
+                          const float *, const float *, int, int, int, int, int, float, float);
 
 /* How the delta kernel rounds dO: as the tensor cores of the path that computes dp_ij do. */
 enum { ATT_ROUND_NONE = 0, ATT_ROUND_TF32 = 1, ATT_ROUND_BF16 = 2 };

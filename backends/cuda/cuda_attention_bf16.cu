@@ -1,5 +1,5 @@
-/* cuda_attention_bf16.cu: causal GQA attention for the bf16 mode, forward and backward, on bf16
- * tensor cores through mma.sync m16n8k16 (FlashAttention-2's layout: every score, probability
+/* cuda_attention_bf16.cu: causal GQA attention (optionally within a sliding window) for the bf16
+ * mode, forward and backward, on bf16 tensor cores through mma.sync m16n8k16 (FlashAttention-2's layout: every score, probability
  * and accumulator stays in registers). Same math, layouts and outputs as cuda_attention.cu
  * (fp32 in and out, lse (B,H,T) in natural-log units); the products' inputs are rounded to bf16
  * (q, k, v, dO as they are staged in shared memory, p and ds as they enter the second product),
@@ -159,7 +159,8 @@ static __device__ __forceinline__ void fb_store(float *dst, size_t ld, int row0,
 }
 
 /* Forward, one block per (query tile, b, h), warp w owning queries q0 + 16w .. + 15, one pass
- * over the causal key tiles with the online softmax (log2 units, s = q.k scale log2(e)):
+ * over the causal key tiles (in the window) with the online softmax (log2 units, s = q.k scale
+ * log2(e), j over the keys the row sees):
  *   m' = max(m, max_j s_j), l = l 2^(m - m') + sum_j 2^(s_j - m'), o = o 2^(m - m') + sum_j 2^(s_j - m') v_j
  * and at the end out = o / l, lse = (m + log2 l) ln 2. A lane holds rows g and g + 8 of its
  * warp's 16, columns 2t, 2t + 1 of each 8-key block: row max and sum reduce over the 4 lanes of
@@ -167,13 +168,13 @@ static __device__ __forceinline__ void fb_store(float *dst, size_t ld, int row0,
 template <int DMAX>
 __global__ void __launch_bounds__(FB_THREADS)
 fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T, int H,
-              int Hkv, int D, float scale_log2)
+              int Hkv, int D, int W, float scale_log2)
 {
     extern __shared__ __align__(16) fb_h fb_smem[];
     const int Dp = D + 8, Tp = FB_TILE + 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     fb_h *Qs = fb_smem, *Ks = Qs + FB_TILE * Dp, *Vt = Ks + FB_TILE * Dp;
-    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D, W);
     const int r0 = a.q0 + 16 * warp;
     const float *kb = k + a.koff, *vb = v + a.koff;
     fb_stage(Qs, NULL, q + a.qoff, a.ldq, a.q0, T, D, Dp, Tp);
@@ -192,7 +193,7 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * t + (e & 1), row = r0 + g + 8 * (e >> 1);
-                s[j][e] = att_score(s[j][e], key, row, T, scale_log2);
+                s[j][e] = att_score(s[j][e], key, row, T, W, scale_log2);
             }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -201,15 +202,17 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
         }
         x0 = cuda_lanes_reduce<4, true>(x0, cuda_max_op()); /* over the quad */
         x1 = cuda_lanes_reduce<4, true>(x1, cuda_max_op());
-        /* key k0 <= every row of the tile once kt = 0, so m is finite from the first tile on and
-         * a tile whose keys are all masked for a row leaves m as it was */
+        /* without a window key k0 <= every row of the tile once kt = 0, so m is finite from the
+         * first tile on and a tile whose keys are all masked for a row leaves m as it was; within
+         * one a row may see no key of its first tiles (m = -inf: att_base) */
         const float n0 = fmaxf(m0, x0), n1 = fmaxf(m1, x1);
-        const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1); /* 2^-inf = 0 the first time */
+        const float b0 = att_base(n0), b1 = att_base(n1);
+        const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1); /* 2^-inf = 0 the first time */
         m0 = n0, m1 = n1, l0 *= c0, l1 *= c1;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            s[j][0] = exp2f(s[j][0] - m0), s[j][1] = exp2f(s[j][1] - m0);
-            s[j][2] = exp2f(s[j][2] - m1), s[j][3] = exp2f(s[j][3] - m1);
+            s[j][0] = exp2f(s[j][0] - b0), s[j][1] = exp2f(s[j][1] - b0);
+            s[j][2] = exp2f(s[j][2] - b1), s[j][3] = exp2f(s[j][3] - b1);
             l0 += s[j][0] + s[j][1], l1 += s[j][2] + s[j][3];
         }
 #pragma unroll
@@ -224,7 +227,8 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
     if (t == 0 && r0 + g + 8 < T) lrow[r0 + g + 8] = (m1 + log2f(l1)) * ATT_LN2;
 }
 
-/* dQ, one block per (query tile, b, h), warp w owning 16 queries; for each causal key tile:
+/* dQ, one block per (query tile, b, h), warp w owning 16 queries; for each causal key tile (in
+ * the window), over the keys j query i sees:
  *   p_ij = 2^(s_ij - lse_i log2 e), dp_ij = dO_i . v_j, ds_ij = p_ij (dp_ij - delta_i),
  *   dq_i = scale sum_j ds_ij k_j   (overwrites dq). */
 /* (Its register budget set outright: under __launch_bounds__(FB_THREADS) ptxas for sm_80..89 kept
@@ -232,15 +236,15 @@ fb_fwd_kernel(float *out, float *lse, const float *q, const float *k, const floa
 template <int DMAX>
 __global__ void __maxnreg__(168)
 fb_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
-             const float *lse, const float *delta, int T, int H, int Hkv, int D, float scale,
-             float scale_log2)
+             const float *lse, const float *delta, int T, int H, int Hkv, int D, int W,
+             float scale, float scale_log2)
 {
     extern __shared__ __align__(16) fb_h fb_smem[];
     const int Dp = D + 8, Tp = FB_TILE + 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     fb_h *Qs = fb_smem, *dOs = Qs + FB_TILE * Dp, *Ks = dOs + FB_TILE * Dp, *Vs = Ks + FB_TILE * Dp;
     fb_h *Kt = Vs + FB_TILE * Dp;
-    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(FB_TILE, T, H, Hkv, D, W);
     const int r0 = a.q0 + 16 * warp;
     const float *kb = k + a.koff, *vb = v + a.koff;
     fb_stage(Qs, NULL, q + a.qoff, a.ldq, a.q0, T, D, Dp, Tp);
@@ -263,7 +267,7 @@ fb_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * t + (e & 1), hi = e >> 1, row = r0 + g + 8 * hi;
-                const float p = att_prob(s[j][e], key, row, T, scale_log2, hi ? l21 : l20);
+                const float p = att_prob(s[j][e], key, row, T, W, scale_log2, hi ? l21 : l20);
                 s[j][e] = att_dscore(p, dp[j][e], hi ? d1 : d0);
             }
         fb_pm<DMAX>(acc, s, Kt, Tp, D);
@@ -272,7 +276,8 @@ fb_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const
 }
 
 /* dK, dV, one block per (key tile, b, kv head hk), warp w owning keys k0 + 16w .. + 15; every
- * query head of the group and every query tile at or after the key tile, in a fixed order:
+ * query head of the group and every query tile at or after the key tile (and within the window),
+ * in a fixed order:
  *   p_ij = 2^(s_ij - lse_i log2 e), dv_j = sum_i p_ij dO_i,
  *   ds_ij = p_ij (dO_i . v_j - delta_i), dk_j = scale sum_i ds_ij q_i   (overwrites dk, dv).
  * The warp's tiles are transposed (rows its keys, columns the 64 queries), so P^T and dS^T are
@@ -281,7 +286,7 @@ template <int DMAX>
 __global__ void __launch_bounds__(FB_THREADS)
 fb_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
               const float *v, const float *lse, const float *delta, int T, int H, int Hkv, int D,
-              float scale, float scale_log2)
+              int W, float scale, float scale_log2)
 {
     extern __shared__ __align__(16) fb_h fb_smem[];
     const int Dp = D + 8, Tp = FB_TILE + 8, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -289,7 +294,7 @@ fb_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const flo
     fb_h *Ks = fb_smem, *Vs = Ks + FB_TILE * Dp, *Qs = Vs + FB_TILE * Dp, *dOs = Qs + FB_TILE * Dp;
     fb_h *Qt = dOs + FB_TILE * Dp, *dOt = Qt + D * Tp;
     float *lse2 = (float *)(dOt + D * Tp), *dl = lse2 + FB_TILE;
-    const att_kblock a = att_key_block(FB_TILE, T, H, Hkv, D);
+    const att_kblock a = att_key_block(FB_TILE, T, H, Hkv, D, W);
     const int c0 = a.k0 + 16 * warp;
     fb_stage(Ks, NULL, k + a.koff, a.ldk, a.k0, T, D, Dp, Tp);
     fb_stage(Vs, NULL, v + a.koff, a.ldk, a.k0, T, D, Dp, Tp);
@@ -308,7 +313,7 @@ fb_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const flo
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int c = 8 * j + 2 * t + (e & 1), row = q0 + c, key = c0 + g + 8 * (e >> 1);
-                const float p = att_prob(s[j][e], key, row, T, scale_log2, lse2[c]);
+                const float p = att_prob(s[j][e], key, row, T, W, scale_log2, lse2[c]);
                 s[j][e] = p;
                 dp[j][e] = att_dscore(p, dp[j][e], dl[c]);
             }

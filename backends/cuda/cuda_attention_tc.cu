@@ -1,5 +1,6 @@
-/* cuda_attention_tc.cu: causal GQA attention on TF32 tensor cores (WMMA m16n16k8), forward and
- * backward, for head dims D % 16 == 0, D <= 128; used when the backend runs TF32 or bf16 matmuls.
+/* cuda_attention_tc.cu: causal GQA attention (optionally within a sliding window) on TF32 tensor
+ * cores (WMMA m16n16k8), forward and backward, for head dims D % 16 == 0, D <= 128; used when the
+ * backend runs TF32 or bf16 matmuls.
  * Same math and layouts as cuda_attention.cu; every product goes through tensor cores with
  * fp32 accumulate, the softmax stays fp32. No atomics (each block owns what it writes). It must
  * never touch a fragment's elements except uniformly (the element-to-lane mapping is opaque). */
@@ -135,7 +136,8 @@ static __device__ __forceinline__ void tc_store_rows(float *g, size_t ld, int ro
 }
 
 /* Forward, one block per (query tile, b, h), warp w owning queries q0 + 16w .. + 15, in two
- * passes over the causal key tiles (no rescaling of the tensor-core accumulators is needed):
+ * passes over the causal key tiles (no rescaling of the tensor-core accumulators is needed);
+ * j runs over the keys query i sees:
  *   pass 1: s_ij = (q_i . k_j) / sqrt(D); m_i = max_j s_ij, l_i = sum_j e^(s_ij - m_i)
  *           (online, per lane over its columns, merged across lanes at the end),
  *           lse_i = m_i + log l_i;
@@ -144,14 +146,14 @@ static __device__ __forceinline__ void tc_store_rows(float *g, size_t ld, int ro
 template <int DMAX>
 __global__ void __launch_bounds__(TC_THREADS, 2)
 att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const float *v, int T,
-                  int H, int Hkv, int D, float scale_log2)
+                  int H, int Hkv, int D, int W, float scale_log2)
 {
     constexpr int DF = DMAX / 16;
     extern __shared__ __align__(128) float smem[];
     const int Dp = D + 4, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float *Qs = smem, *Ks = Qs + TC_TILE * Dp, *Vs = Ks + TC_TILE * Dp;
     float *Sw = Vs + TC_TILE * Dp + warp * 16 * TC_SP;
-    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D, W);
     const int r0 = a.q0 + 16 * warp; /* this warp's first query */
     const float *kb = k + a.koff, *vb = v + a.koff;
     tc_load_tile(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
@@ -164,7 +166,7 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
         tc_abt(Sw, Qs + 16 * warp * Dp, Ks, D, Dp);
         __syncwarp();
         tc_lane_scores([&](int r, int c) {
-            if (!att_visible(k0 + c, r0 + r, T)) return;
+            if (!att_visible(k0 + c, r0 + r, T, W)) return;
             const float s = Sw[r * TC_SP + c] * scale_log2;
             if (s > m[r]) {
                 l[r] = l[r] * exp2f(m[r] - s) + 1.0f; /* exp2(-inf) = 0 the first time */
@@ -179,7 +181,8 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
     for (int r = 0; r < 16; r++) {
         const float mx = cuda_warp_max(m[r]);
         float part = m[r] == -INFINITY ? 0.0f : l[r] * exp2f(m[r] - mx);
-        m[r] = mx + log2f(cuda_warp_sum(part)); /* now lse_r in log2 units (key q0 is always in) */
+        m[r] = mx + log2f(cuda_warp_sum(part)); /* now lse_r in log2 units (a real row sees its
+                                                    own key; -inf only for padding rows) */
     }
     if (lane < 16 && r0 + lane < T) {
         float mine = m[0];
@@ -194,7 +197,7 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
         __syncwarp();
         tc_lane_scores([&](int r, int c) {
             float *s = Sw + r * TC_SP + c;
-            *s = att_visible(k0 + c, r0 + r, T) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
+            *s = att_visible(k0 + c, r0 + r, T, W) ? exp2f(*s * scale_log2 - m[r]) : 0.0f;
         });
         __syncwarp();
         tc_pv<DF>(acc, Sw, Vs, D, Dp);
@@ -204,21 +207,22 @@ att_tc_fwd_kernel(float *out, float *lse, const float *q, const float *k, const 
                       Qs + 16 * warp * Dp, D, Dp, 1.0f);
 }
 
-/* dQ, one block per (query tile, b, h), warp w owning 16 queries; for each causal key tile:
+/* dQ, one block per (query tile, b, h), warp w owning 16 queries; for each causal key tile (in
+ * the window), over the keys j query i sees:
  *   p_ij = e^(s_ij - lse_i), dp_ij = dO_i . v_j, ds_ij = p_ij (dp_ij - delta_i),
  *   dq_i = scale sum_j ds_ij k_j   (overwrites dq). */
 template <int DMAX>
 __global__ void __launch_bounds__(TC_THREADS, 2)
 att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
-                 const float *lse, const float *delta, int T, int H, int Hkv, int D, float scale,
-                 float scale_log2)
+                 const float *lse, const float *delta, int T, int H, int Hkv, int D, int W,
+                 float scale, float scale_log2)
 {
     constexpr int DF = DMAX / 16;
     extern __shared__ __align__(128) float smem[];
     const int Dp = D + 4, warp = threadIdx.x >> 5;
     float *Qs = smem, *dOs = Qs + TC_TILE * Dp, *Ks = dOs + TC_TILE * Dp, *Vs = Ks + TC_TILE * Dp;
     float *Sw = Vs + TC_TILE * Dp + warp * 2 * 16 * TC_SP, *Pw = Sw + 16 * TC_SP;
-    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D);
+    const att_qblock a = att_query_block(TC_TILE, T, H, Hkv, D, W);
     const int r0 = a.q0 + 16 * warp;
     const float *kb = k + a.koff, *vb = v + a.koff;
     tc_load_tile(Qs, q + a.qoff, a.ldq, a.q0, T, D, Dp);
@@ -236,7 +240,7 @@ att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, c
         tc_abt(Pw, dOs + 16 * warp * Dp, Vs, D, Dp);
         __syncwarp();
         tc_lane_scores([&](int r, int c) {
-            const float p = att_prob(Sw[r * TC_SP + c], k0 + c, r0 + r, T, scale_log2, l2[r]);
+            const float p = att_prob(Sw[r * TC_SP + c], k0 + c, r0 + r, T, W, scale_log2, l2[r]);
             Sw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dl[r]);
         });
         __syncwarp();
@@ -247,7 +251,7 @@ att_tc_dq_kernel(float *dq, const float *dout, const float *q, const float *k, c
 }
 
 /* dK, dV, one block per (key tile, b, kv head hk), warp w owning 16 keys; every query head of the
- * group and every query tile at or after the key tile, in a fixed order:
+ * group and every query tile at or after the key tile (and within the window), in a fixed order:
  *   p_ij = e^(s_ij - lse_i), dv_j = sum_i p_ij dO_i,
  *   ds_ij = p_ij (dO_i . v_j - delta_i), dk_j = scale sum_i ds_ij q_i   (overwrites dk, dv).
  * The warp's score tile is transposed: rows are its keys, columns the tile's 64 queries. */
@@ -255,7 +259,7 @@ template <int DMAX>
 __global__ void __launch_bounds__(TC_THREADS, 2)
 att_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
                   const float *v, const float *lse, const float *delta, int T, int H, int Hkv,
-                  int D, float scale, float scale_log2)
+                  int D, int W, float scale, float scale_log2)
 {
     constexpr int DF = DMAX / 16;
     extern __shared__ __align__(128) float smem[];
@@ -263,7 +267,7 @@ att_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const
     float *Ks = smem, *Vs = Ks + TC_TILE * Dp, *Qs = Vs + TC_TILE * Dp, *dOs = Qs + TC_TILE * Dp;
     float *lse2 = dOs + TC_TILE * Dp, *dl = lse2 + TC_TILE;
     float *Sw = dl + TC_TILE + warp * 2 * 16 * TC_SP, *Pw = Sw + 16 * TC_SP;
-    const att_kblock a = att_key_block(TC_TILE, T, H, Hkv, D);
+    const att_kblock a = att_key_block(TC_TILE, T, H, Hkv, D, W);
     const int c0 = a.k0 + 16 * warp;
     tc_load_tile(Ks, k + a.koff, a.ldk, a.k0, T, D, Dp);
     tc_load_tile(Vs, v + a.koff, a.ldk, a.k0, T, D, Dp);
@@ -283,7 +287,7 @@ att_tc_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const
             const int c = lane + 32 * half, row = q0 + c;
             const float l2 = lse2[c], dlc = dl[c];
             for (int r = 0; r < 16; r++) {
-                const float p = att_prob(Sw[r * TC_SP + c], c0 + r, row, T, scale_log2, l2);
+                const float p = att_prob(Sw[r * TC_SP + c], c0 + r, row, T, W, scale_log2, l2);
                 Sw[r * TC_SP + c] = p;
                 Pw[r * TC_SP + c] = att_dscore(p, Pw[r * TC_SP + c], dlc);
             }

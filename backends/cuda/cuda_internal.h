@@ -110,10 +110,10 @@ void cuda_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float
 
 /* --- cuda_attention.cu --- */
 void cuda_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                            const float *v, int B, int T, int H, int Hkv, int D);
+                            const float *v, int B, int T, int H, int Hkv, int D, int window);
 void cuda_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                              const float *q, const float *k, const float *v, const float *out,
-                             const float *lse, int B, int T, int H, int Hkv, int D);
+                             const float *lse, int B, int T, int H, int Hkv, int D, int window);
 void cuda_attention_decode(backend *be, float *out, const float *q, const float *k, const float *v,
                            int Tk, int H, int Hkv, int D);
 void cuda_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,

@@ -1,4 +1,6 @@
-/* attention.metal: causal grouped-query attention, forward and backward, flash-style.
+/* attention.metal: causal grouped-query attention, forward and backward, flash-style, optionally
+ * within a sliding window (p.window > 0: query t sees keys t - window < s <= t; a thread walks only
+ * those).
  * One thread owns one query row (or one key row in dk/dv) and a METAL_ATT_DC-wide slice of the
  * head dim; it streams over keys with an online softmax, so memory stays O(T) per head and no
  * (T, T) matrix exists. The backward recomputes probabilities from the saved lse and gives dk,
@@ -16,8 +18,20 @@ inline float loom_att_dot(device const float *a, device const float *b, uint n)
     return s;
 }
 
+/* The first key query t sees: 0, or t - window + 1 within a window. */
+inline uint loom_att_first_key(uint t, uint window)
+{
+    return window > 0 && t >= window ? t - window + 1 : 0;
+}
+
+/* One past the last query that sees key s: T, or s + window within a window. */
+inline uint loom_att_end_query(uint s, uint T, uint window)
+{
+    return window > 0 && window < T - s ? s + window : T;
+}
+
 /* Forward for query row (b, h, t), head-dim slice [d0, d0 + DC):
- * for key blocks of METAL_ATT_BK: s_j = scale q.k_j (j <= t), mb = max(m, max_j s_j),
+ * for key blocks of METAL_ATT_BK from its first key: s_j = scale q.k_j (j <= t), mb = max(m, max_j s_j),
  * l = l e^(m - mb) + sum_j e^(s_j - mb), acc = acc e^(m - mb) + sum_j e^(s_j - mb) v_j, m = mb.
  * out = acc / l; the chunk-0 thread writes lse = m + log l.
  * Grid: gid = ((b*H + h)*nchunk + chunk)*T + t, so a SIMD group shares (b, h) and reads the
@@ -40,7 +54,7 @@ kernel void loom_attention_forward(device float *out LOOM_BUFFER(0), device floa
     float acc[METAL_ATT_DC];
     for (uint j = 0; j < METAL_ATT_DC; j++) acc[j] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (uint s0 = 0; s0 <= t; s0 += METAL_ATT_BK) {
+    for (uint s0 = loom_att_first_key(t, p.window); s0 <= t; s0 += METAL_ATT_BK) {
         uint s1 = metal::min(s0 + METAL_ATT_BK, t + 1);
         float sc[METAL_ATT_BK];
         float mb = m;
@@ -82,7 +96,7 @@ kernel void loom_attention_delta(device float *delta LOOM_BUFFER(0), device cons
 
 /* dq for query row (b, h, t), slice [d0, d0 + DC): with P_ts = e^(scale q_t.k_s - lse_t),
  * dP_ts = dout_t.v_s and dS_ts = P_ts (dP_ts - delta_t):
- * dq_t = scale sum_{s <= t} dS_ts k_s   (overwrites). Grid as the forward. */
+ * dq_t = scale sum_{s <= t} dS_ts k_s (within the window)   (overwrites). Grid as the forward. */
 kernel void loom_attention_backward_dq(device float *dq LOOM_BUFFER(0), device const float *dout LOOM_BUFFER(1),
                                        device const float *q LOOM_BUFFER(2), device const float *k LOOM_BUFFER(3),
                                        device const float *v LOOM_BUFFER(4), device const float *lse LOOM_BUFFER(5),
@@ -102,7 +116,7 @@ kernel void loom_attention_backward_dq(device float *dq LOOM_BUFFER(0), device c
 
     float acc[METAL_ATT_DC];
     for (uint j = 0; j < METAL_ATT_DC; j++) acc[j] = 0.0f;
-    for (uint s = 0; s <= t; s++) {
+    for (uint s = loom_att_first_key(t, p.window); s <= t; s++) {
         device const float *kr = k + ((b * T + s) * p.Hkv + g) * D;
         device const float *vr = v + ((b * T + s) * p.Hkv + g) * D;
         float pr = metal::exp(p.scale * loom_att_dot(q + row, kr, D) - lt);
@@ -115,8 +129,9 @@ kernel void loom_attention_backward_dq(device float *dq LOOM_BUFFER(0), device c
 }
 
 /* dk, dv for key row (b, g, s), slice [d0, d0 + DC_KV), summed over the heads h of group g
- * (h = g*rep .. g*rep + rep - 1, rep = H / Hkv) and the queries t >= s, heads in order and t
- * from T-1 down to s (so a SIMD group of neighbouring s reads the same query row together):
+ * (h = g*rep .. g*rep + rep - 1, rep = H / Hkv) and the queries t >= s that see it, heads in order
+ * and t from the last such down to s (so a SIMD group of neighbouring s reads the same query row
+ * together):
  * dv_s = sum P_ts dout_t,  dk_s = scale sum dS_ts q_t   (overwrite).
  * Grid: gid = ((b*Hkv + g)*nchunk + chunk)*T + s, nchunk = ceil(D / DC_KV). */
 kernel void loom_attention_backward_dkv(device float *dk LOOM_BUFFER(0), device float *dv LOOM_BUFFER(1),
@@ -141,7 +156,7 @@ kernel void loom_attention_backward_dkv(device float *dk LOOM_BUFFER(0), device 
         av[j] = 0.0f;
     }
     for (uint h = g * rep; h < (g + 1) * rep; h++) {
-        for (uint t = T; t-- > s;) {
+        for (uint t = loom_att_end_query(s, T, p.window); t-- > s;) {
             uint row = ((b * T + t) * p.H + h) * D;
             float lt = lse[(b * p.H + h) * T + t], dt = delta[(b * p.H + h) * T + t];
             float pr = metal::exp(p.scale * loom_att_dot(q + row, k + krow, D) - lt);

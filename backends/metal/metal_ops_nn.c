@@ -245,13 +245,19 @@ static int metal_attn_check(int H, int Hkv)
     return loom_fail("metal: attention with H=%d not a multiple of Hkv=%d", H, Hkv);
 }
 
+/* The kernels' window: 0 (every key before the query) for none or one of T keys or more. */
+static unsigned metal_attn_window(int window, int T)
+{
+    return window > 0 && window < T ? (unsigned)window : 0u;
+}
+
 static void metal_attention_forward(backend *be, float *out, float *lse, const float *q, const float *k,
-                                    const float *v, int B, int T, int H, int Hkv, int D)
+                                    const float *v, int B, int T, int H, int Hkv, int D, int window)
 {
     if (B <= 0 || T <= 0 || D <= 0 || metal_attn_check(H, Hkv)) return;
     unsigned nchunk = ((unsigned)D + METAL_ATT_DC - 1) / METAL_ATT_DC;
     metal_p_attn p = {(unsigned)B, (unsigned)T, (unsigned)H, (unsigned)Hkv, (unsigned)D, nchunk,
-                      (float)(1.0 / sqrt((double)D))};
+                      (float)(1.0 / sqrt((double)D)), metal_attn_window(window, T)};
     metal_launch(metal_c(be), MK_ATTN_FORWARD, (size_t)B * H * nchunk * T,
                  (void *[]){out, lse, MB(q), MB(k), MB(v)}, 5, &p, sizeof p);
 }
@@ -259,14 +265,15 @@ static void metal_attention_forward(backend *be, float *out, float *lse, const f
 /* delta = rowwise dout.out in scratch (B*H*T), then dq per query row and dk/dv per key row. */
 static void metal_attention_backward(backend *be, float *dq, float *dk, float *dv, const float *dout,
                                      const float *q, const float *k, const float *v, const float *out,
-                                     const float *lse, int B, int T, int H, int Hkv, int D)
+                                     const float *lse, int B, int T, int H, int Hkv, int D, int window)
 {
     metal_ctx *c = metal_c(be);
     if (B <= 0 || T <= 0 || D <= 0 || metal_attn_check(H, Hkv)) return;
     float scale = (float)(1.0 / sqrt((double)D));
     float *delta = metal_scratch(c, (size_t)B * H * T);
     if (!delta) return;
-    metal_p_attn p = {(unsigned)B, (unsigned)T, (unsigned)H, (unsigned)Hkv, (unsigned)D, 1, scale};
+    metal_p_attn p = {(unsigned)B, (unsigned)T, (unsigned)H, (unsigned)Hkv, (unsigned)D, 1, scale,
+                      metal_attn_window(window, T)};
     metal_launch(c, MK_ATTN_DELTA, (size_t)B * H * T, (void *[]){delta, MB(dout), MB(out)}, 3, &p, sizeof p);
     p.nchunk = ((unsigned)D + METAL_ATT_DC - 1) / METAL_ATT_DC;
     metal_launch(c, MK_ATTN_DQ, (size_t)B * H * p.nchunk * T,

@@ -38,10 +38,12 @@ typedef struct metal_p_rope {
     unsigned int B, T, H, D, inverse;
 } metal_p_rope;
 
-/* Attention on q (B, T, H, D), k/v (B, T, Hkv, D); nchunk = D-chunks per row; scale 1/sqrt(D). */
+/* Attention on q (B, T, H, D), k/v (B, T, Hkv, D); nchunk = D-chunks per row; scale 1/sqrt(D);
+ * window: query t sees keys t - window < s <= t (0: every s <= t). */
 typedef struct metal_p_attn {
     unsigned int B, T, H, Hkv, D, nchunk;
     float scale;
+    unsigned int window;
 } metal_p_attn;
 
 /* Batched generation: R rows at their own positions pos[r]; caches (R, cap, Hkv, D); rope_rows

@@ -242,7 +242,7 @@ static void decoder_layer_forward(model *m, int l, float *x_out)
             model_rope(m, k, Bs, Ts, Hkv, 0);
         }
         backend_attention_forward(be, a->att + (size_t)off * qC, a->lse + (size_t)off * H, q, k, v,
-                                  Bs, Ts, H, Hkv, D);
+                                  Bs, Ts, H, Hkv, D, 0);
         off += Bs * Ts;
     }
     decoder_attn_out(m, l, a->xm, a->x, a->att, N);
@@ -289,7 +289,7 @@ static void decoder_layer_backward(model *m, int l)
         size_t oq = (size_t)off * qC, ok = (size_t)off * kvC;
         backend_attention_backward(be, m->dq + oq, m->dk + ok, m->dv + ok, m->datt + oq, a->q + oq,
                                    a->k + ok, a->v + ok, a->att + oq, a->lse + (size_t)off * H, Bs, Ts,
-                                   H, Hkv, D);
+                                   H, Hkv, D, 0);
         if (model_uses_rope(c)) { /* q, k were rotated after the projection: rotate dq, dk back */
             model_rope(m, m->dq + oq, Bs, Ts, H, 1);
             model_rope(m, m->dk + ok, Bs, Ts, Hkv, 1);
@@ -361,7 +361,7 @@ static void decoder_attn_decode(model *m, int l, int t)
     } else {
         /* causal attention over rows 0..t: row t is the new token's output (earlier rows,
          * recomputed from stale queries, are ignored) */
-        backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D);
+        backend_attention_forward(be, a->att, a->lse, a->q, a->k, a->v, 1, t + 1, H, Hkv, D, 0);
     }
 }
 

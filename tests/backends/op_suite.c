@@ -393,7 +393,7 @@ static void suite_attention_one(suite *s, int B, int T, int H, int Hkv, int D)
     char name[96];
     FOR_SIDES (be)
         backend_attention_forward(be, PF(out, side), PF(lse, side), PF(q, side), PF(k, side),
-                                  PF(v, side), B, T, H, Hkv, D);
+                                  PF(v, side), B, T, H, Hkv, D, 0);
     snprintf(name, sizeof name, "attention_forward B%d T%d H%d Hkv%d D%d out", B, T, H, Hkv, D);
     /* as tests/backends/cpu/test_cpu_attention.c, for each side's arithmetic: the scores' D-term
      * dots (|qk| E 0.5625, over sqrt(D)) set p's relative error, the softmax adds g_T and expf's
@@ -405,7 +405,7 @@ static void suite_attention_one(suite *s, int B, int T, int H, int Hkv, int D)
     FOR_SIDES (be)
         backend_attention_backward(be, PF(dq, side), PF(dk, side), PF(dv, side), PF(dout, side),
                                    PF(q, side), PF(k, side), PF(v, side), PF(out, side),
-                                   PF(lse, side), B, T, H, Hkv, D);
+                                   PF(lse, side), B, T, H, Hkv, D, 0);
     /* dv sums p dout over the queries of a head group (sum_i p_ij < 1 + ln T per head); dq, dk
      * sum dS = p (dP - delta) times k or q (|.| < 1.5, |dP - delta| < sqrt(D) + 1) */
     const double lnT = (1.0 + log((double)T)) * H / Hkv;
@@ -422,6 +422,225 @@ static void suite_attention(suite *s)
     suite_attention_one(s, 1, 256, 4, 4, 32);
     suite_attention_one(s, 3, 1, 2, 1, 16); /* T = 1 */
     suite_attention_one(s, 1, 77, 6, 2, 128);
+}
+
+/* --- sliding-window attention: query i sees keys i - W < j <= i --- */
+
+/* The inputs of a window case and the reference's results in double, with the magnitudes its
+ * error bounds are made of (att_win_tol): maxima over the case, from the inputs only. */
+typedef struct {
+    int B, T, H, Hkv, D, W;
+    float *q, *k, *v, *dout;          /* inputs (the same on both sides), bf16-representable */
+    double *out, *lse, *dq, *dk, *dv; /* the reference */
+    double a, m_out, m_dq, m_dk, m_dv; /* max scale sum_d |q k|; max of each result's M (below) */
+} att_win;
+
+/* The window's attention and its gradients in double, written from the definition (no blocks):
+ *   s_ij = q_i.k_j / sqrt(D) over lo(i) = max(0, i - W + 1) <= j <= i, p = softmax_j(s),
+ *   out_i = sum_j p_ij v_j, lse_i = log sum_j e^(s_ij);
+ *   dp_ij = dout_i.v_j, ds_ij = p_ij (dp_ij - sum_j' p_ij' dp_ij'),
+ *   dq_i = sum_j ds_ij k_j / sqrt(D), dk_j = sum_i ds_ij q_i / sqrt(D), dv_j = sum_i p_ij dout_i
+ * (dk, dv summed over the query heads of kv head h / (H / Hkv)).
+ * And the magnitudes through which a side's relative errors reach each result (first order):
+ *   M_out_i = sum_j p_ij |v_j|,  M_dv_j = sum_i p_ij |dout_i|,
+ *   M_dq_i = scale sum_j p_ij r_ij |k_j|,  M_dk_j = scale sum_i p_ij r_ij |q_i|, with
+ *   r_ij = |dp_ij - delta_i| + sum_d |dout_id v_jd| + sum_d |dout_id| M_out_id
+ * (ds's own size, dp's terms, and delta = dout.out's terms with out's error, bounded by M_out). */
+static void att_win_ref(att_win *a)
+{
+    const int T = a->T, H = a->H, Hkv = a->Hkv, D = a->D, G = H / Hkv;
+    const double scale = 1.0 / sqrt((double)D);
+    const size_t nk = (size_t)a->B * T * Hkv * D;
+    double *mk = calloc(nk, sizeof(double)), *mv = calloc(nk, sizeof(double));
+    double *p = malloc((size_t)T * sizeof(double)), *dp = malloc((size_t)T * sizeof(double));
+    double *sdv = malloc((size_t)T * sizeof(double)), *mo = malloc((size_t)D * sizeof(double));
+    double *mq = malloc((size_t)D * sizeof(double));
+    memset(a->dk, 0, nk * sizeof(double));
+    memset(a->dv, 0, nk * sizeof(double));
+    a->a = a->m_out = a->m_dq = a->m_dk = a->m_dv = 0.0;
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                const size_t qi = (((size_t)b * T + i) * H + h) * D;
+                const float *qr = a->q + qi, *dor = a->dout + qi;
+                const int lo = a->W > 0 && i - a->W + 1 > 0 ? i - a->W + 1 : 0;
+                double m = -INFINITY, sum = 0.0, delta = 0.0, odo = 0.0;
+                for (int j = lo; j <= i; j++) {
+                    const float *kr = a->k + (((size_t)b * T + j) * Hkv + h / G) * D;
+                    const float *vr = a->v + (((size_t)b * T + j) * Hkv + h / G) * D;
+                    double x = 0.0, y = 0.0, ax = 0.0, ay = 0.0;
+                    for (int d = 0; d < D; d++) {
+                        x += (double)qr[d] * kr[d], ax += fabs((double)qr[d] * kr[d]);
+                        y += (double)dor[d] * vr[d], ay += fabs((double)dor[d] * vr[d]);
+                    }
+                    p[j] = x * scale, dp[j] = y, sdv[j] = ay;
+                    a->a = ax * scale > a->a ? ax * scale : a->a;
+                    m = p[j] > m ? p[j] : m;
+                }
+                for (int j = lo; j <= i; j++) sum += (p[j] = exp(p[j] - m));
+                for (int d = 0; d < D; d++) a->out[qi + d] = a->dq[qi + d] = mo[d] = mq[d] = 0.0;
+                for (int j = lo; j <= i; j++) {
+                    const float *vr = a->v + (((size_t)b * T + j) * Hkv + h / G) * D;
+                    p[j] /= sum;
+                    delta += p[j] * dp[j];
+                    for (int d = 0; d < D; d++) {
+                        a->out[qi + d] += p[j] * vr[d];
+                        mo[d] += p[j] * fabs((double)vr[d]);
+                    }
+                }
+                a->lse[((size_t)b * H + h) * T + i] = m + log(sum);
+                for (int d = 0; d < D; d++) {
+                    odo += fabs((double)dor[d]) * mo[d];
+                    a->m_out = mo[d] > a->m_out ? mo[d] : a->m_out;
+                }
+                for (int j = lo; j <= i; j++) {
+                    const size_t kj = (((size_t)b * T + j) * Hkv + h / G) * D;
+                    const double ds = p[j] * (dp[j] - delta);
+                    const double r = p[j] * (fabs(dp[j] - delta) + sdv[j] + odo) * scale;
+                    for (int d = 0; d < D; d++) {
+                        a->dq[qi + d] += ds * a->k[kj + d] * scale;
+                        a->dk[kj + d] += ds * qr[d] * scale;
+                        a->dv[kj + d] += p[j] * dor[d];
+                        mq[d] += r * fabs((double)a->k[kj + d]);
+                        mk[kj + d] += r * fabs((double)qr[d]);
+                        mv[kj + d] += p[j] * fabs((double)dor[d]);
+                    }
+                }
+                for (int d = 0; d < D; d++) a->m_dq = mq[d] > a->m_dq ? mq[d] : a->m_dq;
+            }
+    for (size_t e = 0; e < nk; e++) {
+        a->m_dk = mk[e] > a->m_dk ? mk[e] : a->m_dk;
+        a->m_dv = mv[e] > a->m_dv ? mv[e] : a->m_dv;
+    }
+    free(mk), free(mv), free(p), free(dp), free(sdv), free(mo), free(mq);
+}
+
+/* One side against the reference, its dot unit u (the unit p and ds are rounded to before the
+ * second products: TF32, bf16; fp32 elsewhere). The inputs are bf16 values, so no path rounds
+ * them: a score's error is its fp32 sum's, g_D a (a = the case's largest scale sum_d |q k|); p's
+ * relative error is two of those (s and lse) plus the softmax sum's g_T and expf's; the second
+ * products add u (p or ds rounded once) and g_(T+D). That relative error e times M (att_win_ref)
+ * bounds a result to first order; atol = 2 e max M leaves the second order room. */
+static check_tol att_win_tol(double u, const att_win *a, double M)
+{
+    const double u32 = CHECK_U_FP32;
+    const double e_s = (CHECK_LAMBDA * sqrt((double)a->D) + 2) * u32 * a->a;
+    const double e = 2 * e_s + CHECK_LAMBDA * sqrt((double)a->T) * u32 + 3 * u32 + u +
+                     CHECK_LAMBDA * sqrt((double)a->T + a->D) * u32;
+    check_tol t = {2 * e * M, 4 * (u + u32)};
+    return t;
+}
+
+static void att_win_check(suite *s, int side, const char *what, const pair *p, const double *want,
+                          check_tol t)
+{
+    size_t n = p->bytes / sizeof(float);
+    float *got = malloc(p->bytes);
+    backend *be = side ? s->r : s->t;
+    backend_sync(be);
+    backend_copy_d2h(be, got, side ? p->r : p->t, p->bytes);
+    char name[120];
+    snprintf(name, sizeof name, "op_suite %s %s", side ? "ref " : "test", what);
+    suite_count(s, check_allclose_v(name, got, want, n, t, s->verbose));
+    free(got);
+}
+
+/* Forward and backward with window W on both sides: each side against the double reference, and
+ * the sides against each other as suite_attention_one does. */
+static void suite_attention_window_one(suite *s, int B, int T, int H, int Hkv, int D, int W)
+{
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+    att_win a = {.B = B, .T = T, .H = H, .Hkv = Hkv, .D = D, .W = W};
+    float **in[4] = {&a.q, &a.k, &a.v, &a.dout};
+    const size_t nin[4] = {nq, nk, nk, nq};
+    for (int i = 0; i < 4; i++) { /* bf16 values: exact in every path's operands */
+        *in[i] = host_rand(s, nin[i], i < 2 ? 1.5 : 1);
+        for (size_t e = 0; e < nin[i]; e++) (*in[i])[e] = check_bf16_round((*in[i])[e]);
+    }
+    a.out = malloc(nq * sizeof(double)), a.lse = malloc(nl * sizeof(double));
+    a.dq = malloc(nq * sizeof(double));
+    a.dk = malloc(nk * sizeof(double)), a.dv = malloc(nk * sizeof(double));
+    att_win_ref(&a);
+    pair q = pair_new(s, a.q, nq * 4), k = pair_new(s, a.k, nk * 4), v = pair_new(s, a.v, nk * 4);
+    pair dout = pair_new(s, a.dout, nq * 4), out = pair_rand(s, nq, 1), lse = pair_rand(s, nl, 1);
+    pair dq = pair_rand(s, nq, 1), dk = pair_rand(s, nk, 1), dv = pair_rand(s, nk, 1);
+    FOR_SIDES (be) {
+        backend_attention_forward(be, PF(out, side), PF(lse, side), PF(q, side), PF(k, side),
+                                  PF(v, side), B, T, H, Hkv, D, W);
+        backend_attention_backward(be, PF(dq, side), PF(dk, side), PF(dv, side), PF(dout, side),
+                                   PF(q, side), PF(k, side), PF(v, side), PF(out, side),
+                                   PF(lse, side), B, T, H, Hkv, D, W);
+    }
+    char name[120];
+    for (int side = 0; side < 2; side++) {
+        double u = side || s->u_dot == 0.0 ? CHECK_U_FP32 : s->u_dot;
+        snprintf(name, sizeof name, "attention W%d T%d H%d/%d D%d out", W, T, H, Hkv, D);
+        att_win_check(s, side, name, &out, a.out, att_win_tol(u, &a, a.m_out));
+        att_win_check(s, side, "attention window lse", &lse, a.lse, att_win_tol(u, &a, 1.0));
+        att_win_check(s, side, "attention window dq", &dq, a.dq, att_win_tol(u, &a, a.m_dq));
+        att_win_check(s, side, "attention window dk", &dk, a.dk, att_win_tol(u, &a, a.m_dk));
+        att_win_check(s, side, "attention window dv", &dv, a.dv, att_win_tol(u, &a, a.m_dv));
+    }
+    /* and the sides against each other under the suite's own rule (suite_attention_one) */
+    const double lnT = (1.0 + log((double)T)) * H / Hkv, Sqk = lnT * 1.5 * (sqrt(D) + 1);
+    snprintf(name, sizeof name, "attention_forward W%d B%d T%d out (test vs ref)", W, B, T);
+    pair_check(s, name, &out, attention_tol(s, T, D, 1.0));
+    pair_check(s, "attention window lse (test vs ref)", &lse, attention_tol(s, T, D, 1.0));
+    pair_check(s, "attention window dq (test vs ref)", &dq, attention_tol(s, T, D, Sqk));
+    pair_check(s, "attention window dk (test vs ref)", &dk, attention_tol(s, T, D, Sqk));
+    pair_check(s, "attention window dv (test vs ref)", &dv, attention_tol(s, T, D, lnT));
+    free(a.q), free(a.k), free(a.v), free(a.dout);
+    free(a.out), free(a.lse), free(a.dq), free(a.dk), free(a.dv);
+    pair_free(s, &q), pair_free(s, &k), pair_free(s, &v), pair_free(s, &dout), pair_free(s, &out);
+    pair_free(s, &lse), pair_free(s, &dq), pair_free(s, &dk), pair_free(s, &dv);
+}
+
+/* A window of T keys or more hides nothing: on the tested side the same bits as window 0. */
+static void suite_attention_window_whole(suite *s, int B, int T, int H, int Hkv, int D)
+{
+    size_t nq = (size_t)B * T * H * D, nk = (size_t)B * T * Hkv * D, nl = (size_t)B * H * T;
+    backend *be = s->t;
+    size_t n[9] = {nq, nk, nk, nq, nq, nl, nq, nk, nk}; /* q k v dout | out lse dq dk dv */
+    float *h[4];
+    for (int i = 0; i < 4; i++) h[i] = host_rand(s, n[i], i < 2 ? 1.5 : 1);
+    float *d[9], *res[2][5];
+    for (int i = 0; i < 9; i++) d[i] = backend_alloc(be, n[i] * sizeof(float));
+    for (int i = 0; i < 4; i++) backend_copy_h2d(be, d[i], h[i], n[i] * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        int W = r ? T : 0;
+        backend_attention_forward(be, d[4], d[5], d[0], d[1], d[2], B, T, H, Hkv, D, W);
+        backend_attention_backward(be, d[6], d[7], d[8], d[3], d[0], d[1], d[2], d[4], d[5], B, T,
+                                   H, Hkv, D, W);
+        backend_sync(be);
+        for (int i = 0; i < 5; i++) {
+            res[r][i] = malloc(n[4 + i] * sizeof(float));
+            backend_copy_d2h(be, res[r][i], d[4 + i], n[4 + i] * sizeof(float));
+        }
+    }
+    const char *what[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        char name[96];
+        double *want = malloc(n[4 + i] * sizeof(double));
+        for (size_t e = 0; e < n[4 + i]; e++) want[e] = res[0][i][e];
+        snprintf(name, sizeof name, "op_suite attention window T == none (%s)", what[i]);
+        suite_count(s, check_allclose_v(name, res[1][i], want, n[4 + i], CHECK_EXACT, s->verbose));
+        free(want), free(res[0][i]), free(res[1][i]);
+    }
+    for (int i = 0; i < 9; i++) backend_free(be, d[i]);
+    for (int i = 0; i < 4; i++) free(h[i]);
+}
+
+/* Windows of 1 (the diagonal only: out = v), and ones that cut the CPU's query blocks (48 / G
+ * queries) and the device tiles (64 keys: whole key tiles skipped in both backward directions)
+ * off their boundaries, with T off every block size; GQA throughout. */
+static void suite_attention_window(suite *s)
+{
+    suite_attention_window_one(s, 2, 37, 4, 2, 32, 8);
+    suite_attention_window_one(s, 2, 37, 4, 2, 32, 1);
+    suite_attention_window_one(s, 1, 150, 4, 2, 64, 20);
+    suite_attention_window_one(s, 1, 150, 2, 2, 64, 64);
+    suite_attention_window_one(s, 1, 150, 6, 2, 48, 100);
+    suite_attention_window_whole(s, 2, 37, 4, 2, 32);
 }
 
 /* Generation: one query per head over Tk cached keys (GQA); optional on a backend. */
@@ -572,6 +791,7 @@ int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
     suite_rope_freqs(&s);
     suite_qk_norm(&s);
     suite_attention(&s);
+    suite_attention_window(&s);
     suite_attention_decode(&s);
     suite_decode_rows(&s);
     suite_xent(&s);

@@ -84,7 +84,7 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
                  Hkv,
                  D};
     ref_attention(&c);
-    backend_attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(be, out, lse, q, k, v, B, T, H, Hkv, D, 0);
     char name[96];
     snprintf(name, sizeof name, "attention fwd B=%d T=%d H=%d Hkv=%d D=%d", B, T, H, Hkv, D);
     /* lse = m + log(sum) carries p's relative error absolutely, as out does (att_out_tol) */
@@ -93,7 +93,7 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     check_close(name, out, c.out, nq, out_tol);
     check_close("  lse", lse, c.lse, nl, out_tol);
     float *dq = frand(nq, 1), *dk = frand(nk, 1), *dv = frand(nk, 1); /* overwritten */
-    backend_attention_backward(be, dq, dk, dv, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq, dk, dv, w, q, k, v, out, lse, B, T, H, Hkv, D, 0);
     /* Backward: dP_ij = dout_i . v_j and delta_i = dout_i . out_i are D-term dots (terms of
      * E 1/4, cancelling), dS = p (dP - delta) inherits p's relative error on |dP - delta| <
      * sqrt(D) typical; dv_j sums p_ij dout_i over the queries of every head sharing kv head j
@@ -111,11 +111,11 @@ static void test_attention(backend *be, int B, int T, int H, int Hkv, int D, siz
     check_grad("  bwd dv", att_f, &c, c.v, nk, dv, NULL, samples, dv_tol);
     /* deterministic: a second backward gives the same bits */
     float *dk2 = frand(nk, 1), *dv2 = frand(nk, 1), *dq2 = frand(nq, 1);
-    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D, 0);
     check_equal("  bwd deterministic dk", dk2, dk, nk);
     /* and independent of the thread count (each output row has one writer, fixed order) */
     backend *one = test_backend(1);
-    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D, 0);
     check_equal("  bwd 1 thread == 2 threads (dq)", dq2, dq, nq);
     check_equal("  bwd 1 thread == 2 threads (dv)", dv2, dv, nk);
     backend_destroy(one);

@@ -128,9 +128,9 @@ static void test_shape(backend *be, backend *one, int B, int T, int H, int Hkv, 
     ref_forward(&s, q, k, v, ro, rl, ob, lb);
     check_within(name, out, ro, ob, s.nq);
     check_within("  lse", lse, rl, lb, s.nl);
-    backend_attention_forward(be, out2, lse2, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(be, out2, lse2, q, k, v, B, T, H, Hkv, D, 0);
     check_equal("  the op is the AMX kernel (out)", out2, out, s.nq);
-    backend_attention_forward(one, out2, lse2, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(one, out2, lse2, q, k, v, B, T, H, Hkv, D, 0);
     check_equal("  1 thread == 2 threads (out)", out2, out, s.nq);
     check_equal("  1 thread == 2 threads (lse)", lse2, lse, s.nl);
 
@@ -145,9 +145,9 @@ static void test_shape(backend *be, backend *one, int B, int T, int H, int Hkv, 
     check_within("  bwd dq", dq, rq, bq, s.nq);
     check_within("  bwd dk", dk, rk, bk, s.nk);
     check_within("  bwd dv", dv, rv, bv, s.nk);
-    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(be, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D, 0);
     check_equal("  the op is the AMX kernel (dk)", dk2, dk, s.nk);
-    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D);
+    backend_attention_backward(one, dq2, dk2, dv2, w, q, k, v, out, lse, B, T, H, Hkv, D, 0);
     check_equal("  1 thread == 2 threads (dq)", dq2, dq, s.nq);
     check_equal("  1 thread == 2 threads (dk)", dk2, dk, s.nk);
     check_equal("  1 thread == 2 threads (dv)", dv2, dv, s.nk);

@@ -73,7 +73,7 @@ static int check_determinism(backend *be)
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % 13; /* heavy repeats */
     int32_t *dtok = backend_alloc(be, sizeof tok);
     backend_copy_h2d(be, dtok, tok, sizeof tok);
-    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D);
+    backend_attention_forward(be, o, lse, q, k, v, B, T, H, Hkv, D, 0);
     float *y = backend_alloc(be, nc * 4);
     backend_layernorm_forward(be, y, mean, rstd, x, w, w, B * T, C, 1e-5f);
     backend_free(be, y);
@@ -82,7 +82,7 @@ static int check_determinism(backend *be)
     int bad = 0;
     for (int r = 0; r < 2; r++) {
         for (int j = 0; j < 6; j++) res[r][j] = backend_alloc(be, sizes[j] * 4);
-        backend_attention_backward(be, res[r][0], res[r][1], res[r][2], dout, q, k, v, o, lse, B, T, H, Hkv, D);
+        backend_attention_backward(be, res[r][0], res[r][1], res[r][2], dout, q, k, v, o, lse, B, T, H, Hkv, D, 0);
         backend_embedding_backward(be, res[r][3], NULL, x, dtok, B, T, C, V);
         float *dx = backend_alloc(be, nc * 4); /* inputs stay untouched between the runs */
         backend_layernorm_backward(be, dx, res[r][4], res[r][5], x, x, w, mean, rstd, B * T, C);
@@ -119,8 +119,8 @@ static int check_unaligned(backend *be)
     backend_copy_d2d(be, qa, x, n * 4);
     backend_copy_d2d(be, ka, x, n * 4);
     backend_copy_d2d(be, va, x, n * 4);
-    backend_attention_forward(be, o1, l1, x, x, x, B, T, H, H, D);
-    backend_attention_forward(be, o2 + 1, l2, qa, ka, va, B, T, H, H, D);
+    backend_attention_forward(be, o1, l1, x, x, x, B, T, H, H, D, 0);
+    backend_attention_forward(be, o2 + 1, l2, qa, ka, va, B, T, H, H, D, 0);
     float *a = malloc(n * 4), *b = malloc(n * 4);
     backend_copy_d2h(be, a, o1, n * 4);
     backend_copy_d2h(be, b, o2 + 1, n * 4);
@@ -278,8 +278,8 @@ static int check_bf16_attention_one(backend *be, const att_shape *a)
     float *gq = upload(be, q, nq), *gk = upload(be, k, nk), *gv = upload(be, v, nk), *gdo = upload(be, dO, nq);
     float *go = backend_alloc(be, nq * 4), *gl = backend_alloc(be, nl * 4);
     float *gdq = backend_alloc(be, nq * 4), *gdk = backend_alloc(be, nk * 4), *gdv = backend_alloc(be, nk * 4);
-    backend_attention_forward(be, go, gl, gq, gk, gv, B, T, H, Hkv, D);
-    backend_attention_backward(be, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, D);
+    backend_attention_forward(be, go, gl, gq, gk, gv, B, T, H, Hkv, D, 0);
+    backend_attention_backward(be, gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, B, T, H, Hkv, D, 0);
     float *h = malloc(nq * 4);
     int bad = 0;
     u_bound(mout, nq), u_bound(mdq, nq), u_bound(mdk, nk), u_bound(mdv, nk);
