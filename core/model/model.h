@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "checkpoints/needle.h"
 #include "core/config/config.h"
 #include "core/model/lora.h"
 
@@ -248,5 +249,18 @@ double model_step_flops(const model *m, int T, double tokens, double head_rows);
 
 /* Index of a tensor by name, -1 if absent. */
 int model_find(const model *m, const char *name);
+
+/* --- Needle's architecture (family_needle.c, docs/needle.md): a Needle base checkpoint and
+ * optionally an adapter (merged into the weights as Needle's merge_lora does) read into device
+ * tensors, and its forward pass. qat = 1 runs Needle's fine-tune numerics (W4 of the weights, A8,
+ * KV8), 0 plain float. The backend needs BACKEND_OP_NEEDLE_MIX and BACKEND_OP_ROPE_FREQS. Not yet a
+ * model_family (no training, no decoding through model.c). --- */
+typedef struct needle_net needle_net;
+needle_net *needle_net_open(backend *be, const char *base, const char *adapter, int qat); /* NULL + loom_fail */
+void needle_net_close(needle_net *n);
+const needle_config *needle_net_config(const needle_net *n);
+/* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
+ * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
+int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);
 
 #endif

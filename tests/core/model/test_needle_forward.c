@@ -1,0 +1,143 @@
+/* test_needle_forward: the needle family's forward pass against Needle's own (JAX, cactus-needle
+ * 3.2.8; tests/fixtures/needle/make_model_fixtures.py): the fixture's base and adapter loaded and
+ * run on its batch, logits and the per-layer hidden states (float), logits and per-token loss
+ * under the fine-tune numerics (W4 + A8 + KV8), on the CPU backend.
+ *
+ * Tolerances. Float: the logits and hidden states are 4 layers deep through matmuls, norms and
+ * attention of a few hundred terms; each op's fp32 error is sqrt(K) u relative to its inputs'
+ * magnitudes (check_tol_sum), but layer on layer the errors feed each other through the norms'
+ * 1/rms and the mHC Sinkhorn exponent, so the bound is set from the fixture's own scale: atol
+ * 64 eps max|ref| + rtol 1e-5, the rule test_hf applies to transformers' logits, with a factor of
+ * the depth (L + 1) for the stacked layers.
+ * QAT: A8 and KV8 round each activation to one of 255 levels of its row (W4 a weight to one of 16
+ * codes). Where a value lies within an ulp of a half-way point, an ulp of difference in the sums
+ * before it (XLA's summation order against the BLAS's) picks the other level: the value moves by
+ * absmax / 127 of its row, and through attention every later position of that sequence moves with
+ * it. Such a flip happens with probability ~ ulp / level per rounding: rare, but not avoidable by
+ * any implementation whose sums are not XLA's own. So the check is: three quarters of all
+ * positions within the float rule (a missing or misplaced fake-quant moves every position: none
+ * is, as removing the A8 before out_proj or the KV8 of v shows), and every logit after a flip
+ * within a tenth of the QAT numerics' own effect on the logits (Needle's QAT logits against its
+ * float ones), the reach of one flipped level. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backends/backend.h"
+#include "base/error.h"
+#include "checkpoints/safetensors.h"
+#include "core/model/model.h"
+#include "tests/check.h"
+
+static float *ref_read(st_file *f, const char *name, size_t *n)
+{
+    int i = st_find(f, name);
+    if (i < 0) {
+        fprintf(stderr, "FAIL fixture has no %s\n", name);
+        exit(1);
+    }
+    *n = f->t[i].numel;
+    float *x = malloc(*n * sizeof(float));
+    if (!x || st_read_f32(f, i, x, *n)) {
+        fprintf(stderr, "FAIL reading %s: %s\n", name, loom_error());
+        exit(1);
+    }
+    return x;
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+/* got against want (float) under t, the check line printed. */
+static void compare(const char *what, const float *got, const float *want, size_t n, check_tol t)
+{
+    double *w = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) w[i] = want[i];
+    check_allclose_v(what, got, w, n, t, 1);
+    free(w);
+}
+
+/* The QAT rule of the file comment: got against Needle's QAT logits want, with Needle's float
+ * logits flt giving the QAT effect; rows of V, sequences of T. */
+static void check_qat(const float *got, const float *want, const float *flt, int B, int T, int V,
+                      check_tol t)
+{
+    double effect = 0, worst = 0;
+    for (size_t i = 0; i < (size_t)B * T * V; i++) effect = fmax(effect, fabs(flt[i] - want[i]));
+    int exact = 0;
+    for (int b = 0; b < B; b++) {
+        int flipped = 0;
+        for (int i = 0; i < T; i++) {
+            const size_t r = ((size_t)b * T + i) * V;
+            int ok = 1;
+            for (int v = 0; v < V; v++) {
+                double e = fabs(got[r + v] - want[r + v]);
+                ok &= e <= t.atol + t.rtol * fabs(want[r + v]);
+                worst = fmax(worst, e);
+            }
+            exact += ok;
+            if (!ok && !flipped) printf("     sequence %d: first position off the float rule: %d\n", b, i);
+            flipped |= !ok;
+        }
+    }
+    CHECK(exact * 4 >= 3 * B * T, "QAT logits: %d of %d positions within the float rule", exact, B * T);
+    CHECK(worst <= 0.1 * effect, "QAT logits: worst difference %.3g above a tenth of QAT's effect %.3g", worst, effect);
+    printf("%s needle QAT logits vs Needle: %d of %d positions within the float rule (atol %.2g + rtol %.2g), "
+           "worst elsewhere %.3g = %.3f of QAT's own effect %.3g\n",
+           exact * 4 >= 3 * B * T && worst <= 0.1 * effect ? "ok  " : "FAIL", exact, B * T, t.atol, t.rtol,
+           worst, worst / effect, effect);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures/needle";
+    char base[512], lora[512], ref[512];
+    snprintf(base, sizeof base, "%s/model_base.safetensors", dir);
+    snprintf(lora, sizeof lora, "%s/model_lora.safetensors", dir);
+    snprintf(ref, sizeof ref, "%s/model_ref.safetensors", dir);
+    backend *be = backend_select("cpu", NULL, NULL, 0);
+    st_file *rf = st_open(ref);
+    CHECK(be && rf, "cpu backend and %s: %s", ref, loom_error());
+    if (!be || !rf) return 1;
+    size_t nt, nl, nh, nq;
+    float *tf = ref_read(rf, "batch/tokens", &nt);
+    float *want = ref_read(rf, "float/logits", &nl), *want_h = ref_read(rf, "float/hidden", &nh);
+    float *want_q = ref_read(rf, "qat/logits", &nq);
+    const int B = (int)rf->t[st_find(rf, "batch/tokens")].shape[0], T = (int)(nt / (size_t)B);
+    int32_t *tok = malloc(nt * sizeof(int32_t));
+    for (size_t i = 0; i < nt; i++) tok[i] = (int32_t)tf[i];
+
+    for (int qat = 0; qat < 2; qat++) {
+        needle_net *n = needle_net_open(be, base, lora, qat);
+        CHECK(n != NULL, "needle_net_open(%s, qat %d): %s", base, qat, loom_error());
+        if (!n) continue;
+        const needle_config *c = needle_net_config(n);
+        const int V = c->out_vocab > 0 ? c->out_vocab : c->vocab_size, L = c->num_layers;
+        CHECK((size_t)B * T * V == nl, "logits of %d x %d x %d, fixture %zu", B, T, V, nl);
+        float *logits = malloc(nl * sizeof(float)), *hidden = malloc(nh * sizeof(float));
+        int rc = needle_net_forward(n, tok, B, T, logits, qat ? NULL : hidden);
+        CHECK(rc == 0, "forward: %s", loom_error());
+        const double depth = L + 1;
+        if (rc == 0 && !qat) {
+            check_tol t = {64 * FLT_EPSILON * max_abs(want, nl) * depth, 1e-5 * depth};
+            compare("needle float logits vs Needle", logits, want, nl, t);
+            check_tol th = {64 * FLT_EPSILON * max_abs(want_h, nh) * depth, 1e-5 * depth};
+            compare("needle float hidden states vs Needle", hidden, want_h, nh, th);
+        } else if (rc == 0) {
+            check_tol t = {64 * FLT_EPSILON * max_abs(want_q, nq) * depth, 1e-5 * depth};
+            CHECK(nq == nl, "QAT logits of %zu, float %zu", nq, nl);
+            check_qat(logits, want_q, want, B, T, V, t);
+        }
+        free(logits), free(hidden);
+        needle_net_close(n);
+    }
+    free(tf), free(want), free(want_h), free(want_q), free(tok);
+    st_close(rf);
+    backend_destroy(be);
+    return check_exit_code("test_needle_forward");
+}
