@@ -49,6 +49,20 @@ typedef struct nn_layer {
     int site;             /* the engram site at this layer, -1 none */
 } nn_layer;
 
+/* The LoRA targets (finetune.py:306-315), in the order of the fields wq .. wo. */
+enum { NN_Q, NN_K, NN_V, NN_G, NN_O, NN_TARGETS };
+static const char *const nn_target_path[NN_TARGETS] = {
+    "stack/layers/block/self_attn/q_proj/kernel", "stack/layers/block/self_attn/k_proj/kernel",
+    "stack/layers/block/self_attn/v_proj/kernel", "stack/layers/block/self_attn/gate_proj/kernel",
+    "stack/layers/block/self_attn/out_proj/kernel"};
+
+/* One adapted kernel: A [L, in, r], B [L, r, out] as the adapter holds them, scale s. */
+typedef struct nn_lora {
+    float *A, *B;
+    int in, out, r, perm_dq;
+    float s;
+} nn_lora;
+
 typedef struct nn_site {
     float *table;         /* (tables slots + 1, sub): the last row zero (an n-gram before position 0) */
     float *wk, *wv;       /* (d, e) */
@@ -69,6 +83,8 @@ struct needle_net {
     float *lane_mean;     /* (lanes) 1 / lanes */
     int32_t *p1, *p2;     /* (n) the Hadamard MLP's permutations */
     nn_layer *layer;
+    nn_lora lora[NN_TARGETS];  /* the adapter as read (host, Needle's layout); A NULL: none */
+    float *dw[NN_TARGETS];    /* (L, out, in) device: dL/dW' of each merged target, loom's layout */
     nn_site site[NEEDLE_MAX_SITES];
     int nsites;
     void **owned;         /* every device allocation, freed by needle_net_close */
@@ -131,18 +147,20 @@ static void nn_permute_cols(float *out, const float *in, int rows, int w, int dq
             out[(size_t)r * w + j] = in[(size_t)r * w + j / dq * dq + nn_rope_src(j % dq, dq)];
 }
 
-/* The adapter's A [L, in, r] and B [L, r, out] of kernel `path`, merged into w [L, in, out]:
- * w += s (A B) per layer, (A B) an f32 product summed over r in order (merge_lora). */
-static int nn_merge(needle_adapter *a, const char *path, float *w, int L, int in, int out)
+/* The adapter's A [L, in, r] and B [L, r, out] of target t, kept in n->lora[t] and merged into
+ * w [L, in, out]: w += s (A B) per layer, (A B) an f32 product summed over r in order (merge_lora). */
+static int nn_merge(needle_net *n, needle_adapter *a, int t, float *w, int L, int in, int out)
 {
     for (int i = 0; i < a->n; i++) {
-        if (strcmp(a->lora[i].path, path)) continue;
+        if (strcmp(a->lora[i].path, nn_target_path[t])) continue;
         int r = a->rank;
         size_t na = (size_t)L * in * r, nb = (size_t)L * r * out;
-        float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float));
-        int rc = !A || !Bm ? loom_fail("needle: out of memory merging %s", path)
+        nn_lora *lo = &n->lora[t];
+        float *A = lo->A = malloc(na * sizeof(float)), *Bm = lo->B = malloc(nb * sizeof(float));
+        lo->in = in, lo->out = out, lo->r = r, lo->s = (float)a->scale;
+        int rc = !A || !Bm ? loom_fail("needle: out of memory merging %s", nn_target_path[t])
                            : st_read_f32(a->st, a->lora[i].a, A, na) || st_read_f32(a->st, a->lora[i].b, Bm, nb);
-        const float s = (float)a->scale;
+        const float s = lo->s;
         for (int l = 0; rc == 0 && l < L; l++)
             for (int x = 0; x < in; x++)
                 for (int y = 0; y < out; y++) {
@@ -151,7 +169,6 @@ static int nn_merge(needle_adapter *a, const char *path, float *w, int L, int in
                         ab += A[((size_t)l * in + x) * r + k] * Bm[((size_t)l * r + k) * out + y];
                     w[((size_t)l * in + x) * out + y] += s * ab;
                 }
-        free(A), free(Bm);
         return rc ? -1 : 0;
     }
     return 0;
@@ -165,11 +182,12 @@ static void nn_w4(needle_net *n, float *w, int rows, int cols, const float *code
 
 /* A stacked kernel [L, in, out] (flax) as L device tensors (out, in), merged with the adapter,
  * W4 under QAT; perm_dq > 0 permutes the output channels per head (q, k). */
-static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, const char *path, int in,
-                      int out, int perm_dq, float **dst, size_t stride, const float *cb)
+static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, int target, int in, int out,
+                      int perm_dq, float **dst, size_t stride, const float *cb)
 {
-    float *h = nn_read(f, path, NULL), *t = malloc((size_t)in * out * sizeof(float));
-    int rc = !h || !t ? -1 : ad ? nn_merge(ad, path, h, n->L, in, out) : 0;
+    float *h = nn_read(f, nn_target_path[target], NULL), *t = malloc((size_t)in * out * sizeof(float));
+    int rc = !h || !t ? -1 : ad ? nn_merge(n, ad, target, h, n->L, in, out) : 0;
+    n->lora[target].perm_dq = perm_dq;
     for (int l = 0; rc == 0 && l < n->L; l++) {
         nn_transpose(t, h + (size_t)l * in * out, out, in, perm_dq);
         float **slot = (float **)((char *)dst + (size_t)l * stride);
@@ -208,11 +226,11 @@ static int nn_load_attention(needle_net *n, needle_file *f, needle_adapter *ad, 
 {
     const needle_geometry *g = &n->g;
     const int d = n->d, dq = g->qk_head_dim, c = n->c.qkv_conv_taps;
-    if (nn_kernels(n, f, ad, NN_PATH("self_attn/q_proj/kernel"), d, g->q_dim, dq, NN_LAYER(wq), cb) ||
-        nn_kernels(n, f, ad, NN_PATH("self_attn/k_proj/kernel"), d, g->k_dim, dq, NN_LAYER(wk), cb) ||
-        nn_kernels(n, f, ad, NN_PATH("self_attn/v_proj/kernel"), d, g->v_dim, 0, NN_LAYER(wv), cb) ||
-        nn_kernels(n, f, ad, NN_PATH("self_attn/gate_proj/kernel"), d, g->attn_dim, 0, NN_LAYER(wg), cb) ||
-        nn_kernels(n, f, ad, NN_PATH("self_attn/out_proj/kernel"), g->attn_dim, d, 0, NN_LAYER(wo), cb) ||
+    if (nn_kernels(n, f, ad, NN_Q, d, g->q_dim, dq, NN_LAYER(wq), cb) ||
+        nn_kernels(n, f, ad, NN_K, d, g->k_dim, dq, NN_LAYER(wk), cb) ||
+        nn_kernels(n, f, ad, NN_V, d, g->v_dim, 0, NN_LAYER(wv), cb) ||
+        nn_kernels(n, f, ad, NN_G, d, g->attn_dim, 0, NN_LAYER(wg), cb) ||
+        nn_kernels(n, f, ad, NN_O, g->attn_dim, d, 0, NN_LAYER(wo), cb) ||
         nn_slices(n, f, NN_PATH("self_attn/q_norm/scale"), (size_t)dq, 1, dq, dq, NN_LAYER(qn)) ||
         nn_slices(n, f, NN_PATH("self_attn/k_norm/scale"), (size_t)dq, 1, dq, dq, NN_LAYER(kn)) ||
         nn_slices(n, f, NN_PATH("attn_gate"), 1, 0, 1, 0, NN_LAYER(gate)))
@@ -344,7 +362,7 @@ static int nn_check(const needle_net *n, const char *path)
     return 0;
 }
 
-static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad, const char *path)
+static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
 {
     const needle_config *c = &n->c;
     const needle_geometry *g = &n->g;
@@ -398,7 +416,6 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad, const char
         if (!n->freqs || !n->qpad || !n->ones || !n->lane_mean || !n->p1 || !n->p2) rc = -1;
     }
     free(tmp), free(p);
-    (void)path;
     return rc;
 }
 
@@ -417,7 +434,7 @@ needle_net *needle_net_open(backend *be, const char *base, const char *adapter, 
         n->Vout = n->c.out_vocab > 0 ? n->c.out_vocab : n->V;
         n->K = 2 * n->g.lanes + n->g.lanes * n->g.lanes;
         n->layer = calloc((size_t)n->L, sizeof *n->layer);
-        rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad, base);
+        rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad);
     }
     if (ad) needle_adapter_close(ad);
     if (f) needle_close(f);
@@ -432,28 +449,54 @@ void needle_net_close(needle_net *n)
 {
     if (!n) return;
     for (int i = 0; i < n->nowned; i++) backend_free(n->be, n->owned[i]);
+    for (int t = 0; t < NN_TARGETS; t++) free(n->lora[t].A), free(n->lora[t].B);
     free(n->owned), free(n->layer), free(n);
 }
 
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
 
-/* --- the forward pass --- */
+/* --- the passes --- */
 
-/* One pass's activations (N = B T rows), taken from one device allocation. */
+/* One layer's activations for N rows, from its forward for its backward. The backward recomputes
+ * each layer from its input stream (Needle's remat): only the streams are kept per layer. */
 typedef struct nn_acts {
-    float *X, *X2, *xh;   /* (N, lanes d) the stream, the next one, x-hat */
-    float *z, *hc;        /* (N, K) mHC projections and coefficients */
-    float *u, *x, *h, *t; /* (N, d) collapsed input, block stream, normed, scratch */
-    float *q, *k, *v, *qt, *kt, *vt, *gt; /* projections before / after the taps */
-    float *qf, *kf, *vf, *att, *lse, *o;  /* padded heads, attention out, its lse, gated out */
-    float *rstd;          /* (N H) */
-    float *s8, *cond, *z0, *z1; /* (N, 8), (N, n) x3 */
-    float *e, *ev;        /* (N, e), (N, d) the engram's vector and its value before the taps */
-    float *ek[NEEDLE_MAX_SITES], *evs[NEEDLE_MAX_SITES]; /* (N, d) per site */
-    float *logits;        /* (N, Vout) */
-    int32_t *tok, *idx;   /* (N lanes) the tokens once per lane; (N tables) engram rows */
-    float *base;
+    float *xh, *rx;             /* (N, W) x-hat; (N) its rstd */
+    float *z, *hc;              /* (N, K) mHC projections, coefficients */
+    float *u, *x0, *hq, *r1;    /* (N, d) collapsed, after the engram gate, A8(ln1(x0)); (N) rstd */
+    float *q, *k, *v;           /* projections (N, Q), (N, Kw), (N, Vw) */
+    float *qt, *kt, *vt;        /* after the taps: the norms' inputs (vt: v as attention reads it) */
+    float *qn, *kn, *rq, *rk;   /* normed, rotated, quantised q, k; their rstd (N H), (N Hk) */
+    float *qf, *kf, *vf, *att, *lse; /* padded heads, attention out (N, H, F), lse (B, H, T) */
+    float *opre, *gt, *og;      /* (N, O) sliced output, gate logits, A8(opre sigmoid(gt)) */
+    float *ao, *rp, *ap;        /* (N, d) out projection; (N) post-norm rstd; (N, d) the branch */
+    float *x1, *h2, *r2;        /* (N, d) after attention, ln2 of it; (N) rstd */
+    float *s8, *cond, *zin;     /* (N, 8) softmax(x Cv), (N, n) cond, the hada middle's input */
+    float *z0, *z1;             /* (N, n) scratch */
+    float *y;                   /* (N, d) Block(u) - u */
+    /* backward scratch */
+    float *dxh, *dz, *dh;       /* (N, W), (N, K) x2 */
+    float *dy, *dx1, *dh2, *dx0, *dap, *dao, *du, *dhq; /* (N, d) */
+    float *dog, *dopre, *dgt;   /* (N, O) */
+    float *dqf, *dkf, *dvf, *datt; /* padded as their forwards */
+    float *dq, *dk, *dv, *dqt, *dkt, *dvt; /* (N, Q), (N, Kw), (N, Vw), then again before the taps */
+    float *dn0, *dn1, *dcond, *ds8;  /* (N, n) x3, (N, 8) */
 } nn_acts;
+
+/* A pass over N = B T rows: the streams entering each layer (all L + 1 when a backward follows,
+ * else two in turn), the engram's keys and values, the head's buffers, one layer's activations. */
+typedef struct nn_pass {
+    int B, T, keep;
+    float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last */
+    float *dX, *dX2;            /* (N, W) */
+    float *e, *evt;             /* (N, e), (N, d) */
+    float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
+    float *xm, *hf, *rf;        /* (N, d) lane mean, A8(ZCNorm(xm)); (N) rstd */
+    float *logits, *losses;     /* (N, V'), (N) */
+    int32_t *tok, *idx, *targets; /* (N lanes), (N tables), (N) */
+    nn_acts a;
+    char *base;
+    float *Xs[2];
+} nn_pass;
 
 static float *nn_take(char **cur, size_t floats)
 {
@@ -462,31 +505,77 @@ static float *nn_take(char **cur, size_t floats)
     return p;
 }
 
-/* Carve the activations of N rows; NULL base sizes them (returns the bytes). */
-static size_t nn_carve(const needle_net *n, nn_acts *a, char *base, size_t N)
+/* Carve a pass's buffers from base (NULL: only sizes them); returns the bytes. */
+static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
 {
     const needle_geometry *g = &n->g;
-    const size_t d = (size_t)n->d, W = (size_t)g->lanes * d, F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    const size_t N = (size_t)p->B * p->T, d = (size_t)n->d, W = (size_t)g->lanes * d;
+    const size_t F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
     const size_t H = (size_t)n->c.num_heads, Hk = (size_t)n->c.num_kv_heads, nh = (size_t)g->hada_n;
-    const size_t e = (size_t)g->engram_tables * g->engram_sub_dim;
+    const size_t e = (size_t)g->engram_tables * g->engram_sub_dim, K = (size_t)n->K;
+    const size_t Q = (size_t)g->q_dim, Kw = (size_t)g->k_dim, Vw = (size_t)g->v_dim, O = (size_t)g->attn_dim;
     char *cur = base;
-    a->X = nn_take(&cur, N * W), a->X2 = nn_take(&cur, N * W), a->xh = nn_take(&cur, N * W);
-    a->z = nn_take(&cur, N * n->K), a->hc = nn_take(&cur, N * n->K);
-    a->u = nn_take(&cur, N * d), a->x = nn_take(&cur, N * d), a->h = nn_take(&cur, N * d), a->t = nn_take(&cur, N * d);
-    a->q = nn_take(&cur, N * g->q_dim), a->k = nn_take(&cur, N * g->k_dim), a->v = nn_take(&cur, N * g->v_dim);
-    a->qt = nn_take(&cur, N * g->q_dim), a->kt = nn_take(&cur, N * g->k_dim), a->vt = nn_take(&cur, N * g->v_dim);
-    a->gt = nn_take(&cur, N * g->attn_dim);
+    nn_acts *a = &p->a;
+    for (int l = 0; l <= n->L; l++) {
+        float *x = p->keep || l < 2 ? nn_take(&cur, N * W) : NULL;
+        if (base) p->X[l] = x ? x : p->X[l % 2];
+    }
+    p->dX = nn_take(&cur, p->keep ? N * W : 0), p->dX2 = nn_take(&cur, p->keep ? N * W : 0);
+    p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
+    for (int s = 0; s < n->nsites; s++) p->ek[s] = nn_take(&cur, N * d), p->ev[s] = nn_take(&cur, N * d);
+    p->xm = nn_take(&cur, N * d), p->hf = nn_take(&cur, N * d), p->rf = nn_take(&cur, N);
+    p->logits = nn_take(&cur, N * (size_t)n->Vout), p->losses = nn_take(&cur, N);
+    p->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
+    p->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
+    p->targets = (int32_t *)nn_take(&cur, N);
+    a->xh = nn_take(&cur, N * W), a->rx = nn_take(&cur, N);
+    a->z = nn_take(&cur, N * K), a->hc = nn_take(&cur, N * K);
+    a->u = nn_take(&cur, N * d), a->x0 = nn_take(&cur, N * d), a->hq = nn_take(&cur, N * d), a->r1 = nn_take(&cur, N);
+    a->q = nn_take(&cur, N * Q), a->k = nn_take(&cur, N * Kw), a->v = nn_take(&cur, N * Vw);
+    a->qt = nn_take(&cur, N * Q), a->kt = nn_take(&cur, N * Kw), a->vt = nn_take(&cur, N * Vw);
+    a->qn = nn_take(&cur, N * Q), a->kn = nn_take(&cur, N * Kw), a->rq = nn_take(&cur, N * H), a->rk = nn_take(&cur, N * Hk);
     a->qf = nn_take(&cur, N * H * F), a->kf = nn_take(&cur, N * Hk * F), a->vf = nn_take(&cur, N * Hk * F);
-    a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H), a->o = nn_take(&cur, N * g->attn_dim);
-    a->rstd = nn_take(&cur, N * (H > (size_t)g->lanes ? H : (size_t)g->lanes));
-    a->s8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->cond = nn_take(&cur, N * nh);
-    a->z0 = nn_take(&cur, N * nh), a->z1 = nn_take(&cur, N * nh);
-    a->e = nn_take(&cur, N * e), a->ev = nn_take(&cur, N * d);
-    for (int s = 0; s < n->nsites; s++) a->ek[s] = nn_take(&cur, N * d), a->evs[s] = nn_take(&cur, N * d);
-    a->logits = nn_take(&cur, N * (size_t)n->Vout);
-    a->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
-    a->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
+    a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H);
+    a->opre = nn_take(&cur, N * O), a->gt = nn_take(&cur, N * O), a->og = nn_take(&cur, N * O);
+    a->ao = nn_take(&cur, N * d), a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
+    a->x1 = nn_take(&cur, N * d), a->h2 = nn_take(&cur, N * d), a->r2 = nn_take(&cur, N);
+    a->s8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->cond = nn_take(&cur, N * nh), a->zin = nn_take(&cur, N * nh);
+    a->z0 = nn_take(&cur, N * nh), a->z1 = nn_take(&cur, N * nh), a->y = nn_take(&cur, N * d);
+    if (p->keep) {
+        a->dxh = nn_take(&cur, N * W), a->dz = nn_take(&cur, N * K), a->dh = nn_take(&cur, N * K);
+        float **dd[8] = {&a->dy, &a->dx1, &a->dh2, &a->dx0, &a->dap, &a->dao, &a->du, &a->dhq};
+        for (int i = 0; i < 8; i++) *dd[i] = nn_take(&cur, N * d);
+        a->dog = nn_take(&cur, N * O), a->dopre = nn_take(&cur, N * O), a->dgt = nn_take(&cur, N * O);
+        a->dqf = nn_take(&cur, N * H * F), a->dkf = nn_take(&cur, N * Hk * F), a->dvf = nn_take(&cur, N * Hk * F);
+        a->datt = nn_take(&cur, N * H * F);
+        a->dq = nn_take(&cur, N * Q), a->dk = nn_take(&cur, N * Kw), a->dv = nn_take(&cur, N * Vw);
+        a->dqt = nn_take(&cur, N * Q), a->dkt = nn_take(&cur, N * Kw), a->dvt = nn_take(&cur, N * Vw);
+        a->dn0 = nn_take(&cur, N * nh), a->dn1 = nn_take(&cur, N * nh), a->dcond = nn_take(&cur, N * nh);
+        a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK);
+    }
     return (size_t)(cur - base);
+}
+
+static void nn_pass_free(const needle_net *n, nn_pass *p)
+{
+    backend_free(n->be, p->base);
+    free(p->X);
+}
+
+/* Allocate a pass for B x T tokens (keep: for a backward) and run its embedding and engram. */
+static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B, int T, int keep)
+{
+    memset(p, 0, sizeof *p);
+    if (B <= 0 || T <= 0) return loom_fail("needle: a pass over %d x %d tokens", B, T);
+    const size_t N = (size_t)B * T;
+    for (size_t i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= n->V)
+            return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
+    p->B = B, p->T = T, p->keep = keep;
+    if (!(p->X = calloc((size_t)n->L + 1, sizeof *p->X))) return loom_fail("needle: out of memory");
+    if (!(p->base = backend_alloc(n->be, nn_carve(n, p, NULL)))) return free(p->X), -1;
+    nn_carve(n, p, p->base);
+    return 0;
 }
 
 /* A8 (and KV8: the same rule per head vector) in place, under QAT only. */
@@ -501,15 +590,32 @@ static void nn_linear(const needle_net *n, float *y, const float *x, const float
     backend_matmul(n->be, y, x, W, (int)N, out, in, 0, 1, 1.0f, 0.0f);
 }
 
-/* The engram's keys and values of every site (docs/needle.md 2.2), from the host tokens. */
-static int nn_engram(const needle_net *n, nn_acts *a, const int32_t *tokens, int B, int T)
+/* Its backward: dx (N, in) = dy W (+= when acc), and dW (out, in) += dy^T x when dW is not NULL
+ * (a merged LoRA target: dL/dW'). */
+static void nn_linear_backward(const needle_net *n, float *dx, float *dW, const float *dy, const float *x,
+                               const float *W, size_t N, int in, int out, int acc)
+{
+    backend_matmul(n->be, dx, dy, W, (int)N, in, out, 0, 0, 1.0f, acc ? 1.0f : 0.0f);
+    if (dW) backend_matmul(n->be, dW, dy, x, out, in, (int)N, 1, 0, 1.0f, 1.0f);
+}
+
+/* The embedding: x0 = E[t] sqrt(d) on every lane of X[0] (embed_scale: the Python float
+ * math.sqrt(d) in f32); and the engram's keys and values of every site (docs/needle.md 2.2). */
+static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
 {
     const needle_config *c = &n->c;
     const needle_geometry *g = &n->g;
+    const int B = p->B, T = p->T, lanes = g->lanes;
     const size_t N = (size_t)B * T, tables = (size_t)g->engram_tables;
     const int heads = g->engram_heads, e = (int)tables * g->engram_sub_dim;
-    int32_t *idx = malloc(N * tables * sizeof(int32_t));
-    if (!idx) return loom_fail("needle: out of memory");
+    int32_t *rep = malloc(N * (lanes > (int)tables ? (size_t)lanes : tables) * sizeof(int32_t));
+    if (!rep) return loom_fail("needle: out of memory");
+    for (size_t i = 0; i < N; i++)
+        for (int k = 0; k < lanes; k++) rep[i * lanes + k] = tokens[i];
+    backend_copy_h2d(n->be, p->tok, rep, N * (size_t)lanes * sizeof(int32_t));
+    backend_embedding_forward(n->be, p->X[0], p->tok, n->wte, NULL, 1, (int)N * lanes, n->d);
+    backend_scale(n->be, p->X[0], (float)sqrt((double)n->d), N * (size_t)lanes * n->d);
+    int32_t *idx = rep;
     for (int b = 0; b < B; b++) {
         int32_t *row = idx + (size_t)b * T * tables;
         needle_engram_indices(tokens + (size_t)b * T, T, c->engram_orders.v, c->engram_orders.n, heads,
@@ -518,27 +624,27 @@ static int nn_engram(const needle_net *n, nn_acts *a, const int32_t *tokens, int
             for (int o = 0; o < c->engram_orders.n; o++)
                 for (int hh = 0; hh < heads; hh++) {
                     size_t tau = (size_t)o * heads + hh;
-                    int32_t *p = row + (size_t)i * tables + tau;
+                    int32_t *q = row + (size_t)i * tables + tau;
                     /* an n-gram reaching before position 0 reads the zero row (ngram_ok = 0) */
-                    *p = i < c->engram_orders.v[o] - 1 ? (int32_t)(tables * c->engram_slots)
-                                                         : (int32_t)(tau * c->engram_slots) + *p;
+                    *q = i < c->engram_orders.v[o] - 1 ? (int32_t)(tables * c->engram_slots)
+                                                         : (int32_t)(tau * c->engram_slots) + *q;
                 }
     }
-    backend_copy_h2d(n->be, a->idx, idx, N * tables * sizeof(int32_t));
-    free(idx);
+    backend_copy_h2d(n->be, p->idx, idx, N * tables * sizeof(int32_t));
+    free(rep);
     for (int s = 0; s < n->nsites; s++) {
         const nn_site *S = &n->site[s];
-        backend_embedding_forward(n->be, a->e, a->idx, S->table, NULL, 1, (int)(N * tables), g->engram_sub_dim);
-        nn_a8(n, a->e, N, e);
-        nn_linear(n, a->ek[s], a->e, S->wk, N, e, n->d);
-        nn_linear(n, a->ev, a->e, S->wv, N, e, n->d);
-        backend_conv_taps_forward(n->be, a->evs[s], a->ev, S->taps, B, T, n->d, S->ntaps, g->engram_dilation);
+        backend_embedding_forward(n->be, p->e, p->idx, S->table, NULL, 1, (int)(N * tables), g->engram_sub_dim);
+        nn_a8(n, p->e, N, e);
+        nn_linear(n, p->ek[s], p->e, S->wk, N, e, n->d);
+        nn_linear(n, p->evt, p->e, S->wv, N, e, n->d);
+        backend_conv_taps_forward(n->be, p->ev[s], p->evt, S->taps, B, T, n->d, S->ntaps, g->engram_dilation);
     }
     return 0;
 }
 
-/* Attention on a->h (the normed block input) into a->t (its output projection, before the post
- * norm): docs/needle.md 2.5. */
+/* Attention on a->hq (the normed, quantised block input) into a->ao (its out projection, before
+ * the post norm): docs/needle.md 2.5. */
 static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T)
 {
     backend *be = n->be;
@@ -546,131 +652,325 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     const size_t N = (size_t)B * T;
     const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
     const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps;
-    nn_a8(n, a->h, N, d);
-    nn_linear(n, a->q, a->h, y->wq, N, d, g->q_dim);
-    nn_linear(n, a->k, a->h, y->wk, N, d, g->k_dim);
-    nn_linear(n, a->v, a->h, y->wv, N, d, g->v_dim);
-    nn_linear(n, a->gt, a->h, y->wg, N, d, g->attn_dim);
-    /* taps from q, k, v into qt, kt, vt (when the config has them), then the per-head norms back
-     * into q, k (no op runs in place where its spec does not allow it) */
-    float *q = a->qt, *k = a->kt, *v = a->v;
+    nn_linear(n, a->q, a->hq, y->wq, N, d, g->q_dim);
+    nn_linear(n, a->k, a->hq, y->wk, N, d, g->k_dim);
+    nn_linear(n, a->v, a->hq, y->wv, N, d, g->v_dim);
+    nn_linear(n, a->gt, a->hq, y->wg, N, d, g->attn_dim);
     if (c > 0) {
         backend_conv_taps_forward(be, a->qt, a->q, y->tq, B, T, g->q_dim, c, 1);
         backend_conv_taps_forward(be, a->kt, a->k, y->tk, B, T, g->k_dim, c, 1);
         backend_conv_taps_forward(be, a->vt, a->v, y->tv, B, T, g->v_dim, c, 1);
-        q = a->q, k = a->k, v = a->vt;
+    } else {
+        backend_copy_d2d(be, a->qt, a->q, N * g->q_dim * sizeof(float));
+        backend_copy_d2d(be, a->kt, a->k, N * g->k_dim * sizeof(float));
+        backend_copy_d2d(be, a->vt, a->v, N * g->v_dim * sizeof(float));
     }
-    backend_rmsnorm_forward(be, q, a->rstd, c > 0 ? a->qt : a->q, y->qn, (int)N * H, dq, NEEDLE_EPS);
-    backend_rmsnorm_forward(be, k, a->rstd, c > 0 ? a->kt : a->k, y->kn, (int)N * Hk, dq, NEEDLE_EPS);
-    backend_rope_freqs(be, q, B, T, H, dq, n->freqs, 0);
-    backend_rope_freqs(be, k, B, T, Hk, dq, n->freqs, 0);
-    nn_a8(n, q, N * H, dq);
-    nn_a8(n, k, N * Hk, dq);
-    nn_a8(n, v, N * Hk, dv);
-    backend_scale_cols(be, a->qf, q, n->qpad, (int)N * H, dq, F);
-    const float *kf = k, *vf = v;
-    if (F != dq) backend_scale_cols(be, a->kf, k, n->ones, (int)N * Hk, dq, F), kf = a->kf;
-    if (F != dv) backend_scale_cols(be, a->vf, v, n->ones, (int)N * Hk, dv, F), vf = a->vf;
+    backend_rmsnorm_forward(be, a->qn, a->rq, a->qt, y->qn, (int)N * H, dq, NEEDLE_EPS);
+    backend_rmsnorm_forward(be, a->kn, a->rk, a->kt, y->kn, (int)N * Hk, dq, NEEDLE_EPS);
+    backend_rope_freqs(be, a->qn, B, T, H, dq, n->freqs, 0);
+    backend_rope_freqs(be, a->kn, B, T, Hk, dq, n->freqs, 0);
+    nn_a8(n, a->qn, N * H, dq);
+    nn_a8(n, a->kn, N * Hk, dq);
+    nn_a8(n, a->vt, N * Hk, dv);
+    backend_scale_cols(be, a->qf, a->qn, n->qpad, (int)N * H, dq, F);
+    const float *kf = a->kn, *vf = a->vt;
+    if (F != dq) backend_scale_cols(be, a->kf, a->kn, n->ones, (int)N * Hk, dq, F), kf = a->kf;
+    if (F != dv) backend_scale_cols(be, a->vf, a->vt, n->ones, (int)N * Hk, dv, F), vf = a->vf;
     backend_attention_forward(be, a->att, a->lse, a->qf, kf, vf, B, T, H, Hk, F, y->window);
-    const float *o = a->att;
-    if (F != dv) backend_scale_cols(be, a->o, a->att, n->ones, (int)N * H, F, dv), o = a->o;
-    backend_sigmoid_gate_forward(be, a->o, o, a->gt, N * (size_t)g->attn_dim);
-    nn_a8(n, a->o, N, g->attn_dim);
-    nn_linear(n, a->t, a->o, y->wo, N, g->attn_dim, d);
+    if (F != dv) backend_scale_cols(be, a->opre, a->att, n->ones, (int)N * H, F, dv);
+    else backend_copy_d2d(be, a->opre, a->att, N * g->attn_dim * sizeof(float));
+    backend_sigmoid_gate_forward(be, a->og, a->opre, a->gt, N * (size_t)g->attn_dim);
+    nn_a8(n, a->og, N, g->attn_dim);
+    nn_linear(n, a->ao, a->og, y->wo, N, g->attn_dim, d);
 }
 
-/* The Monarch-Hadamard MLP on a->h (the normed stream) into a->t: docs/needle.md 2.6. */
-static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N)
+/* The Monarch-Hadamard MLP on a->h2 (the normed stream) into out (N, d): docs/needle.md 2.6. */
+static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N, float *out)
 {
     backend *be = n->be;
     const int d = n->d, nh = n->g.hada_n, A = n->g.hada_a, Bb = n->g.hada_b;
     /* cond = 1 + softmax(x Cv) Cu */
-    backend_matmul(be, a->s8, a->h, y->cv, (int)N, NEEDLE_COND_RANK, d, 0, 0, 1.0f, 0.0f);
+    backend_matmul(be, a->s8, a->h2, y->cv, (int)N, NEEDLE_COND_RANK, d, 0, 0, 1.0f, 0.0f);
     backend_softmax_rows(be, a->s8, a->s8, (int)N, NEEDLE_COND_RANK);
     backend_fill(be, a->cond, 1.0f, N * (size_t)nh);
     backend_matmul(be, a->cond, a->s8, y->cu, (int)N, nh, NEEDLE_COND_RANK, 0, 0, 1.0f, 1.0f);
-    backend_scale_cols(be, a->z0, a->h, y->d1, (int)N, d, nh);
+    backend_scale_cols(be, a->z0, a->h2, y->d1, (int)N, d, nh);
     backend_kron_apply(be, a->z1, a->z0, y->w1a, y->w1b, (int)N, A, Bb, 0);
-    backend_permute_cols(be, a->z0, a->z1, n->p1, (int)N, nh, 0);
-    backend_hada_mid_forward(be, a->z0, a->z0, a->cond, y->d2, y->b2, (int)N, nh);
+    backend_permute_cols(be, a->zin, a->z1, n->p1, (int)N, nh, 0);
+    backend_hada_mid_forward(be, a->z0, a->zin, a->cond, y->d2, y->b2, (int)N, nh);
     backend_kron_apply(be, a->z1, a->z0, y->w2a, y->w2b, (int)N, A, Bb, 0);
     backend_permute_cols(be, a->z0, a->z1, n->p2, (int)N, nh, 0);
     backend_scale_cols(be, a->z0, a->z0, y->d3, (int)N, nh, nh);
     backend_kron_apply(be, a->z1, a->z0, y->w3a, y->w3b, (int)N, A, Bb, 0);
-    backend_scale_cols(be, a->t, a->z1, y->d4, (int)N, nh, d);
+    backend_scale_cols(be, out, a->z1, y->d4, (int)N, nh, d);
 }
 
-/* Layer l: the stream a->X (N, lanes, d) into a->X2 (docs/needle.md 2.3-2.4). */
-static void nn_layer_forward(const needle_net *n, int l, nn_acts *a, int B, int T)
+/* Layer l: the stream X (N, lanes, d) into Xo, its activations in p->a (docs/needle.md 2.3-2.4). */
+static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float *X, float *Xo)
 {
     backend *be = n->be;
     const nn_layer *y = &n->layer[l];
-    const size_t N = (size_t)B * T, d = (size_t)n->d;
+    nn_acts *a = &p->a;
+    const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
-    /* mHC coefficients from x-hat = A8(rmsunit(X)) */
-    backend_rmsnorm_forward(be, a->xh, a->rstd, a->X, n->ones, (int)N, W, NEEDLE_EPS);
+    /* mHC coefficients from x-hat = A8(rmsunit(X)), u = their pre-weighted lane sum */
+    backend_rmsnorm_forward(be, a->xh, a->rx, X, n->ones, (int)N, W, NEEDLE_EPS);
     nn_a8(n, a->xh, N, W);
     nn_linear(n, a->z, a->xh, y->phi, N, W, n->K);
     backend_mhc_coeffs_forward(be, a->hc, a->z, y->mhc_alpha, y->mhc_bias, (int)N, lanes, l % lanes);
-    backend_mhc_collapse(be, a->u, a->X, a->hc, n->K, (int)N, lanes, n->d);
+    backend_mhc_collapse(be, a->u, X, a->hc, n->K, (int)N, lanes, n->d);
     /* the block on u: engram gate, attention, MLP */
     if (y->site >= 0)
-        backend_engram_gate_forward(be, a->x, a->u, a->ek[y->site], a->evs[y->site], (int)N, n->d);
+        backend_engram_gate_forward(be, a->x0, a->u, p->ek[y->site], p->ev[y->site], (int)N, n->d);
     else
-        backend_copy_d2d(be, a->x, a->u, N * d * sizeof(float));
-    backend_rmsnorm_forward(be, a->h, a->rstd, a->x, y->ln1, (int)N, n->d, NEEDLE_EPS);
-    nn_attention(n, y, a, B, T);
-    backend_rmsnorm_forward(be, a->h, a->rstd, a->t, y->post, (int)N, n->d, NEEDLE_EPS);
-    backend_scalar_gate_forward(be, a->h, a->h, y->gate, N * d);
-    backend_add(be, a->x, a->x, a->h, N * d);
-    backend_rmsnorm_forward(be, a->h, a->rstd, a->x, y->ln2, (int)N, n->d, NEEDLE_EPS);
-    nn_mlp(n, y, a, N);
-    backend_add(be, a->x, a->x, a->t, N * d);
-    /* y = Block(u) - u, then the lanes mix: X' = H_res X + h_post y */
-    backend_axpy(be, a->x, -1.0f, a->u, N * d);
-    backend_mhc_expand(be, a->X2, a->X, a->hc, a->x, (int)N, lanes, n->d);
+        backend_copy_d2d(be, a->x0, a->u, N * d * sizeof(float));
+    backend_rmsnorm_forward(be, a->hq, a->r1, a->x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
+    nn_a8(n, a->hq, N, n->d);
+    nn_attention(n, y, a, p->B, p->T);
+    backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
+    backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
+    backend_add(be, a->x1, a->x0, a->ap, N * d);
+    backend_rmsnorm_forward(be, a->h2, a->r2, a->x1, y->ln2, (int)N, n->d, NEEDLE_EPS);
+    nn_mlp(n, y, a, N, a->y);
+    /* y = Block(u) - u = (x1 + mlp) - u, then the lanes mix: X' = H_res X + h_post y */
+    backend_add(be, a->y, a->x1, a->y, N * d);
+    backend_axpy(be, a->y, -1.0f, a->u, N * d);
+    backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
+}
+
+/* Every layer, then the head: p->logits (N, V') from the last stream. */
+static void nn_forward(const needle_net *n, nn_pass *p, float *hidden)
+{
+    backend *be = n->be;
+    const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
+    const int lanes = n->g.lanes;
+    for (int l = 0; l < n->L; l++) {
+        nn_layer_forward(n, p, l, p->X[l], p->X[l + 1]);
+        if (hidden) { /* hidden_states(): the lane mean after each layer */
+            backend_mhc_collapse(be, p->xm, p->X[l + 1], n->lane_mean, 0, (int)N, lanes, n->d);
+            backend_copy_d2h(be, hidden + (size_t)l * N * d, p->xm, N * d * sizeof(float));
+        }
+    }
+    backend_mhc_collapse(be, p->xm, p->X[n->L], n->lane_mean, 0, (int)N, lanes, n->d);
+    backend_rmsnorm_forward(be, p->hf, p->rf, p->xm, n->lnf, (int)N, n->d, NEEDLE_EPS);
+    nn_a8(n, p->hf, N, n->d);
+    nn_linear(n, p->logits, p->hf, n->wte, N, n->d, n->Vout);
 }
 
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden)
 {
-    backend *be = n->be;
-    const size_t N = (size_t)B * T, d = (size_t)n->d;
-    const int lanes = n->g.lanes;
-    if (B <= 0 || T <= 0) return loom_fail("needle: forward on %d x %d tokens", B, T);
-    for (size_t i = 0; i < N; i++)
-        if (tokens[i] < 0 || tokens[i] >= n->V)
-            return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
-    nn_acts a;
-    size_t bytes = nn_carve(n, &a, NULL, N);
-    char *base = backend_alloc(be, bytes);
-    if (!base) return -1;
-    nn_carve(n, &a, base, N);
-    int32_t *rep = malloc(N * (size_t)lanes * sizeof(int32_t));
-    if (!rep) return backend_free(be, base), loom_fail("needle: out of memory");
-    for (size_t i = 0; i < N; i++)
-        for (int k = 0; k < lanes; k++) rep[i * lanes + k] = tokens[i];
-    backend_copy_h2d(be, a.tok, rep, N * (size_t)lanes * sizeof(int32_t));
-    free(rep);
-    /* x0 = E[t] sqrt(d) on every lane (embed_scale: the Python float math.sqrt(d) in f32) */
-    backend_embedding_forward(be, a.X, a.tok, n->wte, NULL, 1, (int)N * lanes, n->d);
-    backend_scale(be, a.X, (float)sqrt((double)n->d), N * lanes * d);
-    int rc = nn_engram(n, &a, tokens, B, T);
-    for (int l = 0; rc == 0 && l < n->L; l++) {
-        nn_layer_forward(n, l, &a, B, T);
-        float *sw = a.X;
-        a.X = a.X2, a.X2 = sw;
-        if (hidden) { /* hidden_states(): the lane mean after each layer */
-            backend_mhc_collapse(be, a.u, a.X, n->lane_mean, 0, (int)N, lanes, n->d);
-            backend_copy_d2h(be, hidden + (size_t)l * N * d, a.u, N * d * sizeof(float));
-        }
-    }
+    nn_pass p;
+    if (nn_pass_begin(n, &p, tokens, B, T, 0)) return -1;
+    int rc = nn_embed(n, &p, tokens);
     if (rc == 0) {
-        backend_mhc_collapse(be, a.u, a.X, n->lane_mean, 0, (int)N, lanes, n->d);
-        backend_rmsnorm_forward(be, a.h, a.rstd, a.u, n->lnf, (int)N, n->d, NEEDLE_EPS);
-        nn_a8(n, a.h, N, n->d);
-        nn_linear(n, a.logits, a.h, n->wte, N, n->d, n->Vout);
-        backend_copy_d2h(be, logits, a.logits, N * (size_t)n->Vout * sizeof(float));
+        nn_forward(n, &p, hidden);
+        backend_copy_d2h(n->be, logits, p.logits, (size_t)B * T * n->Vout * sizeof(float));
     }
-    backend_free(be, base);
+    nn_pass_free(n, &p);
     return rc;
+}
+
+/* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the merged LoRA
+ * targets get dL/dW') --- */
+
+/* Attention's backward from a->dao (dL/d ao) into a->dhq (dL/d hq, overwritten). */
+static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_acts *a, int l, int B, int T)
+{
+    backend *be = n->be;
+    const needle_geometry *g = &n->g;
+    const size_t N = (size_t)B * T;
+    const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
+    const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps, O = g->attn_dim;
+    float *dW[NN_TARGETS];
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const int in = t == NN_O ? O : d;
+        const int out = t == NN_Q ? g->q_dim : t == NN_K ? g->k_dim : t == NN_V ? g->v_dim : t == NN_G ? O : d;
+        dW[t] = n->dw[t] ? n->dw[t] + (size_t)l * in * out : NULL;
+    }
+    /* ao = A8(opre sigmoid(gt)) Wo^T */
+    nn_linear_backward(n, a->dog, dW[NN_O], a->dao, a->og, y->wo, N, O, d, 0);
+    backend_sigmoid_gate_backward(be, a->dopre, a->dgt, a->dog, a->opre, a->gt, N * (size_t)O);
+    /* the heads' output sliced from F to dv, attention at F, the pads taken back */
+    const float *datt = a->dopre, *kf = a->kn, *vf = a->vt;
+    if (F != dv) backend_scale_cols(be, a->datt, a->dopre, n->ones, (int)N * H, dv, F), datt = a->datt;
+    if (F != dq) kf = a->kf;
+    if (F != dv) vf = a->vf;
+    backend_attention_backward(be, a->dqf, a->dkf, a->dvf, datt, a->qf, kf, vf, a->att, a->lse, B, T, H,
+                               Hk, F, y->window);
+    backend_scale_cols(be, a->dq, a->dqf, n->qpad, (int)N * H, F, dq);
+    if (F != dq) backend_scale_cols(be, a->dk, a->dkf, n->ones, (int)N * Hk, F, dq);
+    else backend_copy_d2d(be, a->dk, a->dkf, N * g->k_dim * sizeof(float));
+    if (F != dv) backend_scale_cols(be, a->dv, a->dvf, n->ones, (int)N * Hk, F, dv);
+    else backend_copy_d2d(be, a->dv, a->dvf, N * g->v_dim * sizeof(float));
+    /* A8 / KV8: straight through; RoPE rotated back; the per-head norms */
+    backend_rope_freqs(be, a->dq, B, T, H, dq, n->freqs, 1);
+    backend_rope_freqs(be, a->dk, B, T, Hk, dq, n->freqs, 1);
+    backend_fill(be, a->dqt, 0.0f, N * g->q_dim);
+    backend_fill(be, a->dkt, 0.0f, N * g->k_dim);
+    backend_rmsnorm_backward(be, a->dqt, NULL, a->dq, a->qt, y->qn, a->rq, (int)N * H, dq);
+    backend_rmsnorm_backward(be, a->dkt, NULL, a->dk, a->kt, y->kn, a->rk, (int)N * Hk, dq);
+    /* the taps (frozen), into dq, dk, dv of the projections' outputs */
+    const float *dqp = a->dqt, *dkp = a->dkt, *dvp = a->dv;
+    if (c > 0) {
+        backend_conv_taps_backward(be, a->dq, NULL, a->dqt, NULL, y->tq, B, T, g->q_dim, c, 1);
+        backend_conv_taps_backward(be, a->dk, NULL, a->dkt, NULL, y->tk, B, T, g->k_dim, c, 1);
+        backend_conv_taps_backward(be, a->dvt, NULL, a->dv, NULL, y->tv, B, T, g->v_dim, c, 1);
+        dqp = a->dq, dkp = a->dk, dvp = a->dvt;
+    }
+    nn_linear_backward(n, a->dhq, dW[NN_G], a->dgt, a->hq, y->wg, N, d, O, 0);
+    nn_linear_backward(n, a->dhq, dW[NN_Q], dqp, a->hq, y->wq, N, d, g->q_dim, 1);
+    nn_linear_backward(n, a->dhq, dW[NN_K], dkp, a->hq, y->wk, N, d, g->k_dim, 1);
+    nn_linear_backward(n, a->dhq, dW[NN_V], dvp, a->hq, y->wv, N, d, g->v_dim, 1);
+}
+
+/* The MLP's backward from dout (dL/d its output) into a->dh2 (dL/d h2, overwritten). */
+static void nn_mlp_backward(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N, const float *dout)
+{
+    backend *be = n->be;
+    const int d = n->d, nh = n->g.hada_n, A = n->g.hada_a, Bb = n->g.hada_b;
+    backend_scale_cols(be, a->dn0, dout, y->d4, (int)N, d, nh);
+    backend_kron_apply(be, a->dn1, a->dn0, y->w3a, y->w3b, (int)N, A, Bb, 1);
+    backend_scale_cols(be, a->dn1, a->dn1, y->d3, (int)N, nh, nh);
+    backend_permute_cols(be, a->dn0, a->dn1, n->p2, (int)N, nh, 1);
+    backend_kron_apply(be, a->dn1, a->dn0, y->w2a, y->w2b, (int)N, A, Bb, 1);
+    backend_hada_mid_backward(be, a->dn0, a->dcond, a->dn1, a->zin, a->cond, y->d2, y->b2, (int)N, nh);
+    backend_permute_cols(be, a->dn1, a->dn0, n->p1, (int)N, nh, 1);
+    backend_kron_apply(be, a->dn0, a->dn1, y->w1a, y->w1b, (int)N, A, Bb, 1);
+    backend_scale_cols(be, a->dh2, a->dn0, y->d1, (int)N, nh, d);
+    /* cond = 1 + s8 Cu, s8 = softmax(h2 Cv) */
+    backend_matmul(be, a->ds8, a->dcond, y->cu, (int)N, NEEDLE_COND_RANK, nh, 0, 1, 1.0f, 0.0f);
+    backend_softmax_rows_backward(be, a->ds8, a->ds8, a->s8, (int)N, NEEDLE_COND_RANK);
+    backend_matmul(be, a->dh2, a->ds8, y->cv, (int)N, d, NEEDLE_COND_RANK, 0, 1, 1.0f, 1.0f);
+}
+
+/* Layer l backward: recompute it from X = p->X[l], then from g = dL/dX' (p->dX) into p->dX2 =
+ * dL/dX; the two then swap. */
+static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
+{
+    backend *be = n->be;
+    const nn_layer *y = &n->layer[l];
+    nn_acts *a = &p->a;
+    const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
+    const int lanes = n->g.lanes, W = lanes * n->d;
+    const float *X = p->X[l];
+    nn_layer_forward(n, p, l, X, p->dX2); /* the output itself is not needed: dX2 is scratch here */
+    /* X' = H_res X + h_post y */
+    backend_mhc_expand_backward(be, p->dX2, a->dh, a->dy, p->dX, X, a->hc, a->y, (int)N, lanes, n->d);
+    /* y = x1 + mlp(ln2(x1)) - u */
+    nn_mlp_backward(n, y, a, N, a->dy);
+    backend_copy_d2d(be, a->dx1, a->dy, N * d * sizeof(float));
+    backend_rmsnorm_backward(be, a->dx1, NULL, a->dh2, a->x1, y->ln2, a->r2, (int)N, n->d);
+    /* x1 = x0 + sigmoid(gate) post(ao) */
+    backend_scalar_gate_backward(be, a->dap, NULL, a->dx1, a->ap, y->gate, N * d);
+    backend_fill(be, a->dao, 0.0f, N * d);
+    backend_rmsnorm_backward(be, a->dao, NULL, a->dap, a->ao, y->post, a->rp, (int)N, n->d);
+    nn_attention_backward(n, y, a, l, p->B, p->T);
+    backend_copy_d2d(be, a->dx0, a->dx1, N * d * sizeof(float));
+    backend_rmsnorm_backward(be, a->dx0, NULL, a->dhq, a->x0, y->ln1, a->r1, (int)N, n->d);
+    /* x0 = engram gate of u; the block's u also enters y with -1 */
+    if (y->site >= 0)
+        backend_engram_gate_backward(be, a->du, a->dx0, a->u, p->ek[y->site], p->ev[y->site], (int)N, n->d);
+    else
+        backend_copy_d2d(be, a->du, a->dx0, N * d * sizeof(float));
+    backend_axpy(be, a->du, -1.0f, a->dy, N * d);
+    /* u = sum_k h_pre[k] X[k]; the coefficients from x-hat = A8(rmsunit(X)) */
+    backend_mhc_collapse_backward(be, p->dX2, a->dh, a->du, X, a->hc, n->K, (int)N, lanes, n->d);
+    backend_mhc_coeffs_backward(be, a->dz, a->dh, a->z, y->mhc_alpha, y->mhc_bias, (int)N, lanes, l % lanes);
+    backend_matmul(be, a->dxh, a->dz, y->phi, (int)N, W, n->K, 0, 0, 1.0f, 0.0f);
+    backend_rmsnorm_backward(be, p->dX2, NULL, a->dxh, X, n->ones, a->rx, (int)N, W);
+    float *t = p->dX;
+    p->dX = p->dX2, p->dX2 = t;
+}
+
+/* The loss of Needle's fine-tune (docs/needle.md 2.7) and its gradient into every merged target's
+ * n->dw (zeroed first). weights (B, T) host: position i's loss counts with weights[i + 1] (0 or
+ * 1; the last position of a row has none). */
+int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double *loss)
+{
+    backend *be = n->be;
+    const needle_geometry *g = &n->g;
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const int in = t == NN_O ? g->attn_dim : n->d;
+        const int out = t == NN_Q ? g->q_dim : t == NN_K ? g->k_dim : t == NN_V ? g->v_dim : t == NN_G ? g->attn_dim : n->d;
+        const size_t numel = (size_t)n->L * in * out;
+        if (!n->dw[t] && !(n->dw[t] = nn_alloc(n, numel))) return -1;
+        backend_fill(be, n->dw[t], 0.0f, numel);
+    }
+    nn_pass p;
+    if (nn_pass_begin(n, &p, tokens, B, T, 1)) return -1;
+    const size_t N = (size_t)B * T, d = (size_t)n->d;
+    int32_t *tg = malloc(N * sizeof(int32_t));
+    int rc = !tg ? loom_fail("needle: out of memory") : nn_embed(n, &p, tokens);
+    if (rc == 0) {
+        double wsum = 0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < T; i++) {
+                size_t r = (size_t)b * T + i;
+                int w = i + 1 < T && weights[r + 1] != 0.0f;
+                tg[r] = w ? tokens[r + 1] : -1;
+                wsum += w;
+            }
+        backend_copy_h2d(be, p.targets, tg, N * sizeof(int32_t));
+        nn_forward(n, &p, NULL);
+        const float scale = (float)(1.0 / (wsum > 1 ? wsum : 1));
+        backend_softmax_xent(be, p.logits, p.losses, p.targets, (int)N, n->Vout, n->Vout, scale);
+        float *host = malloc(N * sizeof(float));
+        if (!host) rc = loom_fail("needle: out of memory");
+        else {
+            backend_copy_d2h(be, host, p.losses, N * sizeof(float));
+            double sum = 0;
+            for (size_t r = 0; r < N; r++) sum += host[r];
+            *loss = sum * scale;
+            free(host);
+        }
+        /* logits = A8(ZCNorm(mean_k X[k])) E^T */
+        backend_matmul(be, p.a.dy, p.logits, n->wte, (int)N, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+        backend_fill(be, p.a.dx1, 0.0f, N * d);
+        backend_rmsnorm_backward(be, p.a.dx1, NULL, p.a.dy, p.xm, n->lnf, p.rf, (int)N, n->d);
+        backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
+        backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
+        for (int l = n->L - 1; rc == 0 && l >= 0; l--) nn_layer_backward(n, &p, l);
+    }
+    free(tg);
+    nn_pass_free(n, &p);
+    return rc;
+}
+
+/* dL/dA and dL/dB of target `path` from its dL/dW' (needle_net_grad): with W' = W + s A B per
+ * layer, dA = s dW' B^T, dB = s A^T dW' (dW' taken back to Needle's [in, out], q/k channels
+ * unpermuted). dA [L, in, r], dB [L, r, out] host, Needle's layout. */
+int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB)
+{
+    int t = 0;
+    while (t < NN_TARGETS && strcmp(nn_target_path[t], path)) t++;
+    if (t == NN_TARGETS || !n->lora[t].A) return loom_fail("needle: no adapter on %s", path);
+    if (!n->dw[t]) return loom_fail("needle: no gradient yet (needle_net_grad)");
+    const nn_lora *lo = &n->lora[t];
+    const int in = lo->in, out = lo->out, r = lo->r, pd = lo->perm_dq;
+    const size_t per = (size_t)in * out;
+    float *dw = malloc(per * n->L * sizeof(float)), *dwt = malloc(per * sizeof(float));
+    if (!dw || !dwt) return free(dw), free(dwt), loom_fail("needle: out of memory");
+    backend_copy_d2h(n->be, dw, n->dw[t], per * n->L * sizeof(float));
+    for (int l = 0; l < n->L; l++) {
+        const float *w = dw + (size_t)l * per; /* (out, in), row o of loom = Needle's column src(o) */
+        for (int o = 0; o < out; o++) {
+            int src = pd ? o / pd * pd + nn_rope_src(o % pd, pd) : o;
+            for (int x = 0; x < in; x++) dwt[(size_t)x * out + src] = w[(size_t)o * in + x];
+        }
+        const float *A = lo->A + (size_t)l * in * r, *Bm = lo->B + (size_t)l * r * out;
+        for (int x = 0; x < in; x++)
+            for (int k = 0; k < r; k++) {
+                double s = 0;
+                for (int o = 0; o < out; o++) s += (double)dwt[(size_t)x * out + o] * Bm[(size_t)k * out + o];
+                dA[((size_t)l * in + x) * r + k] = (float)(lo->s * s);
+            }
+        for (int k = 0; k < r; k++)
+            for (int o = 0; o < out; o++) {
+                double s = 0;
+                for (int x = 0; x < in; x++) s += (double)A[(size_t)x * r + k] * dwt[(size_t)x * out + o];
+                dB[((size_t)l * r + k) * out + o] = (float)(lo->s * s);
+            }
+    }
+    free(dw), free(dwt);
+    return 0;
 }

@@ -262,5 +262,12 @@ const needle_config *needle_net_config(const needle_net *n);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);
+/* Needle's fine-tune loss on B rows of T tokens (position i's next-token loss counts where
+ * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), into *loss, and its
+ * gradient with respect to each merged LoRA target (every base tensor frozen). -1 + loom_fail. */
+int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double *loss);
+/* After needle_net_grad: the adapter's gradients of target `path` (a Needle flax path, e.g.
+ * "stack/layers/block/self_attn/q_proj/kernel"), dA [L, in, r] and dB [L, r, out] host. */
+int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB);
 
 #endif
