@@ -87,6 +87,8 @@ struct needle_net {
     float *dw[NN_TARGETS];    /* (L, out, in) device: dL/dW' of each merged target, loom's layout */
     nn_site site[NEEDLE_MAX_SITES];
     int nsites;
+    char *arena;          /* the last pass's activations, kept for the next (fresh pages cost a */
+    size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
 };
@@ -449,6 +451,7 @@ void needle_net_close(needle_net *n)
 {
     if (!n) return;
     for (int i = 0; i < n->nowned; i++) backend_free(n->be, n->owned[i]);
+    backend_free(n->be, n->arena);
     for (int t = 0; t < NN_TARGETS; t++) free(n->lora[t].A), free(n->lora[t].B);
     free(n->owned), free(n->layer), free(n);
 }
@@ -558,7 +561,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
 
 static void nn_pass_free(const needle_net *n, nn_pass *p)
 {
-    backend_free(n->be, p->base);
+    (void)n; /* p->base is n->arena, kept */
     free(p->X);
 }
 
@@ -573,7 +576,14 @@ static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B
             return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
     p->B = B, p->T = T, p->keep = keep;
     if (!(p->X = calloc((size_t)n->L + 1, sizeof *p->X))) return loom_fail("needle: out of memory");
-    if (!(p->base = backend_alloc(n->be, nn_carve(n, p, NULL)))) return free(p->X), -1;
+    const size_t bytes = nn_carve(n, p, NULL);
+    if (bytes > n->arena_bytes) {
+        backend_free(n->be, n->arena);
+        n->arena_bytes = 0;
+        if (!(n->arena = backend_alloc(n->be, bytes))) return free(p->X), -1;
+        n->arena_bytes = bytes;
+    }
+    p->base = n->arena;
     nn_carve(n, p, p->base);
     return 0;
 }

@@ -1,0 +1,76 @@
+/* bench_needle.c BASE.safetensors [B T STEPS QAT]: the loom side of bench/needle.sh. Loads a Needle
+ * base checkpoint (needle_net_open), then times needle_net_grad (Needle's fine-tune loss, forward
+ * and backward with every layer recomputed, the gradient of each LoRA target's merged kernel) on
+ * B x T random tokens, every position with loss, on the backend LOOM_BACKEND picks (default cpu).
+ * Prints one line of JSON on stdout: the time from start to the end of the first pass (loading
+ * included), the median of the rest, the loss of the first, peak RSS.
+ * Not yet the whole LoRA step: the per-step merge, W4 of the merged targets and AdamW are not in
+ * the needle family yet (their cost: one pass over the five targets' weights). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "backends/backend.h"
+#include "base/error.h"
+#include "core/model/model.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    const double t0 = now();
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_needle BASE.safetensors [B T STEPS QAT]\n");
+        return 2;
+    }
+    const int B = argc > 2 ? atoi(argv[2]) : 16, T = argc > 3 ? atoi(argv[3]) : 256;
+    const int steps = argc > 4 ? atoi(argv[4]) : 3, qat = argc > 5 ? atoi(argv[5]) : 1;
+    const char *name = getenv("LOOM_BACKEND");
+    backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
+    needle_net *n = be ? needle_net_open(be, argv[1], NULL, qat) : NULL;
+    if (!n || B <= 0 || T <= 0 || steps <= 0) {
+        fprintf(stderr, "bench_needle: %s\n", loom_error() ? loom_error() : "bad arguments");
+        return 1;
+    }
+    const int V = needle_net_config(n)->vocab_size;
+    int32_t *tok = malloc((size_t)B * T * sizeof(int32_t));
+    float *w = malloc((size_t)B * T * sizeof(float));
+    double *dt = malloc((size_t)steps * sizeof(double));
+    srand(1);
+    for (size_t i = 0; i < (size_t)B * T; i++) tok[i] = 3 + rand() % (V - 3), w[i] = 1.0f;
+    double loss0 = 0, first = 0;
+    for (int s = 0; s < steps; s++) {
+        double a = now(), loss = 0;
+        if (needle_net_grad(n, tok, w, B, T, &loss)) {
+            fprintf(stderr, "bench_needle: %s\n", loom_error());
+            return 1;
+        }
+        dt[s] = now() - a;
+        if (s == 0) loss0 = loss, first = now() - t0;
+    }
+    double med = 0;
+    if (steps > 1) {
+        qsort(dt + 1, (size_t)steps - 1, sizeof *dt, cmp_double);
+        med = dt[1 + (steps - 1) / 2];
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("{\"first_step_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"backend\": \"%s\"}\n",
+           first, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0, backend_name(be));
+    needle_net_close(n);
+    backend_destroy(be);
+    free(tok), free(w), free(dt);
+    return 0;
+}

@@ -1,0 +1,4 @@
+# bench/needle.cmake: bench_needle BASE.safetensors [B T STEPS QAT]: the needle family's loss and
+# gradient pass on a Needle base checkpoint (bench/needle.sh runs it next to Needle's own step).
+add_executable(bench_needle ${CMAKE_CURRENT_SOURCE_DIR}/bench_needle.c)
+target_link_libraries(bench_needle PRIVATE loom_core)

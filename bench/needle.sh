@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# bench/needle.sh [BUILD_DIR]: Needle's LoRA fine-tune on its default config (TransformerConfig():
+# d 768, 20 layers, 12/2 heads, vocab 16384, mHC 4 lanes, 5 engram sites) at B=16 T=256, random
+# tokens, every position with loss, W4 STE + A8 + KV8 on: loom's needle family (bench_needle: the
+# loss and gradient pass) next to Needle's own jitted train_step (bench/needle_step.py: the whole
+# step, compile included in its first), the same checkpoint (made by needle_step.py on its first
+# run at BASE), machine and thread count, alternated per round. Prints the first step's time from
+# start, the median step, peak RSS, each side's and the ratio, with the CPU and the load.
+# Not yet like for like: loom's figure is the loss and gradient pass only (the per-step merge, W4
+# of the five merged targets and AdamW are not in the needle family yet); Needle's is its step.
+# ROUNDS (1), STEPS (3: the first is timed apart), B (16), T (256), BASE
+# (/tmp/needle_default.safetensors), PYTHON (/work/venv/bin/python if present, else python3).
+# Installs nothing: a Python without Needle is reported, with the command that installs it.
+set -euo pipefail
+build=${1:-build}
+bench="$build/bench/bench_needle"
+rounds=${ROUNDS:-1} steps=${STEPS:-3} B=${B:-16} T=${T:-256}
+base=${BASE:-/tmp/needle_default.safetensors}
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ -n "${PYTHON:-}" ]; then py=$PYTHON
+elif [ -x /work/venv/bin/python ]; then py=/work/venv/bin/python
+else py=python3; fi
+[ -x "$bench" ] || { echo "bench/needle.sh: $bench not built (cmake --build $build --target bench_needle)"; exit 1; }
+if ! "$py" -c "import needle.model.architecture, optax" 2> /dev/null; then
+  echo "Needle reference: missing ($py lacks cactus-needle[train]); install with:"
+  echo "  python3 -m venv /work/venv && /work/venv/bin/pip install 'cactus-needle[train]==3.2.8'"
+  exit 1
+fi
+load() { cut -d' ' -f1 /proc/loadavg; }
+field() { sed -n "s/.*\"$1\": \([-0-9.e]*\).*/\1/p"; }
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+[ -f "$base" ] || { echo "making $base (Needle's default config, random init)"; "$py" "$root/bench/needle_step.py" "$base" 1 8 1 > /dev/null; }
+echo "CPU: $cpu, $(nproc) threads; B $B T $T, $steps steps per run, $rounds rounds"
+for r in $(seq "$rounds"); do
+  l1=$(load); lo=$("$bench" "$base" "$B" "$T" "$steps" 1)
+  l2=$(load); ne=$("$py" "$root/bench/needle_step.py" "$base" "$B" "$T" "$steps")
+  echo "round $r: loom (load $l1) $lo"
+  echo "round $r: Needle (load $l2) $ne"
+done
+printf '%-34s %12s %12s %8s\n' figure loom Needle ratio
+for f in first_step_s step_s peak_rss_mb; do
+  a=$(echo "$lo" | field "$f") b=$(echo "$ne" | field "$f")
+  printf '%-34s %12s %12s %8s\n' "$f" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", b / a}')"
+done
+echo "(ratio: Needle / loom, higher is better for loom; loom's step is its loss + gradient pass)"
