@@ -39,6 +39,7 @@ typedef struct nn_layer {
     float *mhc_alpha;     /* (3) pre, post, res */
     float *ln1, *post, *ln2; /* ZC gains 1 + scale (d) */
     float *wq, *wk, *wv, *wg, *wo; /* (out, in), LoRA merged; q, k rows permuted per head */
+    float *w0[5];         /* the same targets' base weights (= the merged ones without an adapter) */
     float *tq, *tk, *tv;  /* taps (c, width); q, k columns permuted */
     float *qn, *kn;       /* per-head ZC gains 1 + scale (dq), permuted */
     float *gate;          /* (1) attn_gate logit */
@@ -56,9 +57,11 @@ static const char *const nn_target_path[NN_TARGETS] = {
     "stack/layers/block/self_attn/v_proj/kernel", "stack/layers/block/self_attn/gate_proj/kernel",
     "stack/layers/block/self_attn/out_proj/kernel"};
 
-/* One adapted kernel: A [L, in, r], B [L, r, out] as the adapter holds them, scale s. */
+/* One adapted kernel on the device, in Needle's layout: A [L, in, r], B [L, r, out] (B's columns
+ * permuted per head for q and k, as the kernel's output channels), their gradients and AdamW
+ * moments of the same shapes, scale s. A NULL: the target has no adapter. */
 typedef struct nn_lora {
-    float *A, *B;
+    float *A, *B, *gA, *gB, *mA, *vA, *mB, *vB;
     int in, out, r, perm_dq;
     float s;
 } nn_lora;
@@ -83,7 +86,8 @@ struct needle_net {
     float *lane_mean;     /* (lanes) 1 / lanes */
     int32_t *p1, *p2;     /* (n) the Hadamard MLP's permutations */
     nn_layer *layer;
-    nn_lora lora[NN_TARGETS];  /* the adapter as read (host, Needle's layout); A NULL: none */
+    nn_lora lora[NN_TARGETS];
+    const float *codebook; /* W4's (device), NULL in float */
     float *dw[NN_TARGETS];    /* (L, out, in) device: dL/dW' of each merged target, loom's layout */
     nn_site site[NEEDLE_MAX_SITES];
     int nsites;
@@ -149,29 +153,45 @@ static void nn_permute_cols(float *out, const float *in, int rows, int w, int dq
             out[(size_t)r * w + j] = in[(size_t)r * w + j / dq * dq + nn_rope_src(j % dq, dq)];
 }
 
-/* The adapter's A [L, in, r] and B [L, r, out] of target t, kept in n->lora[t] and merged into
- * w [L, in, out]: w += s (A B) per layer, (A B) an f32 product summed over r in order (merge_lora). */
-static int nn_merge(needle_net *n, needle_adapter *a, int t, float *w, int L, int in, int out)
+/* Columns of a [rows, out] host matrix permuted per head (dq) in place, as the kernels' rows
+ * (loom channel j <- Needle channel src(j)); inverse = 1 takes them back. */
+static int nn_permute_out(float *x, size_t rows, int out, int dq, int inverse)
+{
+    float *t = malloc((size_t)out * sizeof(float));
+    if (!t) return loom_fail("needle: out of memory");
+    for (size_t r = 0; r < rows; r++) {
+        float *row = x + r * out;
+        for (int j = 0; j < out; j++) {
+            int src = j / dq * dq + nn_rope_src(j % dq, dq);
+            if (inverse) t[src] = row[j];
+            else t[j] = row[src];
+        }
+        memcpy(row, t, (size_t)out * sizeof(float));
+    }
+    free(t);
+    return 0;
+}
+
+/* The adapter's A [L, in, r] and B [L, r, out] of target t onto the device (n->lora[t]), with
+ * zeroed gradients and moments. No tensor for t: the target stays unadapted. */
+static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int out, int perm_dq)
 {
     for (int i = 0; i < a->n; i++) {
         if (strcmp(a->lora[i].path, nn_target_path[t])) continue;
-        int r = a->rank;
-        size_t na = (size_t)L * in * r, nb = (size_t)L * r * out;
         nn_lora *lo = &n->lora[t];
-        float *A = lo->A = malloc(na * sizeof(float)), *Bm = lo->B = malloc(nb * sizeof(float));
-        lo->in = in, lo->out = out, lo->r = r, lo->s = (float)a->scale;
-        int rc = !A || !Bm ? loom_fail("needle: out of memory merging %s", nn_target_path[t])
+        const int r = a->rank;
+        const size_t na = (size_t)n->L * in * r, nb = (size_t)n->L * r * out;
+        lo->in = in, lo->out = out, lo->r = r, lo->perm_dq = perm_dq, lo->s = (float)a->scale;
+        float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float));
+        int rc = !A || !Bm ? loom_fail("needle: out of memory reading %s", nn_target_path[t])
                            : st_read_f32(a->st, a->lora[i].a, A, na) || st_read_f32(a->st, a->lora[i].b, Bm, nb);
-        const float s = lo->s;
-        for (int l = 0; rc == 0 && l < L; l++)
-            for (int x = 0; x < in; x++)
-                for (int y = 0; y < out; y++) {
-                    float ab = 0.0f;
-                    for (int k = 0; k < r; k++)
-                        ab += A[((size_t)l * in + x) * r + k] * Bm[((size_t)l * r + k) * out + y];
-                    w[((size_t)l * in + x) * out + y] += s * ab;
-                }
-        return rc ? -1 : 0;
+        if (rc == 0 && perm_dq) rc = nn_permute_out(Bm, (size_t)n->L * r, out, perm_dq, 0);
+        if (rc == 0 && (!(lo->A = nn_upload(n, A, na)) || !(lo->B = nn_upload(n, Bm, nb)) ||
+                        !(lo->gA = nn_alloc(n, na)) || !(lo->mA = nn_alloc(n, na)) || !(lo->vA = nn_alloc(n, na)) ||
+                        !(lo->gB = nn_alloc(n, nb)) || !(lo->mB = nn_alloc(n, nb)) || !(lo->vB = nn_alloc(n, nb))))
+            rc = -1;
+        free(A), free(Bm);
+        return rc;
     }
     return 0;
 }
@@ -185,19 +205,46 @@ static void nn_w4(needle_net *n, float *w, int rows, int cols, const float *code
 /* A stacked kernel [L, in, out] (flax) as L device tensors (out, in), merged with the adapter,
  * W4 under QAT; perm_dq > 0 permutes the output channels per head (q, k). */
 static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, int target, int in, int out,
-                      int perm_dq, float **dst, size_t stride, const float *cb)
+                      int perm_dq, float **dst, size_t stride)
 {
     float *h = nn_read(f, nn_target_path[target], NULL), *t = malloc((size_t)in * out * sizeof(float));
-    int rc = !h || !t ? -1 : ad ? nn_merge(n, ad, target, h, n->L, in, out) : 0;
-    n->lora[target].perm_dq = perm_dq;
+    int rc = !h || !t ? -1 : ad ? nn_adapter_load(n, ad, target, in, out, perm_dq) : 0;
     for (int l = 0; rc == 0 && l < n->L; l++) {
         nn_transpose(t, h + (size_t)l * in * out, out, in, perm_dq);
         float **slot = (float **)((char *)dst + (size_t)l * stride);
-        if (!(*slot = nn_upload(n, t, (size_t)in * out))) rc = -1;
-        else nn_w4(n, *slot, out, in, cb);
+        if (!(n->layer[l].w0[target] = nn_upload(n, t, (size_t)in * out))) rc = -1;
+        else if (!n->lora[target].A) *slot = n->layer[l].w0[target]; /* W4 once, by nn_merge */
+        else if (!(*slot = nn_alloc(n, (size_t)in * out))) rc = -1;
     }
     free(h), free(t);
     return rc;
+}
+
+/* The merged targets from the base and the adapters: W' = W + s (A B)^T per layer in loom's
+ * layout ((out, in) = W + s B^T A^T, one product of rank r), then W4 under QAT (merge_lora, then
+ * cq_ste_params: the merged kernel quantised every step). once = 1 also takes the unadapted
+ * targets through W4 (at open: they never change). */
+static void nn_merge(needle_net *n, int once)
+{
+    float **field[NN_TARGETS];
+    for (int l = 0; l < n->L; l++) {
+        nn_layer *y = &n->layer[l];
+        field[NN_Q] = &y->wq, field[NN_K] = &y->wk, field[NN_V] = &y->wv, field[NN_G] = &y->wg, field[NN_O] = &y->wo;
+        for (int t = 0; t < NN_TARGETS; t++) {
+            const nn_lora *lo = &n->lora[t];
+            const int in = t == NN_O ? n->g.attn_dim : n->d;
+            const int out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
+            float *w = *field[t];
+            if (!lo->A) {
+                if (once && n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
+                continue;
+            }
+            backend_copy_d2d(n->be, w, y->w0[t], (size_t)in * out * sizeof(float));
+            backend_matmul(n->be, w, lo->B + (size_t)l * lo->r * out, lo->A + (size_t)l * in * lo->r, out, in, lo->r,
+                           1, 1, lo->s, 1.0f);
+            if (n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
+        }
+    }
 }
 
 /* A stacked leaf [L, ...] of `per` floats per layer as L device tensors; gain = 1 adds one (a ZC
@@ -228,11 +275,12 @@ static int nn_load_attention(needle_net *n, needle_file *f, needle_adapter *ad, 
 {
     const needle_geometry *g = &n->g;
     const int d = n->d, dq = g->qk_head_dim, c = n->c.qkv_conv_taps;
-    if (nn_kernels(n, f, ad, NN_Q, d, g->q_dim, dq, NN_LAYER(wq), cb) ||
-        nn_kernels(n, f, ad, NN_K, d, g->k_dim, dq, NN_LAYER(wk), cb) ||
-        nn_kernels(n, f, ad, NN_V, d, g->v_dim, 0, NN_LAYER(wv), cb) ||
-        nn_kernels(n, f, ad, NN_G, d, g->attn_dim, 0, NN_LAYER(wg), cb) ||
-        nn_kernels(n, f, ad, NN_O, g->attn_dim, d, 0, NN_LAYER(wo), cb) ||
+    (void)cb;
+    if (nn_kernels(n, f, ad, NN_Q, d, g->q_dim, dq, NN_LAYER(wq)) ||
+        nn_kernels(n, f, ad, NN_K, d, g->k_dim, dq, NN_LAYER(wk)) ||
+        nn_kernels(n, f, ad, NN_V, d, g->v_dim, 0, NN_LAYER(wv)) ||
+        nn_kernels(n, f, ad, NN_G, d, g->attn_dim, 0, NN_LAYER(wg)) ||
+        nn_kernels(n, f, ad, NN_O, g->attn_dim, d, 0, NN_LAYER(wo)) ||
         nn_slices(n, f, NN_PATH("self_attn/q_norm/scale"), (size_t)dq, 1, dq, dq, NN_LAYER(qn)) ||
         nn_slices(n, f, NN_PATH("self_attn/k_norm/scale"), (size_t)dq, 1, dq, dq, NN_LAYER(kn)) ||
         nn_slices(n, f, NN_PATH("attn_gate"), 1, 0, 1, 0, NN_LAYER(gate)))
@@ -371,6 +419,7 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
     float cb[16];
     float *codebook = NULL;
     if (n->qat && (needle_cq_codebook(4, 128, cb) || !(codebook = nn_upload(n, cb, 16)))) return -1;
+    n->codebook = codebook;
     float *h = nn_read(f, "embedding/embedding", NULL);
     if (!h || !(n->wte = nn_upload(n, h, (size_t)n->V * n->d))) return free(h), -1;
     free(h);
@@ -418,6 +467,7 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
         if (!n->freqs || !n->qpad || !n->ones || !n->lane_mean || !n->p1 || !n->p2) rc = -1;
     }
     free(tmp), free(p);
+    if (rc == 0) nn_merge(n, 1);
     return rc;
 }
 
@@ -452,7 +502,6 @@ void needle_net_close(needle_net *n)
     if (!n) return;
     for (int i = 0; i < n->nowned; i++) backend_free(n->be, n->owned[i]);
     backend_free(n->be, n->arena);
-    for (int t = 0; t < NN_TARGETS; t++) free(n->lora[t].A), free(n->lora[t].B);
     free(n->owned), free(n->layer), free(n);
 }
 
@@ -892,6 +941,24 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
     p->dX = p->dX2, p->dX2 = t;
 }
 
+/* The adapters' gradients from the merged targets' (n->dw, loom's (out, in) layout): with Needle's
+ * W' [in, out] = W + s A B per layer, dA = s dW' B^T and dB = s A^T dW', dW' being dw^T:
+ * dA [in, r] = s dw^T B^T, dB [r, out] = s A^T dw^T (B's columns, like dw's rows, permuted for q
+ * and k). */
+static void nn_lora_grads(needle_net *n)
+{
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A) continue;
+        for (int l = 0; l < n->L; l++) {
+            const size_t wa = (size_t)l * lo->in * lo->r, wb = (size_t)l * lo->r * lo->out;
+            const float *dw = n->dw[t] + (size_t)l * lo->in * lo->out;
+            backend_matmul(n->be, lo->gA + wa, dw, lo->B + wb, lo->in, lo->r, lo->out, 1, 1, lo->s, 0.0f);
+            backend_matmul(n->be, lo->gB + wb, lo->A + wa, dw, lo->r, lo->out, lo->in, 1, 1, lo->s, 0.0f);
+        }
+    }
+}
+
 /* The loss of Needle's fine-tune (docs/needle.md 2.7) and its gradient into every merged target's
  * n->dw (zeroed first). weights (B, T) host: position i's loss counts with weights[i + 1] (0 or
  * 1; the last position of a row has none). */
@@ -940,47 +1007,90 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
         backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
         for (int l = n->L - 1; rc == 0 && l >= 0; l--) nn_layer_backward(n, &p, l);
+        nn_lora_grads(n);
     }
     free(tg);
     nn_pass_free(n, &p);
     return rc;
 }
 
-/* dL/dA and dL/dB of target `path` from its dL/dW' (needle_net_grad): with W' = W + s A B per
- * layer, dA = s dW' B^T, dB = s A^T dW' (dW' taken back to Needle's [in, out], q/k channels
- * unpermuted). dA [L, in, r], dB [L, r, out] host, Needle's layout. */
-int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB)
+static int nn_target_of(const needle_net *n, const char *path)
 {
     int t = 0;
     while (t < NN_TARGETS && strcmp(nn_target_path[t], path)) t++;
     if (t == NN_TARGETS || !n->lora[t].A) return loom_fail("needle: no adapter on %s", path);
+    return t;
+}
+
+/* An [L, rows, out] device tensor to host, B's columns taken back to Needle's order when permuted;
+ * or the other way (to_device). */
+static int nn_lora_xfer(needle_net *n, const nn_lora *lo, float *dev, float *host, int rows, int is_b, int to_device)
+{
+    const size_t cols = is_b ? (size_t)lo->out : (size_t)lo->r, count = (size_t)n->L * rows * cols;
+    if (to_device) {
+        float *t = malloc(count * sizeof(float));
+        if (!t) return loom_fail("needle: out of memory");
+        memcpy(t, host, count * sizeof(float));
+        int rc = is_b && lo->perm_dq ? nn_permute_out(t, (size_t)n->L * rows, lo->out, lo->perm_dq, 0) : 0;
+        if (rc == 0) backend_copy_h2d(n->be, dev, t, count * sizeof(float));
+        free(t);
+        return rc;
+    }
+    backend_copy_d2h(n->be, host, dev, count * sizeof(float));
+    return is_b && lo->perm_dq ? nn_permute_out(host, (size_t)n->L * rows, lo->out, lo->perm_dq, 1) : 0;
+}
+
+int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB)
+{
+    int t = nn_target_of(n, path);
+    if (t < 0) return -1;
     if (!n->dw[t]) return loom_fail("needle: no gradient yet (needle_net_grad)");
     const nn_lora *lo = &n->lora[t];
-    const int in = lo->in, out = lo->out, r = lo->r, pd = lo->perm_dq;
-    const size_t per = (size_t)in * out;
-    float *dw = malloc(per * n->L * sizeof(float)), *dwt = malloc(per * sizeof(float));
-    if (!dw || !dwt) return free(dw), free(dwt), loom_fail("needle: out of memory");
-    backend_copy_d2h(n->be, dw, n->dw[t], per * n->L * sizeof(float));
-    for (int l = 0; l < n->L; l++) {
-        const float *w = dw + (size_t)l * per; /* (out, in), row o of loom = Needle's column src(o) */
-        for (int o = 0; o < out; o++) {
-            int src = pd ? o / pd * pd + nn_rope_src(o % pd, pd) : o;
-            for (int x = 0; x < in; x++) dwt[(size_t)x * out + src] = w[(size_t)o * in + x];
-        }
-        const float *A = lo->A + (size_t)l * in * r, *Bm = lo->B + (size_t)l * r * out;
-        for (int x = 0; x < in; x++)
-            for (int k = 0; k < r; k++) {
-                double s = 0;
-                for (int o = 0; o < out; o++) s += (double)dwt[(size_t)x * out + o] * Bm[(size_t)k * out + o];
-                dA[((size_t)l * in + x) * r + k] = (float)(lo->s * s);
-            }
-        for (int k = 0; k < r; k++)
-            for (int o = 0; o < out; o++) {
-                double s = 0;
-                for (int x = 0; x < in; x++) s += (double)A[(size_t)x * r + k] * dwt[(size_t)x * out + o];
-                dB[((size_t)l * r + k) * out + o] = (float)(lo->s * s);
-            }
+    return nn_lora_xfer(n, lo, lo->gA, dA, lo->in, 0, 0) || nn_lora_xfer(n, lo, lo->gB, dB, lo->r, 1, 0) ? -1 : 0;
+}
+
+int needle_net_lora_state(needle_net *n, const char *path, int set, float *A, float *B, float *mA, float *vA,
+                          float *mB, float *vB)
+{
+    int t = nn_target_of(n, path);
+    if (t < 0) return -1;
+    const nn_lora *lo = &n->lora[t];
+    float *dev[6] = {lo->A, lo->B, lo->mA, lo->vA, lo->mB, lo->vB}, *host[6] = {A, B, mA, vA, mB, vB};
+    for (int i = 0; i < 6; i++) {
+        const int is_b = i == 1 || i >= 4;
+        if (host[i] && nn_lora_xfer(n, lo, dev[i], host[i], is_b ? lo->r : lo->in, is_b, set)) return -1;
     }
-    free(dw), free(dwt);
+    if (set && (A || B)) nn_merge(n, 0);
+    return 0;
+}
+
+/* Needle's optimiser on every adapter (ft:443-465): optax.chain(clip_by_global_norm(clip),
+ * adamw(lr)) from the gradients of the last needle_net_grad times o->grad_mult: the global 2-norm
+ * over every A and B, g (clip / norm) when norm >= clip, then AdamW with the count after the
+ * step's increment; the merged targets follow. */
+int needle_net_step(needle_net *n, const needle_adamw *o, double *grad_norm)
+{
+    double ss = 0;
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A) continue;
+        if (!n->dw[t]) return loom_fail("needle: no gradient yet (needle_net_grad)");
+        ss += backend_sumsq(n->be, lo->gA, (size_t)n->L * lo->in * lo->r);
+        ss += backend_sumsq(n->be, lo->gB, (size_t)n->L * lo->r * lo->out);
+    }
+    const double norm = sqrt(ss) * fabs((double)o->grad_mult);
+    if (grad_norm) *grad_norm = norm;
+    if (!isfinite(norm)) return loom_fail("needle: gradient norm %g", norm);
+    /* optax: (g / norm) clip; here one factor on the way into AdamW */
+    const float gs = o->clip > 0 && norm >= o->clip ? (float)(o->grad_mult * (o->clip / norm)) : o->grad_mult;
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A) continue;
+        backend_adamw(n->be, lo->A, lo->gA, lo->mA, lo->vA, (size_t)n->L * lo->in * lo->r, o->lr, o->beta1,
+                      o->beta2, o->eps, o->weight_decay, o->count, gs);
+        backend_adamw(n->be, lo->B, lo->gB, lo->mB, lo->vB, (size_t)n->L * lo->r * lo->out, o->lr, o->beta1,
+                      o->beta2, o->eps, o->weight_decay, o->count, gs);
+    }
+    nn_merge(n, 0);
     return 0;
 }

@@ -269,5 +269,20 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
 /* After needle_net_grad: the adapter's gradients of target `path` (a Needle flax path, e.g.
  * "stack/layers/block/self_attn/q_proj/kernel"), dA [L, in, r] and dB [L, r, out] host. */
 int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB);
+/* The adapter of target `path` and its AdamW moments, host, Needle's layout (A, mA, vA [L, in, r];
+ * B, mB, vB [L, r, out]): read (set 0) or written (set 1; the merged weights follow). A NULL
+ * pointer skips that tensor. */
+int needle_net_lora_state(needle_net *n, const char *path, int set, float *A, float *B, float *mA, float *vA,
+                          float *mB, float *vB);
+/* Needle's optimiser (finetune.py:443-465): clip_by_global_norm(clip) then adamw, on every adapter
+ * from the last needle_net_grad's gradients times grad_mult. lr is the schedule's value at the
+ * count before the step, count the one after (AdamW's bias correction). */
+typedef struct needle_adamw {
+    float lr, beta1, beta2, eps, weight_decay, clip, grad_mult;
+    int count;
+} needle_adamw;
+/* One step; *grad_norm (may be NULL) the clipped-over norm. -1 + loom_fail (a non-finite norm
+ * changes nothing). */
+int needle_net_step(needle_net *n, const needle_adamw *o, double *grad_norm);
 
 #endif

@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/backend.h"
 #include "base/error.h"
@@ -165,6 +166,87 @@ static void check_grads(needle_net *n, st_file *rf, int qat, const int32_t *tok,
     }
 }
 
+/* One optimiser step against Needle's (optax.chain(clip_by_global_norm(1), adamw(schedule)) from
+ * the fixture's given state: opt/mu, opt/nu at count 3, model_ref.json "optimizer"), after the
+ * gradients of check_grads: the adapter's change and both moments. In float under the gradients'
+ * rule, and
+ * again with the gradients times 8 so that the clip acts (the fixture's clip set); under QAT each change of a
+ * tensor (new minus old) within a tenth of QAT's own effect on it in the 2-norm. The adapter and
+ * moments are put back after each step. */
+static void check_step(needle_net *n, st_file *rf, int qat)
+{
+    const needle_adamw o = {.lr = 0.0008830222068354487f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                            .weight_decay = 1e-4f, .clip = 1.0f, .grad_mult = 1.0f, .count = 4};
+    const int L = needle_net_config(n)->num_layers;
+    for (int clip = 0; clip < (qat ? 1 : 2); clip++) {
+        /* the given state in, the step, the results out; [t][0..5] = A B mA vA mB vB */
+        float *old[5][6], *got[5][6];
+        size_t cnt[5][6];
+        for (int t = 0; t < 5; t++) {
+            char path[200], flax[120];
+            snprintf(flax, sizeof flax, "stack/layers/block/self_attn/%s/kernel", targets[t]);
+            for (int i = 0; i < 6; i++) {
+                const char *m = i < 2 ? "float/step/lora" : i % 2 == 0 ? "opt/mu" : "opt/nu";
+                snprintf(path, sizeof path, "%s/%s/%s", m, flax, i == 1 || i >= 4 ? "B" : "A");
+                float *x = ref_read(rf, path, &cnt[t][i]);
+                got[t][i] = malloc(cnt[t][i] * sizeof(float));
+                old[t][i] = i < 2 ? malloc(cnt[t][i] * sizeof(float)) : x;
+                if (i < 2) free(x);
+            }
+            CHECK(needle_net_lora_state(n, flax, 0, old[t][0], old[t][1], NULL, NULL, NULL, NULL) == 0 &&
+                  needle_net_lora_state(n, flax, 1, NULL, NULL, old[t][2], old[t][3], old[t][4], old[t][5]) == 0,
+                  "lora state %s: %s", flax, loom_error());
+        }
+        needle_adamw oc = o;
+        oc.grad_mult = clip ? 8.0f : 1.0f;
+        double norm = 0;
+        CHECK(needle_net_step(n, &oc, &norm) == 0, "needle_net_step: %s", loom_error());
+        printf("     %s step: gradient norm %.7g (Needle's %s)\n", qat ? "QAT" : clip ? "clipped" : "float", norm,
+               qat ? "0.5508257" : clip ? "4.209144" : "0.5261430");
+        for (int t = 0; t < 5; t++) {
+            char path[200], flax[120], name[200];
+            snprintf(flax, sizeof flax, "stack/layers/block/self_attn/%s/kernel", targets[t]);
+            CHECK(needle_net_lora_state(n, flax, 0, got[t][0], got[t][1], got[t][2], got[t][3], got[t][4], got[t][5]) == 0,
+                  "lora state %s: %s", flax, loom_error());
+            for (int i = 0; i < 6; i++) {
+                static const char *const what[6] = {"A", "B", "mu A", "nu A", "mu B", "nu B"};
+                const char *mode = qat ? "qat/step" : clip ? "clip" : "float/step";
+                const char *part = i < 2 ? "lora" : i % 2 == 0 ? "mu" : "nu";
+                const char *ab = i == 1 || i >= 4 ? "B" : "A";
+                size_t k;
+                snprintf(path, sizeof path, "%s/%s/%s/%s", mode, part, flax, ab);
+                float *want = ref_read(rf, path, &k);
+                snprintf(name, sizeof name, "needle %s step %s %s vs Needle", qat ? "QAT" : clip ? "clipped" : "float",
+                         targets[t], what[i]);
+                if (!qat && i >= 2) {
+                    check_tol tl = {64 * FLT_EPSILON * max_abs(want, k) * (L + 1), 1e-5 * (L + 1)};
+                    compare(name, got[t][i], want, k, tl);
+                } else if (!qat) {
+                    /* the change itself (the step is ~1e-3 of the adapter): its relative error
+                     * the gradients', plus the two roundings of old + change (an ulp of each) */
+                    check_tol tl = {2 * FLT_EPSILON * max_abs(want, k), 1e-5 * (L + 1)};
+                    for (size_t e = 0; e < k; e++) got[t][i][e] -= old[t][i][e], want[e] -= old[t][i][e];
+                    strncat(name, " (change)", sizeof name - strlen(name) - 1);
+                    compare(name, got[t][i], want, k, tl);
+                } else { /* the changes: loom's, Needle's under QAT, Needle's in float */
+                    snprintf(path, sizeof path, "float/step/%s/%s/%s", part, flax, ab);
+                    float *flt = ref_read(rf, path, &k);
+                    for (size_t e = 0; e < k; e++)
+                        got[t][i][e] -= old[t][i][e], want[e] -= old[t][i][e], flt[e] -= old[t][i][e];
+                    const double err = rel_l2(got[t][i], want, k), effect = rel_l2(flt, want, k);
+                    CHECK(err <= 0.1 * effect, "%s: relative 2-norm error of the change %.4f above a tenth of QAT's effect %.4f", name, err, effect);
+                    printf("%s %-44s change's relative 2-norm error %.4f = %.3f of QAT's effect\n",
+                           err <= 0.1 * effect ? "ok  " : "FAIL", name, err, err / effect);
+                    free(flt);
+                }
+                free(want);
+            }
+            needle_net_lora_state(n, flax, 1, old[t][0], old[t][1], NULL, NULL, NULL, NULL);
+            for (int i = 0; i < 6; i++) free(old[t][i]), free(got[t][i]);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures/needle";
@@ -206,6 +288,7 @@ int main(int argc, char **argv)
             check_qat(logits, want_q, want, B, T, V, t);
         }
         check_grads(n, rf, qat, tok, mask, B, T);
+        check_step(n, rf, qat);
         free(logits), free(hidden);
         needle_net_close(n);
     }
