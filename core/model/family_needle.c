@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/rng.h"
 #include "checkpoints/needle.h"
 #include "core/model/model.h"
 #include "core/model/needle_tables.h"
@@ -172,6 +173,18 @@ static int nn_permute_out(float *x, size_t rows, int out, int dq, int inverse)
     return 0;
 }
 
+/* lo's device tensors: A and B from the host (Needle's layout, B already permuted), zeroed
+ * gradients and moments. */
+static int nn_lora_alloc(needle_net *n, nn_lora *lo, const float *A, const float *Bm)
+{
+    const size_t na = (size_t)n->L * lo->in * lo->r, nb = (size_t)n->L * lo->r * lo->out;
+    return !(lo->A = nn_upload(n, A, na)) || !(lo->B = nn_upload(n, Bm, nb)) || !(lo->gA = nn_alloc(n, na)) ||
+                   !(lo->mA = nn_alloc(n, na)) || !(lo->vA = nn_alloc(n, na)) || !(lo->gB = nn_alloc(n, nb)) ||
+                   !(lo->mB = nn_alloc(n, nb)) || !(lo->vB = nn_alloc(n, nb))
+               ? -1
+               : 0;
+}
+
 /* The adapter's A [L, in, r] and B [L, r, out] of target t onto the device (n->lora[t]), with
  * zeroed gradients and moments. No tensor for t: the target stays unadapted. */
 static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int out, int perm_dq)
@@ -186,10 +199,7 @@ static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int 
         int rc = !A || !Bm ? loom_fail("needle: out of memory reading %s", nn_target_path[t])
                            : st_read_f32(a->st, a->lora[i].a, A, na) || st_read_f32(a->st, a->lora[i].b, Bm, nb);
         if (rc == 0 && perm_dq) rc = nn_permute_out(Bm, (size_t)n->L * r, out, perm_dq, 0);
-        if (rc == 0 && (!(lo->A = nn_upload(n, A, na)) || !(lo->B = nn_upload(n, Bm, nb)) ||
-                        !(lo->gA = nn_alloc(n, na)) || !(lo->mA = nn_alloc(n, na)) || !(lo->vA = nn_alloc(n, na)) ||
-                        !(lo->gB = nn_alloc(n, nb)) || !(lo->mB = nn_alloc(n, nb)) || !(lo->vB = nn_alloc(n, nb))))
-            rc = -1;
+        if (rc == 0) rc = nn_lora_alloc(n, lo, A, Bm);
         free(A), free(Bm);
         return rc;
     }
@@ -212,9 +222,8 @@ static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, int tar
     for (int l = 0; rc == 0 && l < n->L; l++) {
         nn_transpose(t, h + (size_t)l * in * out, out, in, perm_dq);
         float **slot = (float **)((char *)dst + (size_t)l * stride);
-        if (!(n->layer[l].w0[target] = nn_upload(n, t, (size_t)in * out))) rc = -1;
-        else if (!n->lora[target].A) *slot = n->layer[l].w0[target]; /* W4 once, by nn_merge */
-        else if (!(*slot = nn_alloc(n, (size_t)in * out))) rc = -1;
+        if (!(n->layer[l].w0[target] = nn_upload(n, t, (size_t)in * out)) || !(*slot = nn_alloc(n, (size_t)in * out)))
+            rc = -1;
     }
     free(h), free(t);
     return rc;
@@ -222,8 +231,9 @@ static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, int tar
 
 /* The merged targets from the base and the adapters: W' = W + s (A B)^T per layer in loom's
  * layout ((out, in) = W + s B^T A^T, one product of rank r), then W4 under QAT (merge_lora, then
- * cq_ste_params: the merged kernel quantised every step). once = 1 also takes the unadapted
- * targets through W4 (at open: they never change). */
+ * cq_ste_params: the merged kernel quantised every step). once = 1 also makes the unadapted
+ * targets (the base, through W4 under QAT: at open, as they never change). The base itself is
+ * kept apart (w0), so that a later adapter merges into it, not into its W4. */
 static void nn_merge(needle_net *n, int once)
 {
     float **field[NN_TARGETS];
@@ -235,11 +245,12 @@ static void nn_merge(needle_net *n, int once)
             const int in = t == NN_O ? n->g.attn_dim : n->d;
             const int out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
             float *w = *field[t];
+            if (!lo->A && !once) continue; /* unadapted: the base (W4 under QAT), made once */
+            backend_copy_d2d(n->be, w, y->w0[t], (size_t)in * out * sizeof(float));
             if (!lo->A) {
-                if (once && n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
+                if (n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
                 continue;
             }
-            backend_copy_d2d(n->be, w, y->w0[t], (size_t)in * out * sizeof(float));
             backend_matmul(n->be, w, lo->B + (size_t)l * lo->r * out, lo->A + (size_t)l * in * lo->r, out, in, lo->r,
                            1, 1, lo->s, 1.0f);
             if (n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
@@ -1090,6 +1101,34 @@ int needle_net_step(needle_net *n, const needle_adamw *o, double *grad_norm)
                       o->beta2, o->eps, o->weight_decay, o->count, gs);
         backend_adamw(n->be, lo->B, lo->gB, lo->mB, lo->vB, (size_t)n->L * lo->r * lo->out, o->lr, o->beta1,
                       o->beta2, o->eps, o->weight_decay, o->count, gs);
+    }
+    nn_merge(n, 0);
+    return 0;
+}
+
+/* A fresh adapter on every target without one, Needle's init (finetune.py:318-333): A = N(0, 1) / r,
+ * B = 0, scale alpha / r; N(0, 1) from loom's counter-based generator (seed; element e of target t
+ * draws counter t 2^40 + e), not jax's PRNG, so the values are Needle's distribution, not its
+ * numbers. */
+int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed)
+{
+    if (rank <= 0) return loom_fail("needle: LoRA rank %d", rank);
+    for (int t = 0; t < NN_TARGETS; t++) {
+        nn_lora *lo = &n->lora[t];
+        if (lo->A) continue;
+        lo->in = t == NN_O ? n->g.attn_dim : n->d;
+        lo->out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
+        lo->r = rank, lo->s = alpha / (float)rank, lo->perm_dq = t == NN_Q || t == NN_K ? n->g.qk_head_dim : 0;
+        const size_t na = (size_t)n->L * lo->in * rank, nb = (size_t)n->L * rank * lo->out;
+        float *A = malloc(na * sizeof(float)), *Bm = calloc(nb, sizeof(float));
+        int rc = A && Bm ? 0 : loom_fail("needle: out of memory");
+        for (size_t e = 0; rc == 0 && e < na; e++) A[e] = rng_normal(seed, ((uint64_t)t << 40) + e) / (float)rank;
+        if (rc == 0) rc = nn_lora_alloc(n, lo, A, Bm);
+        free(A), free(Bm);
+        if (rc) {
+            lo->A = NULL;
+            return -1;
+        }
     }
     nn_merge(n, 0);
     return 0;

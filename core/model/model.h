@@ -274,6 +274,9 @@ int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB);
  * pointer skips that tensor. */
 int needle_net_lora_state(needle_net *n, const char *path, int set, float *A, float *B, float *mA, float *vA,
                           float *mB, float *vB);
+/* A new adapter (A = N(0, 1) / rank, B = 0, scale alpha / rank: Needle's init, loom's generator)
+ * on each of Needle's five targets that has none. -1 + loom_fail. */
+int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed);
 /* Needle's optimiser (finetune.py:443-465): clip_by_global_norm(clip) then adamw, on every adapter
  * from the last needle_net_grad's gradients times grad_mult. lr is the schedule's value at the
  * count before the step, count the one after (AdamW's bias correction). */
