@@ -1,11 +1,10 @@
 /* bench_needle.c BASE.safetensors [B T STEPS QAT]: the loom side of bench/needle.sh. Loads a Needle
- * base checkpoint (needle_net_open), then times needle_net_grad (Needle's fine-tune loss, forward
- * and backward with every layer recomputed, the gradient of each LoRA target's merged kernel) on
- * B x T random tokens, every position with loss, on the backend LOOM_BACKEND picks (default cpu).
- * Prints one line of JSON on stdout: the time from start to the end of the first pass (loading
- * included), the median of the rest, the loss of the first, peak RSS.
- * Not yet the whole LoRA step: the per-step merge, W4 of the merged targets and AdamW are not in
- * the needle family yet (their cost: one pass over the five targets' weights). */
+ * base checkpoint (needle_net_open), puts a fresh r 16 / alpha 32 adapter on Needle's five targets,
+ * then times Needle's LoRA step: needle_net_grad (the fine-tune loss, forward and backward with
+ * every layer recomputed, the adapters' gradients) and needle_net_step (clip, AdamW, the merge and
+ * W4 of the five targets), on B x T random tokens, every position with loss, on the backend
+ * LOOM_BACKEND picks (default cpu). Prints one line of JSON on stdout: the time from start to the
+ * end of the first step (loading included), the median of the rest, the first loss, peak RSS. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -40,6 +39,7 @@ int main(int argc, char **argv)
     const char *name = getenv("LOOM_BACKEND");
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
     needle_net *n = be ? needle_net_open(be, argv[1], NULL, qat) : NULL;
+    if (n && needle_net_lora_init(n, 16, 32.0f, 0)) needle_net_close(n), n = NULL;
     if (!n || B <= 0 || T <= 0 || steps <= 0) {
         fprintf(stderr, "bench_needle: %s\n", loom_error() ? loom_error() : "bad arguments");
         return 1;
@@ -53,7 +53,9 @@ int main(int argc, char **argv)
     double loss0 = 0, first = 0;
     for (int s = 0; s < steps; s++) {
         double a = now(), loss = 0;
-        if (needle_net_grad(n, tok, w, B, T, &loss)) {
+        needle_adamw o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
+                          .clip = 1.0f, .grad_mult = 1.0f, .count = s + 1};
+        if (needle_net_grad(n, tok, w, B, T, &loss) || needle_net_step(n, &o, NULL)) {
             fprintf(stderr, "bench_needle: %s\n", loom_error());
             return 1;
         }

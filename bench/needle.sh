@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # bench/needle.sh [BUILD_DIR]: Needle's LoRA fine-tune on its default config (TransformerConfig():
 # d 768, 20 layers, 12/2 heads, vocab 16384, mHC 4 lanes, 5 engram sites) at B=16 T=256, random
-# tokens, every position with loss, W4 STE + A8 + KV8 on: loom's needle family (bench_needle: the
-# loss and gradient pass) next to Needle's own jitted train_step (bench/needle_step.py: the whole
-# step, compile included in its first), the same checkpoint (made by needle_step.py on its first
-# run at BASE), machine and thread count, alternated per round. Prints the first step's time from
-# start, the median step, peak RSS, each side's and the ratio, with the CPU and the load.
-# Not yet like for like: loom's figure is the loss and gradient pass only (the per-step merge, W4
-# of the five merged targets and AdamW are not in the needle family yet); Needle's is its step.
+# tokens, every position with loss, W4 STE + A8 + KV8 on, LoRA r 16 / alpha 32 on the five
+# targets, clip + AdamW: loom's needle family (bench_needle) next to Needle's own jitted
+# train_step (bench/needle_step.py, compile included in its first), the same checkpoint (made by
+# needle_step.py on its first run at BASE), machine and thread count, alternated per round. Prints
+# the first step's time from start, the median step, peak RSS, each side's and the ratio, with
+# the CPU and the load, and the step's FLOPs against the same run's sgemm rate (the ceiling).
 # ROUNDS (1), STEPS (3: the first is timed apart), B (16), T (256), BASE
 # (/tmp/needle_default.safetensors), PYTHON (/work/venv/bin/python if present, else python3).
 # Installs nothing: a Python without Needle is reported, with the command that installs it.
@@ -27,19 +26,30 @@ if ! "$py" -c "import needle.model.architecture, optax" 2> /dev/null; then
   exit 1
 fi
 load() { cut -d' ' -f1 /proc/loadavg; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 field() { sed -n "s/.*\"$1\": \([-0-9.e]*\).*/\1/p"; }
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 [ -f "$base" ] || { echo "making $base (Needle's default config, random init)"; "$py" "$root/bench/needle_step.py" "$base" 1 8 1 > /dev/null; }
 echo "CPU: $cpu, $(nproc) threads; B $B T $T, $steps steps per run, $rounds rounds"
 for r in $(seq "$rounds"); do
   l1=$(load); lo=$("$bench" "$base" "$B" "$T" "$steps" 1)
-  l2=$(load); ne=$("$py" "$root/bench/needle_step.py" "$base" "$B" "$T" "$steps")
+  l2=$(load); ne=$("$py" "$root/bench/needle_step.py" "$base" "$B" "$T" "$steps" 2> "$log")
   echo "round $r: loom (load $l1) $lo"
   echo "round $r: Needle (load $l2) $ne"
 done
 printf '%-34s %12s %12s %8s\n' figure loom Needle ratio
 for f in first_step_s step_s peak_rss_mb; do
   a=$(echo "$lo" | field "$f") b=$(echo "$ne" | field "$f")
-  printf '%-34s %12s %12s %8s\n' "$f" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", b / a}')"
+  printf '%-34s %12.1f %12.1f %8s\n' "$f" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", b / a}')"
 done
-echo "(ratio: Needle / loom, higher is better for loom; loom's step is its loss + gradient pass)"
+echo "(ratio: Needle / loom, higher is better for loom; the losses differ: each side draws its own tokens and adapter)"
+# The ceiling: docs/needle.md section 7 counts 1.402 TFLOP of model FLOPs a step at B16 T256
+# (1.799 executed with the whole-layer recompute both sides do), at this machine's sgemm rate.
+if [ "$B" = 16 ] && [ "$T" = 256 ] && [ -x "$build/bench/bench_sgemm" ]; then
+  rate=$("$build/bench/bench_sgemm" 2>/dev/null | sed -n 's/.*calibrated peak \([0-9.]*\) GFLOP.*/\1/p')
+  st=$(echo "$lo" | field step_s)
+  [ -n "$rate" ] && awk -v r="$rate" -v s="$st" 'BEGIN {
+    c = 1402.1275 / r; x = 1799.0764 / r
+    printf "sgemm %.1f GFLOP/s: ceiling %.2f s/step (model FLOPs), %.2f s with the recompute; loom %.2f s = %.2f of the first, %.2f of the second\n", r, c, x, s, c / s, x / s }'
+fi
