@@ -65,6 +65,7 @@ typedef struct nn_lora {
     float *A, *B, *gA, *gB, *mA, *vA, *mB, *vB;
     int in, out, r, perm_dq;
     float s;
+    double scale;         /* s as the adapter's metadata holds it (alpha / r in double) */
 } nn_lora;
 
 typedef struct nn_site {
@@ -194,7 +195,7 @@ static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int 
         nn_lora *lo = &n->lora[t];
         const int r = a->rank;
         const size_t na = (size_t)n->L * in * r, nb = (size_t)n->L * r * out;
-        lo->in = in, lo->out = out, lo->r = r, lo->perm_dq = perm_dq, lo->s = (float)a->scale;
+        lo->in = in, lo->out = out, lo->r = r, lo->perm_dq = perm_dq, lo->s = (float)a->scale, lo->scale = a->scale;
         float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float));
         int rc = !A || !Bm ? loom_fail("needle: out of memory reading %s", nn_target_path[t])
                            : st_read_f32(a->st, a->lora[i].a, A, na) || st_read_f32(a->st, a->lora[i].b, Bm, nb);
@@ -1118,7 +1119,7 @@ int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed)
         if (lo->A) continue;
         lo->in = t == NN_O ? n->g.attn_dim : n->d;
         lo->out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
-        lo->r = rank, lo->s = alpha / (float)rank, lo->perm_dq = t == NN_Q || t == NN_K ? n->g.qk_head_dim : 0;
+        lo->r = rank, lo->s = alpha / (float)rank, lo->scale = (double)alpha / rank, lo->perm_dq = t == NN_Q || t == NN_K ? n->g.qk_head_dim : 0;
         const size_t na = (size_t)n->L * lo->in * rank, nb = (size_t)n->L * rank * lo->out;
         float *A = malloc(na * sizeof(float)), *Bm = calloc(nb, sizeof(float));
         int rc = A && Bm ? 0 : loom_fail("needle: out of memory");
@@ -1132,4 +1133,37 @@ int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed)
     }
     nn_merge(n, 0);
     return 0;
+}
+
+/* Every adapter as Needle's write_adapter writes it (checkpoints/needle.h): lora/<path>/A [L, in, r]
+ * and /B [L, r, out] in Needle's layout (B's columns back in Needle's order), metadata scale, base,
+ * rank, seed (< 0: null). The targets' scales and ranks must agree (Needle's file has one of each). */
+int needle_net_save_adapter(needle_net *n, const char *path, const char *base_name, int64_t seed)
+{
+    const char *paths[NN_TARGETS];
+    needle_wtensor w[2 * NN_TARGETS];
+    float *host[2 * NN_TARGETS] = {0};
+    int np = 0, rc = 0, rank = 0;
+    double scale = 0;
+    for (int t = 0; rc == 0 && t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A) continue;
+        if (np && (lo->r != rank || lo->scale != scale))
+            return loom_fail("%s: adapters of rank %d / scale %g and %d / %g: one file holds one", path, rank, scale, lo->r, lo->scale);
+        rank = lo->r, scale = lo->scale;
+        paths[np] = nn_target_path[t];
+        for (int ab = 0; rc == 0 && ab < 2; ab++) {
+            const int rows = ab ? lo->r : lo->in, cols = ab ? lo->out : lo->r;
+            float *h = host[2 * np + ab] = malloc((size_t)n->L * rows * cols * sizeof(float));
+            rc = !h ? loom_fail("needle: out of memory") : nn_lora_xfer(n, lo, ab ? lo->B : lo->A, h, rows, ab, 0);
+            needle_wtensor *x = &w[2 * np + ab];
+            x->name = NULL, x->dtype = ST_F32, x->ndim = 3, x->data = h;
+            x->shape[0] = n->L, x->shape[1] = rows, x->shape[2] = cols;
+        }
+        np++;
+    }
+    if (rc == 0 && np == 0) rc = loom_fail("%s: no adapter to write", path);
+    if (rc == 0) rc = needle_write_adapter(path, paths, w, np, scale, base_name, rank, seed);
+    for (int i = 0; i < 2 * NN_TARGETS; i++) free(host[i]);
+    return rc;
 }

@@ -274,6 +274,9 @@ int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB);
  * pointer skips that tensor. */
 int needle_net_lora_state(needle_net *n, const char *path, int set, float *A, float *B, float *mA, float *vA,
                           float *mB, float *vB);
+/* Every adapter written as Needle's write_adapter writes one (read_adapter and `needle build
+ * --lora` take it): metadata base = base_name, seed (< 0: null). -1 + loom_fail. */
+int needle_net_save_adapter(needle_net *n, const char *path, const char *base_name, int64_t seed);
 /* A new adapter (A = N(0, 1) / rank, B = 0, scale alpha / rank: Needle's init, loom's generator)
  * on each of Needle's five targets that has none. -1 + loom_fail. */
 int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed);

@@ -26,9 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "base/error.h"
+#include "checkpoints/needle.h"
 #include "checkpoints/safetensors.h"
 #include "core/model/model.h"
 #include "tests/check.h"
@@ -297,6 +299,56 @@ static void check_fresh_adapter(backend *be, const char *base, const int32_t *to
     needle_net_close(n);
 }
 
+/* The adapter written back (needle_net_save_adapter): straight after loading Needle's file, its
+ * metadata and tensor bytes; after a step, a file that loads back to the stepped adapter bit for bit. */
+static void check_save(backend *be, const char *base, const char *lora, const int32_t *tok, const float *mask,
+                       int B, int T)
+{
+    char out[] = "/tmp/test_needle_net_XXXXXX";
+    int fd = mkstemp(out);
+    CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    close(fd);
+    needle_net *n = needle_net_open(be, base, lora, 1);
+    CHECK(n && needle_net_save_adapter(n, out, "model_base.safetensors", 0) == 0, "save: %s", loom_error());
+    /* the same metadata values and tensor bytes (the header's key order is Python's hash order,
+     * which differs between two runs of Needle itself) */
+    needle_adapter *a = needle_adapter_open(lora), *b = needle_adapter_open(out);
+    int same = a && b && a->n == b->n;
+    for (int k = 0; same && k < 6; k++)
+        same = a->meta[k] && b->meta[k] && strcmp(a->meta[k], b->meta[k]) == 0;
+    for (int k = 0; same && k < a->n; k++)
+        for (int ab = 0; ab < 2; ab++) {
+            const st_tensor *x = &a->st->t[ab ? a->lora[k].b : a->lora[k].a], *y = &b->st->t[ab ? b->lora[k].b : b->lora[k].a];
+            same &= strcmp(a->lora[k].path, b->lora[k].path) == 0 && x->end - x->begin == y->end - y->begin &&
+                    memcmp(a->st->map + a->st->data_start + x->begin, b->st->map + b->st->data_start + y->begin,
+                           x->end - x->begin) == 0;
+        }
+    CHECK(same, "the adapter written back differs from Needle's file (metadata or tensor bytes)");
+    printf("%s needle adapter written back: Needle's metadata and tensor bytes\n", same ? "ok  " : "FAIL");
+    needle_adapter_close(a), needle_adapter_close(b);
+    double loss;
+    const needle_adamw o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
+                            .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
+    CHECK(n && needle_net_grad(n, tok, mask, B, T, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
+          needle_net_save_adapter(n, out, "model_base.safetensors", -1) == 0, "step and save: %s", loom_error());
+    needle_net *m = needle_net_open(be, base, out, 1);
+    CHECK(m != NULL, "reopen the saved adapter: %s", loom_error());
+    for (int t = 0; n && m && t < 5; t++) {
+        char flax[120];
+        snprintf(flax, sizeof flax, "stack/layers/block/self_attn/%s/kernel", targets[t]);
+        const size_t cap = 1 << 16;
+        float *x[4] = {calloc(cap, 4), calloc(cap, 4), calloc(cap, 4), calloc(cap, 4)};
+        CHECK(needle_net_lora_state(n, flax, 0, x[0], x[1], NULL, NULL, NULL, NULL) == 0 &&
+              needle_net_lora_state(m, flax, 0, x[2], x[3], NULL, NULL, NULL, NULL) == 0, "state %s", flax);
+        CHECK(memcmp(x[0], x[2], cap * 4) == 0 && memcmp(x[1], x[3], cap * 4) == 0, "%s: the stepped adapter did not load back bit for bit", flax);
+        for (int i = 0; i < 4; i++) free(x[i]);
+    }
+    printf("     needle stepped adapter saved and loaded back (checked bit for bit above)\n");
+    needle_net_close(m), needle_net_close(n);
+    unlink(out);
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures/needle";
@@ -343,6 +395,7 @@ int main(int argc, char **argv)
         needle_net_close(n);
     }
     check_fresh_adapter(be, base, tok, mask, B, T);
+    check_save(be, base, lora, tok, mask, B, T);
     free(tf), free(want), free(want_h), free(want_q), free(mask), free(tok);
     st_close(rf);
     backend_destroy(be);
