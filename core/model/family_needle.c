@@ -99,6 +99,14 @@ struct needle_net {
     int nowned, capowned;
 };
 
+/* Target t's kernel shape: in and out of y = x W'. */
+static void nn_target_dims(const needle_net *n, int t, int *in, int *out)
+{
+    const int outs[NN_TARGETS] = {n->g.q_dim, n->g.k_dim, n->g.v_dim, n->g.attn_dim, n->d};
+    *in = t == NN_O ? n->g.attn_dim : n->d;
+    *out = outs[t];
+}
+
 /* --- loading --- */
 
 static float *nn_alloc(needle_net *n, size_t floats)
@@ -243,8 +251,8 @@ static void nn_merge(needle_net *n, int once)
         field[NN_Q] = &y->wq, field[NN_K] = &y->wk, field[NN_V] = &y->wv, field[NN_G] = &y->wg, field[NN_O] = &y->wo;
         for (int t = 0; t < NN_TARGETS; t++) {
             const nn_lora *lo = &n->lora[t];
-            const int in = t == NN_O ? n->g.attn_dim : n->d;
-            const int out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
+            int in, out;
+            nn_target_dims(n, t, &in, &out);
             float *w = *field[t];
             if (!lo->A && !once) continue; /* unadapted: the base (W4 under QAT), made once */
             backend_copy_d2d(n->be, w, y->w0[t], (size_t)in * out * sizeof(float));
@@ -283,11 +291,10 @@ static int nn_slices(needle_net *n, needle_file *f, const char *path, size_t per
 #define NN_LAYER(field) (&n->layer[0].field), sizeof(nn_layer)
 #define NN_PATH(p) "stack/layers/block/" p
 
-static int nn_load_attention(needle_net *n, needle_file *f, needle_adapter *ad, const float *cb)
+static int nn_load_attention(needle_net *n, needle_file *f, needle_adapter *ad)
 {
     const needle_geometry *g = &n->g;
     const int d = n->d, dq = g->qk_head_dim, c = n->c.qkv_conv_taps;
-    (void)cb;
     if (nn_kernels(n, f, ad, NN_Q, d, g->q_dim, dq, NN_LAYER(wq)) ||
         nn_kernels(n, f, ad, NN_K, d, g->k_dim, dq, NN_LAYER(wk)) ||
         nn_kernels(n, f, ad, NN_V, d, g->v_dim, 0, NN_LAYER(wv)) ||
@@ -440,7 +447,7 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
     for (int i = 0; i < n->d; i++) h[i] = 1.0f + h[i];
     n->lnf = nn_upload(n, h, (size_t)n->d);
     free(h);
-    if (!n->lnf || nn_load_attention(n, f, ad, codebook) || nn_load_mlp(n, f) || nn_load_mhc(n, f, codebook))
+    if (!n->lnf || nn_load_attention(n, f, ad) || nn_load_mlp(n, f) || nn_load_mhc(n, f, codebook))
         return -1;
     for (int s = 0; s < c->engram_layers.n; s++)
         if (nn_load_site(n, f, s, codebook)) return -1;
@@ -854,8 +861,8 @@ static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_act
     const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps, O = g->attn_dim;
     float *dW[NN_TARGETS];
     for (int t = 0; t < NN_TARGETS; t++) {
-        const int in = t == NN_O ? O : d;
-        const int out = t == NN_Q ? g->q_dim : t == NN_K ? g->k_dim : t == NN_V ? g->v_dim : t == NN_G ? O : d;
+        int in, out;
+        nn_target_dims(n, t, &in, &out);
         dW[t] = n->dw[t] ? n->dw[t] + (size_t)l * in * out : NULL;
     }
     /* ao = A8(opre sigmoid(gt)) Wo^T */
@@ -979,8 +986,8 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
     backend *be = n->be;
     const needle_geometry *g = &n->g;
     for (int t = 0; t < NN_TARGETS; t++) {
-        const int in = t == NN_O ? g->attn_dim : n->d;
-        const int out = t == NN_Q ? g->q_dim : t == NN_K ? g->k_dim : t == NN_V ? g->v_dim : t == NN_G ? g->attn_dim : n->d;
+        int in, out;
+        nn_target_dims(n, t, &in, &out);
         const size_t numel = (size_t)n->L * in * out;
         if (!n->dw[t] && !(n->dw[t] = nn_alloc(n, numel))) return -1;
         backend_fill(be, n->dw[t], 0.0f, numel);
@@ -1117,8 +1124,7 @@ int needle_net_lora_init(needle_net *n, int rank, float alpha, uint64_t seed)
     for (int t = 0; t < NN_TARGETS; t++) {
         nn_lora *lo = &n->lora[t];
         if (lo->A) continue;
-        lo->in = t == NN_O ? n->g.attn_dim : n->d;
-        lo->out = t == NN_Q ? n->g.q_dim : t == NN_K ? n->g.k_dim : t == NN_V ? n->g.v_dim : t == NN_G ? n->g.attn_dim : n->d;
+        nn_target_dims(n, t, &lo->in, &lo->out);
         lo->r = rank, lo->s = alpha / (float)rank, lo->scale = (double)alpha / rank, lo->perm_dq = t == NN_Q || t == NN_K ? n->g.qk_head_dim : 0;
         const size_t na = (size_t)n->L * lo->in * rank, nb = (size_t)n->L * rank * lo->out;
         float *A = malloc(na * sizeof(float)), *Bm = calloc(nb, sizeof(float));
