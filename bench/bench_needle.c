@@ -55,7 +55,7 @@ int main(int argc, char **argv)
         double a = now(), loss = 0;
         needle_adamw o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
                           .clip = 1.0f, .grad_mult = 1.0f, .count = s + 1};
-        if (needle_net_grad(n, tok, w, B, T, &loss) || needle_net_step(n, &o, NULL)) {
+        if (needle_net_grad(n, tok, w, B, T, 0, 0, &loss) || needle_net_step(n, &o, NULL)) {
             fprintf(stderr, "bench_needle: %s\n", loom_error());
             return 1;
         }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "checkpoints/ckpt_crc.h"
 
 struct needle_file {
     st_file *st;
@@ -144,6 +145,30 @@ void needle_close(needle_file *f)
 }
 
 const needle_config *needle_file_config(const needle_file *f) { return &f->cfg; }
+const char *needle_lora_path(int t)
+{
+    static const char *const path[NEEDLE_LORA_TARGETS] = {
+        "stack/layers/block/self_attn/q_proj/kernel", "stack/layers/block/self_attn/k_proj/kernel",
+        "stack/layers/block/self_attn/v_proj/kernel", "stack/layers/block/self_attn/gate_proj/kernel",
+        "stack/layers/block/self_attn/out_proj/kernel"};
+    return t >= 0 && t < NEEDLE_LORA_TARGETS ? path[t] : NULL;
+}
+
+void needle_lora_dims(const needle_geometry *g, int d_model, int t, int *in, int *out)
+{
+    const int outs[NEEDLE_LORA_TARGETS] = {g->q_dim, g->k_dim, g->v_dim, g->attn_dim, d_model};
+    *in = t == NEEDLE_LORA_TARGETS - 1 ? g->attn_dim : d_model;
+    *out = outs[t];
+}
+
+uint64_t needle_file_digest(const needle_file *f)
+{
+    /* CRC32C of the whole mapped file (header with its config, every byte of data: mtp_ tensors
+     * too, they are part of the file the user named), its length in the high half */
+    uint32_t crc = ckpt_crc32c(0, f->st->map, f->st->size);
+    return ((uint64_t)(f->st->size & 0xffffffffu) << 32 | crc) | 1; /* never 0 (= none) */
+}
+
 const char *needle_file_meta(const needle_file *f, const char *key) { return needle_meta_get(f->nmeta, f->mkey, f->mval, key); }
 int needle_file_count(const needle_file *f) { return f->n; }
 const st_tensor *needle_file_tensor(const needle_file *f, int i) { return &f->st->t[f->idx[i]]; }

@@ -78,6 +78,13 @@ typedef struct needle_shape {
 /* Every tensor of a base checkpoint for config c, in a fixed order; *out malloc'd. */
 int needle_expected(const needle_config *c, needle_shape **out, int *n);
 
+/* Needle's LoRA targets (finetune.py:24, 306-315: q/k/v/gate/out_proj kernels of the layer
+ * stack), t = 0 .. NEEDLE_LORA_TARGETS - 1 in that order: the kernel's flax path, and in / out of
+ * y = x W for config geometry g. */
+#define NEEDLE_LORA_TARGETS 5
+const char *needle_lora_path(int t);
+void needle_lora_dims(const needle_geometry *g, int d_model, int t, int *in, int *out);
+
 /* --- reading a base checkpoint --- */
 typedef struct needle_file needle_file;
 
@@ -87,6 +94,9 @@ typedef struct needle_file needle_file;
 needle_file *needle_open(const char *path);
 void needle_close(needle_file *f);
 const needle_config *needle_file_config(const needle_file *f);
+/* The file's identity for a LoRA checkpoint trained on it (ckpt_state.base_digest): a digest of
+ * every byte of the file, never 0. */
+uint64_t needle_file_digest(const needle_file *f);
 /* Metadata string `key` ("format_version", "config", "step", "run") as stored; NULL if absent. */
 const char *needle_file_meta(const needle_file *f, const char *key);
 /* The kept tensors (mtp_ dropped), in file order. Borrowed. */

@@ -1,6 +1,7 @@
-/* cmd_export.c: `loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]` and
- * `loom export peft CKPT OUT_DIR`: a loom checkpoint -> a Hugging Face folder or a PEFT adapter.
- * Parsing and printing only: the work is export_hf's (core/train/export.c). */
+/* cmd_export.c: `loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]`,
+ * `loom export peft CKPT OUT_DIR` and `loom export needle CKPT OUT.safetensors`: a loom checkpoint
+ * -> a Hugging Face folder, a PEFT adapter, or a Needle adapter. Parsing and printing only: the
+ * work is export_hf's (core/train/export.c) and export_needle's (core/train/export_needle.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,12 @@ static int export_parse(int argc, char **argv, export_options *o)
     memset(o, 0, sizeof *o);
     o->dtype = ST_F32;
     o->shard_mb = 2048;
-    if (argc < 5) return loom_fail("usage: loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N] | loom export peft CKPT OUT_DIR");
+    if (argc < 5) return loom_fail("usage: loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N] | loom export peft CKPT OUT_DIR | "
+                                    "loom export needle CKPT OUT.safetensors");
     const char *kind = argv[2];
     o->ckpt = argv[3];
     o->out_dir = argv[4];
-    if (strcmp(kind, "hf") != 0 && strcmp(kind, "peft") != 0) return loom_fail("export: unknown kind '%s' (hf, peft)", kind);
+    if (strcmp(kind, "hf") != 0 && strcmp(kind, "peft") != 0) return loom_fail("export: unknown kind '%s' (hf, peft, needle)", kind);
     o->peft = strcmp(kind, "peft") == 0;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--merge") == 0) o->merge = 1;
@@ -38,6 +40,12 @@ static int export_parse(int argc, char **argv, export_options *o)
 
 int cmd_export(int argc, char **argv)
 {
+    if (argc >= 3 && strcmp(argv[2], "needle") == 0) {
+        if (argc != 5) return loom_fail("usage: loom export needle CKPT OUT.safetensors"), cli_fail();
+        if (export_needle(argv[3], argv[4])) return cli_fail();
+        printf("%s -> %s\n", argv[3], argv[4]);
+        return 0;
+    }
     export_options o;
     if (export_parse(argc, argv, &o) || export_hf(&o)) return cli_fail();
     printf("%s -> %s\n", o.ckpt, o.out_dir);

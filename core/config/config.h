@@ -89,6 +89,7 @@ typedef struct finetune_config {
     int epochs;
     int allow_other_base;    /* resume/merge LoRA adapters on a base they were not trained on */
     int eval_base;           /* measure the base model's accuracy before training */
+    int qat;                 /* Needle bases: Needle's fine-tune numerics (W4 STE, A8, KV8) */
 } finetune_config;
 
 typedef struct eval_config {

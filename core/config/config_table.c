@@ -160,7 +160,8 @@
     X("checkpoint.on_error", CFG_STRING, checkpoint.on_error, "\"stop\"", \
       ONE_OF("stop|continue"), "When a save fails: stop the job, or warn and keep training.") \
     X("finetune.base", CFG_STRING, finetune.base, "\"\"", ANY, \
-      "Checkpoint to fine-tune from; its stored model config is used.") \
+      "Checkpoint to fine-tune from (a loom checkpoint, a Hugging Face model folder, or a Needle " \
+      "base `.safetensors`); its stored model config is used.") \
     X("finetune.method", CFG_STRING, finetune.method, "\"lora\"", ONE_OF("lora|full"), \
       "`lora`: train low-rank adapters on frozen weights; `full`: train every weight.") \
     X("finetune.lora_rank", CFG_INT, finetune.lora_rank, "16", POS, \
@@ -177,6 +178,10 @@
       "differs); `loom ckpt merge --allow-other-base` is the same for a merge.") \
     X("finetune.eval_base", CFG_BOOL, finetune.eval_base, "true", ANY, \
       "Measure the base model's tool-call accuracy before training; `false` skips it.") \
+    X("finetune.qat", CFG_BOOL, finetune.qat, "true", ANY, \
+      "Needle bases: train with Needle's fine-tune numerics as Needle does (the merged weights " \
+      "fake-quantised to CQ 4-bit with the straight-through estimator, A8 activations, KV8); " \
+      "`false` trains in float32. Other bases ignore it.") \
     X("eval.batch", CFG_INT, eval.batch, "32", POS, \
       "Sequences generated together: one prefill forward, then one step per token for every " \
       "sequence still running.") \

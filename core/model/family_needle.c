@@ -52,11 +52,7 @@ typedef struct nn_layer {
 } nn_layer;
 
 /* The LoRA targets (finetune.py:306-315), in the order of the fields wq .. wo. */
-enum { NN_Q, NN_K, NN_V, NN_G, NN_O, NN_TARGETS };
-static const char *const nn_target_path[NN_TARGETS] = {
-    "stack/layers/block/self_attn/q_proj/kernel", "stack/layers/block/self_attn/k_proj/kernel",
-    "stack/layers/block/self_attn/v_proj/kernel", "stack/layers/block/self_attn/gate_proj/kernel",
-    "stack/layers/block/self_attn/out_proj/kernel"};
+enum { NN_Q, NN_K, NN_V, NN_G, NN_O, NN_TARGETS }; /* = needle_lora_path's order */
 
 /* One adapted kernel on the device, in Needle's layout: A [L, in, r], B [L, r, out] (B's columns
  * permuted per head for q and k, as the kernel's output channels), their gradients and AdamW
@@ -95,6 +91,7 @@ struct needle_net {
     int nsites;
     char *arena;          /* the last pass's activations, kept for the next (fresh pages cost a */
     size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
+    int have_grads;       /* a needle_net_grad ran since the adapters were made */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
 };
@@ -102,9 +99,7 @@ struct needle_net {
 /* Target t's kernel shape: in and out of y = x W'. */
 static void nn_target_dims(const needle_net *n, int t, int *in, int *out)
 {
-    const int outs[NN_TARGETS] = {n->g.q_dim, n->g.k_dim, n->g.v_dim, n->g.attn_dim, n->d};
-    *in = t == NN_O ? n->g.attn_dim : n->d;
-    *out = outs[t];
+    needle_lora_dims(&n->g, n->d, t, in, out);
 }
 
 /* --- loading --- */
@@ -199,13 +194,13 @@ static int nn_lora_alloc(needle_net *n, nn_lora *lo, const float *A, const float
 static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int out, int perm_dq)
 {
     for (int i = 0; i < a->n; i++) {
-        if (strcmp(a->lora[i].path, nn_target_path[t])) continue;
+        if (strcmp(a->lora[i].path, needle_lora_path(t))) continue;
         nn_lora *lo = &n->lora[t];
         const int r = a->rank;
         const size_t na = (size_t)n->L * in * r, nb = (size_t)n->L * r * out;
         lo->in = in, lo->out = out, lo->r = r, lo->perm_dq = perm_dq, lo->s = (float)a->scale, lo->scale = a->scale;
         float *A = malloc(na * sizeof(float)), *Bm = malloc(nb * sizeof(float));
-        int rc = !A || !Bm ? loom_fail("needle: out of memory reading %s", nn_target_path[t])
+        int rc = !A || !Bm ? loom_fail("needle: out of memory reading %s", needle_lora_path(t))
                            : st_read_f32(a->st, a->lora[i].a, A, na) || st_read_f32(a->st, a->lora[i].b, Bm, nb);
         if (rc == 0 && perm_dq) rc = nn_permute_out(Bm, (size_t)n->L * r, out, perm_dq, 0);
         if (rc == 0) rc = nn_lora_alloc(n, lo, A, Bm);
@@ -226,7 +221,7 @@ static void nn_w4(needle_net *n, float *w, int rows, int cols, const float *code
 static int nn_kernels(needle_net *n, needle_file *f, needle_adapter *ad, int target, int in, int out,
                       int perm_dq, float **dst, size_t stride)
 {
-    float *h = nn_read(f, nn_target_path[target], NULL), *t = malloc((size_t)in * out * sizeof(float));
+    float *h = nn_read(f, needle_lora_path(target), NULL), *t = malloc((size_t)in * out * sizeof(float));
     int rc = !h || !t ? -1 : ad ? nn_adapter_load(n, ad, target, in, out, perm_dq) : 0;
     for (int l = 0; rc == 0 && l < n->L; l++) {
         nn_transpose(t, h + (size_t)l * in * out, out, in, perm_dq);
@@ -964,24 +959,72 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
  * W' [in, out] = W + s A B per layer, dA = s dW' B^T and dB = s A^T dW', dW' being dw^T:
  * dA [in, r] = s dw^T B^T, dB [r, out] = s A^T dw^T (B's columns, like dw's rows, permuted for q
  * and k). */
-static void nn_lora_grads(needle_net *n)
+static void nn_lora_grads(needle_net *n, int accumulate)
 {
+    const float beta = accumulate ? 1.0f : 0.0f;
     for (int t = 0; t < NN_TARGETS; t++) {
         const nn_lora *lo = &n->lora[t];
         if (!lo->A) continue;
         for (int l = 0; l < n->L; l++) {
             const size_t wa = (size_t)l * lo->in * lo->r, wb = (size_t)l * lo->r * lo->out;
             const float *dw = n->dw[t] + (size_t)l * lo->in * lo->out;
-            backend_matmul(n->be, lo->gA + wa, dw, lo->B + wb, lo->in, lo->r, lo->out, 1, 1, lo->s, 0.0f);
-            backend_matmul(n->be, lo->gB + wb, lo->A + wa, dw, lo->r, lo->out, lo->in, 1, 1, lo->s, 0.0f);
+            backend_matmul(n->be, lo->gA + wa, dw, lo->B + wb, lo->in, lo->r, lo->out, 1, 1, lo->s, beta);
+            backend_matmul(n->be, lo->gB + wb, lo->A + wa, dw, lo->r, lo->out, lo->in, 1, 1, lo->s, beta);
         }
     }
 }
 
-/* The loss of Needle's fine-tune (docs/needle.md 2.7) and its gradient into every merged target's
- * n->dw (zeroed first). weights (B, T) host: position i's loss counts with weights[i + 1] (0 or
- * 1; the last position of a row has none). */
-int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double *loss)
+/* The masked mean loss of a pass already embedded (docs/needle.md 2.7): position i's next-token
+ * loss counts where weights[i + 1] (host (B, T), 0 or 1; the last position of a row has none) is
+ * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward, leaves
+ * dL/dlogits in p->logits, *scale the divisor's inverse, *loss the mean. */
+static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float *weights, double denom,
+                   float *scale, double *loss)
+{
+    const int B = p->B, T = p->T;
+    const size_t N = (size_t)B * T;
+    int32_t *tg = malloc(N * sizeof(int32_t));
+    float *host = malloc(N * sizeof(float));
+    if (!tg || !host) {
+        free(tg), free(host);
+        return loom_fail("needle: out of memory");
+    }
+    double wsum = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            size_t r = (size_t)b * T + i;
+            int w = i + 1 < T && weights[r + 1] != 0.0f;
+            tg[r] = w ? tokens[r + 1] : -1;
+            wsum += w;
+        }
+    backend_copy_h2d(n->be, p->targets, tg, N * sizeof(int32_t));
+    nn_forward(n, p, NULL);
+    *scale = (float)(1.0 / (denom > 0 ? denom : wsum > 1 ? wsum : 1));
+    backend_softmax_xent(n->be, p->logits, p->losses, p->targets, (int)N, n->Vout, n->Vout, *scale);
+    backend_copy_d2h(n->be, host, p->losses, N * sizeof(float));
+    double sum = 0;
+    for (size_t r = 0; r < N; r++) sum += host[r];
+    *loss = sum * *scale;
+    free(tg), free(host);
+    return 0;
+}
+
+int needle_net_loss(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double denom,
+                    double *loss)
+{
+    nn_pass p;
+    if (nn_pass_begin(n, &p, tokens, B, T, 0)) return -1;
+    float scale;
+    int rc = nn_embed(n, &p, tokens);
+    if (rc == 0) rc = nn_loss(n, &p, tokens, weights, denom, &scale, loss);
+    nn_pass_free(n, &p);
+    return rc;
+}
+
+/* The loss and its gradient into every merged target's n->dw (zeroed first), then the adapters'
+ * (added to the last call's when accumulate). */
+int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double denom,
+                    int accumulate, double *loss)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
@@ -995,48 +1038,55 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
     nn_pass p;
     if (nn_pass_begin(n, &p, tokens, B, T, 1)) return -1;
     const size_t N = (size_t)B * T, d = (size_t)n->d;
-    int32_t *tg = malloc(N * sizeof(int32_t));
-    int rc = !tg ? loom_fail("needle: out of memory") : nn_embed(n, &p, tokens);
+    float scale;
+    int rc = nn_embed(n, &p, tokens);
+    if (rc == 0) rc = nn_loss(n, &p, tokens, weights, denom, &scale, loss);
     if (rc == 0) {
-        double wsum = 0;
-        for (int b = 0; b < B; b++)
-            for (int i = 0; i < T; i++) {
-                size_t r = (size_t)b * T + i;
-                int w = i + 1 < T && weights[r + 1] != 0.0f;
-                tg[r] = w ? tokens[r + 1] : -1;
-                wsum += w;
-            }
-        backend_copy_h2d(be, p.targets, tg, N * sizeof(int32_t));
-        nn_forward(n, &p, NULL);
-        const float scale = (float)(1.0 / (wsum > 1 ? wsum : 1));
-        backend_softmax_xent(be, p.logits, p.losses, p.targets, (int)N, n->Vout, n->Vout, scale);
-        float *host = malloc(N * sizeof(float));
-        if (!host) rc = loom_fail("needle: out of memory");
-        else {
-            backend_copy_d2h(be, host, p.losses, N * sizeof(float));
-            double sum = 0;
-            for (size_t r = 0; r < N; r++) sum += host[r];
-            *loss = sum * scale;
-            free(host);
-        }
         /* logits = A8(ZCNorm(mean_k X[k])) E^T */
         backend_matmul(be, p.a.dy, p.logits, n->wte, (int)N, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
         backend_fill(be, p.a.dx1, 0.0f, N * d);
         backend_rmsnorm_backward(be, p.a.dx1, NULL, p.a.dy, p.xm, n->lnf, p.rf, (int)N, n->d);
         backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
-        for (int l = n->L - 1; rc == 0 && l >= 0; l--) nn_layer_backward(n, &p, l);
-        nn_lora_grads(n);
+        for (int l = n->L - 1; l >= 0; l--) nn_layer_backward(n, &p, l);
+        nn_lora_grads(n, accumulate);
+        n->have_grads = 1;
     }
-    free(tg);
     nn_pass_free(n, &p);
     return rc;
+}
+
+const char *needle_net_lora_info(const needle_net *n, int i, int *in, int *out, int *rank, double *scale)
+{
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A || i-- > 0) continue;
+        if (in) *in = lo->in;
+        if (out) *out = lo->out;
+        if (rank) *rank = lo->r;
+        if (scale) *scale = lo->scale;
+        return needle_lora_path(t);
+    }
+    return NULL;
+}
+
+int needle_net_lora_grad_buffers(needle_net *n, float **bufs, size_t *counts, int cap)
+{
+    int k = 0;
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (!lo->A) continue;
+        if (k + 2 > cap) return loom_fail("needle: more than %d gradient buffers", cap);
+        bufs[k] = lo->gA, counts[k++] = (size_t)n->L * lo->in * lo->r;
+        bufs[k] = lo->gB, counts[k++] = (size_t)n->L * lo->r * lo->out;
+    }
+    return k;
 }
 
 static int nn_target_of(const needle_net *n, const char *path)
 {
     int t = 0;
-    while (t < NN_TARGETS && strcmp(nn_target_path[t], path)) t++;
+    while (t < NN_TARGETS && strcmp(needle_lora_path(t), path)) t++;
     if (t == NN_TARGETS || !n->lora[t].A) return loom_fail("needle: no adapter on %s", path);
     return t;
 }
@@ -1063,7 +1113,7 @@ int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB)
 {
     int t = nn_target_of(n, path);
     if (t < 0) return -1;
-    if (!n->dw[t]) return loom_fail("needle: no gradient yet (needle_net_grad)");
+    if (!n->have_grads) return loom_fail("needle: no gradient yet (needle_net_grad)");
     const nn_lora *lo = &n->lora[t];
     return nn_lora_xfer(n, lo, lo->gA, dA, lo->in, 0, 0) || nn_lora_xfer(n, lo, lo->gB, dB, lo->r, 1, 0) ? -1 : 0;
 }
@@ -1093,13 +1143,13 @@ int needle_net_step(needle_net *n, const needle_adamw *o, double *grad_norm)
     for (int t = 0; t < NN_TARGETS; t++) {
         const nn_lora *lo = &n->lora[t];
         if (!lo->A) continue;
-        if (!n->dw[t]) return loom_fail("needle: no gradient yet (needle_net_grad)");
+        if (!n->have_grads) return loom_fail("needle: no gradient yet (needle_net_grad)");
         ss += backend_sumsq(n->be, lo->gA, (size_t)n->L * lo->in * lo->r);
         ss += backend_sumsq(n->be, lo->gB, (size_t)n->L * lo->r * lo->out);
     }
     const double norm = sqrt(ss) * fabs((double)o->grad_mult);
     if (grad_norm) *grad_norm = norm;
-    if (!isfinite(norm)) return loom_fail("needle: gradient norm %g", norm);
+    if (!isfinite(norm)) return 1; /* a skipped step: nothing moves */
     /* optax: (g / norm) clip; here one factor on the way into AdamW */
     const float gs = o->clip > 0 && norm >= o->clip ? (float)(o->grad_mult * (o->clip / norm)) : o->grad_mult;
     for (int t = 0; t < NN_TARGETS; t++) {
@@ -1157,7 +1207,7 @@ int needle_net_save_adapter(needle_net *n, const char *path, const char *base_na
         if (np && (lo->r != rank || lo->scale != scale))
             return loom_fail("%s: adapters of rank %d / scale %g and %d / %g: one file holds one", path, rank, scale, lo->r, lo->scale);
         rank = lo->r, scale = lo->scale;
-        paths[np] = nn_target_path[t];
+        paths[np] = needle_lora_path(t);
         for (int ab = 0; rc == 0 && ab < 2; ab++) {
             const int rows = ab ? lo->r : lo->in, cols = ab ? lo->out : lo->r;
             float *h = host[2 * np + ab] = malloc((size_t)n->L * rows * cols * sizeof(float));

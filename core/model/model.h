@@ -263,9 +263,22 @@ const needle_config *needle_net_config(const needle_net *n);
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);
 /* Needle's fine-tune loss on B rows of T tokens (position i's next-token loss counts where
- * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), into *loss, and its
- * gradient with respect to each merged LoRA target (every base tensor frozen). -1 + loom_fail. */
-int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double *loss);
+ * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), divided by denom (> 0; a
+ * data-parallel step passes the whole global batch's count) or else by this batch's count, into
+ * *loss. needle_net_loss runs the forward only; needle_net_grad also the gradient with respect to
+ * each merged LoRA target (every base tensor frozen) and from it the adapters', added to the last
+ * call's when accumulate (micro-batches of one step). -1 + loom_fail. */
+int needle_net_loss(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double denom,
+                    double *loss);
+int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double denom,
+                    int accumulate, double *loss);
+/* Adapter i (0, 1, ... in Needle's target order q, k, v, gate, out; NULL past the last): its
+ * kernel's flax path, in and out of the kernel, rank and scale (each pointer may be NULL). */
+const char *needle_net_lora_info(const needle_net *n, int i, int *in, int *out, int *rank, double *scale);
+/* The adapters' gradient arrays on the device (dA, dB of each target, Needle's layout but B's
+ * columns permuted for q/k), for a caller that sums them over ranks in place: up to cap of them
+ * into bufs/counts; returns how many, -1 + loom_fail. */
+int needle_net_lora_grad_buffers(needle_net *n, float **bufs, size_t *counts, int cap);
 /* After needle_net_grad: the adapter's gradients of target `path` (a Needle flax path, e.g.
  * "stack/layers/block/self_attn/q_proj/kernel"), dA [L, in, r] and dB [L, r, out] host. */
 int needle_net_lora_grad(needle_net *n, const char *path, float *dA, float *dB);
@@ -287,8 +300,8 @@ typedef struct needle_adamw {
     float lr, beta1, beta2, eps, weight_decay, clip, grad_mult;
     int count;
 } needle_adamw;
-/* One step; *grad_norm (may be NULL) the clipped-over norm. -1 + loom_fail (a non-finite norm
- * changes nothing). */
+/* One step; *grad_norm (may be NULL) the clipped-over norm. 0 done, 1 skipped (a non-finite
+ * norm: nothing changes), -1 + loom_fail. */
 int needle_net_step(needle_net *n, const needle_adamw *o, double *grad_norm);
 
 #endif

@@ -65,11 +65,10 @@ static void metrics_format_time(char *buf, size_t len, double s)
     else snprintf(buf, len, "%dh%02dm", (int)s / 3600, ((int)s / 60) % 60);
 }
 
-void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
+void metrics_step(metrics *mt, double peak, int step, double loss, float lr, double grad_norm,
                   double tokens, double flops, double seconds)
 {
     double tps = tokens / seconds;
-    double peak = backend_peak_flops(s->be) * s->comm->size;
     double mfu = peak > 0 ? flops / seconds / peak : 0.0;
     mt->elapsed += seconds;
     if (mt->n <= mt->total) {

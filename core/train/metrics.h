@@ -5,12 +5,12 @@
 #define LOOM_METRICS_H
 
 #include "core/config/config.h"
-#include "core/train/session.h"
 
 typedef struct metrics metrics;
 
 metrics *metrics_open(const job_config *cfg, int rank, int quiet);
-void metrics_step(metrics *mt, const session *s, int step, double loss, float lr, double grad_norm,
+/* peak: the FLOP/s every rank together could do (the MFU's reference; 0 = MFU not known). */
+void metrics_step(metrics *mt, double peak, int step, double loss, float lr, double grad_norm,
                   double tokens, double flops, double seconds);
 void metrics_val(metrics *mt, int step, double val_loss);
 /* Median tokens/s and MFU over the steps after the first (which pays warm-up costs). */

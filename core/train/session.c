@@ -39,7 +39,7 @@ static int session_threads(const job_config *cfg, const comm *c)
     return t > 0 ? t : 1;
 }
 
-static backend *session_backend(const job_config *cfg, const comm *c)
+backend *session_backend_open(const job_config *cfg, const comm *c)
 {
     backend_config bc = {0};
     bc.threads = session_threads(cfg, c);
@@ -86,7 +86,7 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     /* what checkpoints record of the tokenizer; an unreadable one fails where it is opened */
     if (tokenizer_hash_of(cfg->model.tokenizer, &s->tok_hash)) s->tok_hash = 0;
 
-    s->be = session_backend(cfg, c);
+    s->be = session_backend_open(cfg, c);
     if (!s->be) goto fail;
     int stage = train ? cfg->parallel.zero_stage : 0, full_params, full_grads;
     dp_model_needs(stage, &full_params, &full_grads);

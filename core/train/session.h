@@ -40,6 +40,10 @@ typedef struct session {
     char out_dir[512];
 } session;
 
+/* The backend this rank runs on (cfg->backend, cfg->precision, threads: parallel.threads or the
+ * node's cores split between its ranks), its line printed. NULL + loom_fail. */
+backend *session_backend_open(const job_config *cfg, const comm *c);
+
 /* Pick the backend, create the model for sequences of T tokens (gradients and optimizer unless
  * SESSION_INFER), attach dp. `finetune`: the job is a fine-tune (LoRA adapters when
  * finetune.method says so). Prints the backend line. NULL + loom_fail. */

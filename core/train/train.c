@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "core/train/evaluate.h"
 #include "core/train/fault.h"
+#include "core/train/finetune_needle.h"
 #include "base/log.h"
 #include "core/train/metrics.h"
 #include "core/model/model.h"
@@ -266,7 +267,7 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         t->s->step = step + 1;
         trainer_slow_waits(t, t->s->comm, 0);
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
-        metrics_step(t->log, t->s, step + 1, loss, lr, norm, tokens, flops, dt);
+        metrics_step(t->log, backend_peak_flops(t->s->be) * t->s->comm->size, step + 1, loss, lr, norm, tokens, flops, dt);
         rep->last_loss = loss;
         rep->steps_done = step + 1;
         if (trainer_maybe_validate(t, step + 1, rep)) return -1;
@@ -312,5 +313,6 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
 
 int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
 {
+    if (finetune_needle_base(cfg->finetune.base)) return finetune_needle_run(cfg, c, opt, report);
     return train_job(cfg, c, opt, report, 1);
 }

@@ -129,7 +129,7 @@ static void check_grads(needle_net *n, st_file *rf, int qat, const int32_t *tok,
                         int B, int T)
 {
     double loss = 0;
-    int rc = needle_net_grad(n, tok, mask, B, T, &loss);
+    int rc = needle_net_grad(n, tok, mask, B, T, 0, 0, &loss);
     CHECK(rc == 0, "needle_net_grad: %s", loom_error());
     if (rc) return;
     const int L = needle_net_config(n)->num_layers;
@@ -270,7 +270,7 @@ static void check_fresh_adapter(backend *be, const char *base, const int32_t *to
     CHECK(needle_net_forward(n, tok, B, T, l1, NULL) == 0, "forward: %s", loom_error());
     CHECK(memcmp(l0, l1, nl * sizeof(float)) == 0, "a fresh adapter (B = 0) changed the logits");
     double first = 0, loss = 0;
-    CHECK(needle_net_grad(n, tok, mask, B, T, &first) == 0, "grad: %s", loom_error());
+    CHECK(needle_net_grad(n, tok, mask, B, T, 0, 0, &first) == 0, "grad: %s", loom_error());
     for (int t = 0; t < 5; t++) {
         char flax[120];
         snprintf(flax, sizeof flax, "stack/layers/block/self_attn/%s/kernel", targets[t]);
@@ -294,7 +294,7 @@ static void check_fresh_adapter(backend *be, const char *base, const int32_t *to
     for (int step = 1; step <= 10; step++) {
         needle_adamw os = o;
         os.count = step;
-        CHECK(needle_net_step(n, &os, NULL) == 0 && needle_net_grad(n, tok, mask, B, T, &loss) == 0, "step %d: %s", step, loom_error());
+        CHECK(needle_net_step(n, &os, NULL) == 0 && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0, "step %d: %s", step, loom_error());
     }
     CHECK(loss < first - 0.1, "ten steps: loss %.6f from %.6f", loss, first);
     printf("ok   needle fresh adapter: B = 0 keeps the logits, A ~ N(0, 1/r^2), ten steps take the loss %.4f -> %.4f\n", first, loss);
@@ -333,7 +333,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
     double loss;
     const needle_adamw o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
                             .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
-    CHECK(n && needle_net_grad(n, tok, mask, B, T, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
+    CHECK(n && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
           needle_net_save_adapter(n, out, "model_base.safetensors", -1) == 0, "step and save: %s", loom_error());
     needle_net *m = needle_net_open(be, base, out, 1);
     CHECK(m != NULL, "reopen the saved adapter: %s", loom_error());

@@ -1,0 +1,524 @@
+/* finetune_needle.c: `loom finetune` from a Needle base checkpoint (finetune.base names a Needle
+ * .safetensors): Needle's LoRA fine-tune (finetune.py:387-509; docs/needle.md) run on the needle
+ * family's needle_net, with what Needle lacks: data parallelism over comm.h, checkpoints that
+ * resume bitwise on any rank count, and a validation loss per epoch.
+ *
+ * The adapters (A, B on Needle's five targets, 1.5% of the model) and their AdamW moments are
+ * replicated: every rank computes the gradients of its rows of the global batch, the gradients
+ * are summed over ranks (in double, on the host), and every rank takes the same AdamW step. The
+ * frozen base is read by every rank from the file (memory-mapped). parallel.zero_stage shards
+ * nothing here: the state it would shard is the adapters' few MB.
+ *
+ * A step is the global batch of train.batch_size rows (sft_data's order: the same rows for any
+ * world size), cut into micro-batches of train.micro_batch rows per rank; each micro-batch's loss
+ * is divided by the whole batch's count of loss tokens, so the summed gradient is Needle's
+ * per-token mean over the batch. The optimiser is Needle's: clip_by_global_norm(train.grad_clip)
+ * then AdamW(train.beta1, beta2, eps, weight_decay) on every A and B, the rate loom's schedule
+ * (optim_lr: warmup, cosine to train.min_lr). A checkpoint holds the adapters and moments in
+ * Needle's layout (group "lora", "optimizer/lora_m", "optimizer/lora_v"), the step, the AdamW
+ * count, the base file's digest and the tokenizer's hash. */
+#include "core/train/finetune_needle.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "checkpoints/ckpt.h"
+#include "checkpoints/needle.h"
+#include "core/model/model.h"
+#include "core/text/text.h"
+#include "core/train/fault.h"
+#include "core/train/metrics.h"
+#include "core/train/optim.h"
+#include "core/train/resume_check.h"
+#include "core/train/session.h"
+
+#define NF_MAX_ADAPTERS 5 /* Needle's targets: q, k, v, gate, out */
+
+/* One adapter's place in the checkpoint: A [L, in, r] then B [L, r, out], in every group. */
+typedef struct nf_adapter {
+    const char *path;     /* flax path of the kernel (borrowed from the net) */
+    char name_a[128], name_b[128];
+    int in, out;
+} nf_adapter;
+
+typedef struct nf {
+    job_config cfg;       /* a copy: train.steps is derived from the epochs */
+    comm *c;
+    backend *be;
+    needle_net *net;
+    int L, rank;
+    double scale;
+    nf_adapter ad[NF_MAX_ADAPTERS];
+    int nad;
+    ckpt_tensor table[2 * NF_MAX_ADAPTERS];
+    size_t state_elems;   /* floats of every A and B */
+    tokenizer *tok;
+    chat_template chat;
+    sft_data sft;
+    int T, mb, accum;
+    long steps_per_epoch;
+    int32_t *tokens, *targets;
+    float *weights;
+    float *gbuf[2 * NF_MAX_ADAPTERS];
+    size_t gcount[2 * NF_MAX_ADAPTERS];
+    int ngbuf;
+    double *gsum;         /* host, state_elems: the gradients summed over ranks ... */
+    float *gflt;          /* ... and as floats, on their way to and from the device */
+    int64_t step;
+    int adam_count;       /* AdamW steps taken (skipped steps do not count) */
+    uint64_t base_digest, tok_hash;
+    int lock_fd;
+    char out_dir[512], ckpt_dir[600];
+    metrics *log;
+    fault_plan fault;     /* tests only: LOOM_FAULT_* (a rank exits or hangs at a step) */
+} nf;
+
+static double nf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int finetune_needle_base(const char *path)
+{
+    size_t n = strlen(path);
+    struct stat st;
+    return n > 12 && strcmp(path + n - 12, ".safetensors") == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* What a Needle fine-tune takes of the job config, checked before anything loads. */
+static int nf_check_config(const job_config *cfg)
+{
+    const finetune_config *f = &cfg->finetune;
+    if (strcmp(f->method, "lora") != 0)
+        return loom_fail("finetune.method '%s': a Needle base fine-tunes LoRA adapters (Needle's finetune); "
+                         "set finetune.method=lora", f->method);
+    /* Needle's five targets, by Needle's or loom's short names, in any order */
+    static const char *const names[5][2] = {{"q_proj", "q"}, {"k_proj", "k"}, {"v_proj", "v"},
+                                            {"gate_proj", "gate"}, {"o_proj", "o"}};
+    char list[sizeof f->lora_targets];
+    snprintf(list, sizeof list, "%s", f->lora_targets);
+    int seen = 0, count = 0;
+    for (char *save = NULL, *tk = strtok_r(list, ",", &save); tk; tk = strtok_r(NULL, ",", &save)) {
+        int hit = -1;
+        for (int t = 0; t < 5; t++)
+            if (!strcmp(tk, names[t][0]) || !strcmp(tk, names[t][1])) hit = t;
+        if (hit < 0 || (seen & 1 << hit)) seen = -1;
+        if (seen < 0) break;
+        seen |= 1 << hit, count++;
+    }
+    if (seen != 31 || count != 5)
+        return loom_fail("finetune.lora_targets '%s': a Needle base takes adapters on Needle's five targets: "
+                         "set finetune.lora_targets=q_proj,k_proj,v_proj,gate_proj,o_proj (Needle's out_proj)", f->lora_targets);
+    if (cfg->data.chat_format[0] && strcmp(cfg->data.chat_format, "needle") != 0)
+        return loom_fail("data.chat_format '%s': a Needle base is fine-tuned on Needle's rendering; set "
+                         "data.chat_format=needle (or \"\")", cfg->data.chat_format);
+    if (!cfg->model.tokenizer[0] || !strcmp(cfg->model.tokenizer, "byte"))
+        return loom_fail("model.tokenizer: a Needle base needs Needle's tokenizer.model (SentencePiece); "
+                         "set model.tokenizer=PATH/tokenizer.model");
+    return 0;
+}
+
+void finetune_needle_name(int t, int is_b, char *buf, size_t cap)
+{
+    const char *path = needle_lora_path(t), *p = strstr(path, "block/");
+    char base[96];
+    snprintf(base, sizeof base, "%s", p ? p + 6 : path);
+    char *k = strstr(base, "/kernel");
+    if (k) *k = 0;
+    for (char *c = base; *c; c++)
+        if (*c == '/') *c = '.';
+    snprintf(buf, cap, "%s.%s", base, is_b ? "B" : "A");
+}
+
+/* The adapters of the net: names and the checkpoint table (A then B of each, Needle's layout). */
+static void nf_table(nf *t)
+{
+    size_t off = 0;
+    t->nad = 0;
+    for (int i = 0; i < NF_MAX_ADAPTERS; i++) {
+        nf_adapter *a = &t->ad[i];
+        if (!(a->path = needle_net_lora_info(t->net, i, &a->in, &a->out, &t->rank, &t->scale))) break;
+        finetune_needle_name(i, 0, a->name_a, sizeof a->name_a);
+        finetune_needle_name(i, 1, a->name_b, sizeof a->name_b);
+        ckpt_tensor *ta = &t->table[2 * i], *tb = &t->table[2 * i + 1];
+        *ta = (ckpt_tensor){a->name_a, 3, {t->L, a->in, t->rank}, off};
+        off += (size_t)t->L * a->in * t->rank;
+        *tb = (ckpt_tensor){a->name_b, 3, {t->L, t->rank, a->out}, off};
+        off += (size_t)t->L * t->rank * a->out;
+        t->nad++;
+    }
+    t->state_elems = off;
+}
+
+/* The adapters' state to or from host arrays in the table's layout (A, B, or a moment). which:
+ * 0 the adapters, 1 the first moments, 2 the second. */
+static int nf_state(nf *t, int which, int set, float *host)
+{
+    for (int i = 0; i < t->nad; i++) {
+        float *a = host + t->table[2 * i].offset, *b = host + t->table[2 * i + 1].offset;
+        float *p[6] = {0};
+        p[which == 0 ? 0 : which == 1 ? 2 : 3] = a;
+        p[which == 0 ? 1 : which == 1 ? 4 : 5] = b;
+        if (needle_net_lora_state(t->net, t->ad[i].path, set, p[0], p[1], p[2], p[3], p[4], p[5])) return -1;
+    }
+    return 0;
+}
+
+static int nf_load_data(nf *t)
+{
+    job_config *cfg = &t->cfg;
+    const needle_config *nc = needle_net_config(t->net);
+    if (!(t->tok = tokenizer_open(cfg->model.tokenizer))) return -1;
+    if (cfg->data.pack)
+        log_info("data.pack: not for Needle bases yet: each step runs its rows padded to the batch's longest");
+    if (tokenizer_vocab(t->tok) > nc->vocab_size)
+        return loom_fail("%s: the tokenizer has %d ids, the Needle base %s only %d (config vocab_size)",
+                         cfg->model.tokenizer, tokenizer_vocab(t->tok), cfg->finetune.base, nc->vocab_size);
+    data_config dc = cfg->data;
+    if (dc.max_len > nc->max_seq_len) dc.max_len = nc->max_seq_len;
+    if (chat_template_init(&t->chat, t->tok, "needle") || sft_data_load(&t->sft, &dc, &t->chat, cfg->train.seed))
+        return -1;
+    t->T = t->sft.T;
+    if (sft_data_batching(&t->sft, cfg->train.batch_size, dc.bucket, cfg->train.seed)) return -1;
+    t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
+    cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
+    log_info("data %s: %d train / %d val examples, rows of %s%d tokens (longest %d, %d truncated), "
+             "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, dc.bucket ? "at most " : "", t->T,
+             t->sft.longest, t->sft.n_truncated, t->steps_per_epoch);
+    if (t->sft.bad.count)
+        log_warn("%s: skipped %d bad line(s) (data.skip_bad_lines); first: %s", dc.train, t->sft.bad.count,
+                 t->sft.bad.first);
+    return 0;
+}
+
+/* needle_net_grad's weights from sft's targets: position i's loss counts where targets[i] >= 0,
+ * which the net reads as weights[i + 1]. */
+static void nf_weights(nf *t, int rows, int T)
+{
+    for (int b = 0; b < rows; b++)
+        for (int i = 0; i < T; i++) {
+            size_t r = (size_t)b * T + i;
+            if (i == 0) t->weights[r] = 0.0f;
+            if (i + 1 < T) t->weights[r + 1] = t->targets[r] >= 0;
+        }
+}
+
+/* --- checkpoints --- */
+
+static void nf_job_json_state(const nf *t, ckpt_state *st)
+{
+    const train_config *tc = &t->cfg.train;
+    st->step = t->step;
+    st->sample_cursor = t->step * (int64_t)tc->batch_size;
+    st->tokens_seen = st->sample_cursor * t->T;
+    st->seed = tc->seed;
+    st->rng_counter = (uint64_t)st->sample_cursor;
+    st->adam_step = t->adam_count;
+    st->base_digest = t->base_digest;
+    st->tokenizer_hash = t->tok_hash;
+    st->lr = optim_lr(tc, (int)(t->step > 0 ? t->step - 1 : 0));
+    st->world_size = t->c->size;
+    st->zero_stage = t->cfg.parallel.zero_stage;
+    st->backend = backend_name(t->be);
+}
+
+static int nf_save(nf *t)
+{
+    int rc = 0;
+    if (t->c->rank == 0) {
+        float *host = malloc(3 * t->state_elems * sizeof(float));
+        char *job = config_to_json(&t->cfg), *model = needle_config_json(needle_net_config(t->net));
+        rc = !host || !job || !model ? loom_fail("checkpoint: out of host memory") : 0;
+        for (int w = 0; rc == 0 && w < 3; w++) rc = nf_state(t, w, 0, host + w * t->state_elems);
+        if (rc == 0) {
+            ckpt_group g[3] = {{"lora", t->table, 2 * t->nad, host, NULL, NULL},
+                               {"optimizer/lora_m", t->table, 2 * t->nad, host + t->state_elems, NULL, NULL},
+                               {"optimizer/lora_v", t->table, 2 * t->nad, host + 2 * t->state_elems, NULL, NULL}};
+            ckpt_state st = {0};
+            nf_job_json_state(t, &st);
+            st.model_config_json = model;
+            st.job_config_json = job;
+            rc = ckpt_save(t->ckpt_dir, &st, g, 3, t->cfg.checkpoint.keep);
+            if (rc == 0) log_info("checkpoint: step %lld saved in %s", (long long)t->step, t->ckpt_dir);
+        }
+        free(host), free(job), free(model);
+        if (rc) log_warn("checkpoint: %s", loom_error());
+    }
+    double failed = rc != 0; /* every rank learns whether rank 0's write worked */
+    if (comm_allreduce_host(t->c, &failed, 1)) return -1;
+    if (failed > 0 && rc == 0) return loom_fail("checkpoint: the save failed on rank 0");
+    return failed > 0 ? -1 : 0;
+}
+
+static int nf_maybe_save(nf *t, int final)
+{
+    int every = t->cfg.checkpoint.every;
+    int due = final ? every >= 0 : every > 0 && t->step % every == 0 && t->step < t->cfg.train.steps;
+    if (!due || nf_save(t) == 0) return 0;
+    if (final)
+        return loom_fail("checkpoint: the last save (step %lld) failed, the end state is not saved: %s",
+                         (long long)t->step, loom_error());
+    if (strcmp(t->cfg.checkpoint.on_error, "continue") == 0) {
+        log_warn("checkpoint failed, training continues (checkpoint.on_error): %s", loom_error());
+        return 0;
+    }
+    return -1;
+}
+
+/* What a resume must agree on beyond resume_check_job's fields: the adapters' shape and scale,
+ * the numerics, the base. */
+static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st)
+{
+    job_config saved;
+    if (config_load_string(&saved, st->job_config_json, file, NULL, 0))
+        return loom_fail("%s: attribute job_config is unreadable: %s", file, loom_error());
+    const finetune_config *a = &saved.finetune, *b = &t->cfg.finetune;
+    if (a->lora_rank != b->lora_rank || a->lora_alpha != b->lora_alpha)
+        return loom_fail("%s: adapters of rank %d alpha %g, the job asks rank %d alpha %g (finetune.lora_rank, "
+                         "finetune.lora_alpha)", file, a->lora_rank, a->lora_alpha, b->lora_rank, b->lora_alpha);
+    if (a->qat != b->qat)
+        return loom_fail("%s: trained with finetune.qat=%s, the job has %s: the resumed steps would differ",
+                         file, a->qat ? "true" : "false", b->qat ? "true" : "false");
+    if (st->base_digest != t->base_digest && !b->allow_other_base)
+        return loom_fail("%s: the adapters were trained on another base than %s (digest %016llx, this file "
+                         "%016llx); finetune.allow_other_base=true resumes anyway", file, b->base,
+                         (unsigned long long)st->base_digest, (unsigned long long)t->base_digest);
+    if (st->sample_cursor != st->step * (int64_t)saved.train.batch_size || st->adam_step > st->step)
+        return loom_fail("%s: attributes step %lld, sample_cursor %lld, adam_step %lld disagree", file,
+                         (long long)st->step, (long long)st->sample_cursor, (long long)st->adam_step);
+    if (st->adam_step > INT32_MAX - 1) return loom_fail("%s: attribute adam_step %lld out of range", file, (long long)st->adam_step);
+    return resume_check_job(&t->cfg, file, st->job_config_json) ||
+                   resume_check_tokenizer(file, st->tokenizer_hash, saved.model.tokenizer, t->cfg.model.tokenizer)
+               ? -1 : 0;
+}
+
+static int nf_resume(nf *t, const char *path)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open(file);
+    if (!r) return -1;
+    ckpt_state st = {0};
+    float *host = malloc(3 * t->state_elems * sizeof(float));
+    int rc = !host ? loom_fail("resume: out of host memory") : ckpt_read_state(r, &st);
+    if (rc == 0 && !ckpt_has_group(r, "optimizer/lora_v"))
+        rc = loom_fail("%s: no group lora / optimizer/lora_*: not a Needle fine-tune's checkpoint", file);
+    if (rc == 0) rc = nf_check_saved(t, file, &st);
+    const char *groups[3] = {"lora", "optimizer/lora_m", "optimizer/lora_v"};
+    for (int w = 0; rc == 0 && w < 3; w++) {
+        ckpt_group g = {groups[w], t->table, 2 * t->nad, host + w * t->state_elems, NULL, NULL};
+        rc = ckpt_read_group(r, &g);
+    }
+    for (int w = 0; rc == 0 && w < 3; w++) rc = nf_state(t, w, 1, host + w * t->state_elems);
+    if (rc == 0) {
+        t->step = st.step;
+        t->adam_count = (int)st.adam_step;
+        log_info("resumed %s: step %lld of %d, AdamW step %d, saved by %d rank(s) on %s", file, (long long)st.step,
+                 t->cfg.train.steps, t->adam_count, st.world_size, st.backend ? st.backend : "?");
+    }
+    free(host);
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    return rc;
+}
+
+/* --- the loop --- */
+
+/* The adapters' gradients summed over ranks (in double; the host carries them, whatever the
+ * backend's memory: a transport for device pointers is not needed for a few MB). */
+static int nf_reduce_grads(nf *t)
+{
+    if (t->c->size == 1) return 0;
+    size_t off = 0;
+    float *f = t->gflt;
+    for (int i = 0; i < t->ngbuf; i++) {
+        backend_copy_d2h(t->be, f + off, t->gbuf[i], t->gcount[i] * sizeof(float));
+        off += t->gcount[i];
+    }
+    for (size_t e = 0; e < off; e++) t->gsum[e] = f[e];
+    for (size_t lo = 0; lo < off; lo += 1u << 28) {
+        size_t n = off - lo < (1u << 28) ? off - lo : 1u << 28;
+        if (comm_allreduce_host(t->c, t->gsum + lo, (int)n)) return -1;
+    }
+    for (size_t e = 0; e < off; e++) f[e] = (float)t->gsum[e];
+    off = 0;
+    for (int i = 0; i < t->ngbuf; i++) {
+        backend_copy_h2d(t->be, t->gbuf[i], f + off, t->gcount[i] * sizeof(float));
+        off += t->gcount[i];
+    }
+    return 0;
+}
+
+/* One optimizer step: 0 done, 1 skipped (non-finite), -1 error. */
+static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, double *tokens)
+{
+    const train_config *tc = &t->cfg.train;
+    const int W = t->c->size, r = t->c->rank;
+    const uint64_t first = (uint64_t)step * tc->batch_size;
+    const int T = sft_batch_len(&t->sft, tc->seed, 0, first, tc->batch_size);
+    const double denom = (double)sft_batch_loss_tokens(&t->sft, tc->seed, 0, first, tc->batch_size, T);
+    double stats[2] = {0, 0}; /* loss, real tokens */
+    for (int k = 0; k < t->accum; k++) {
+        uint64_t g = first + ((uint64_t)k * W + r) * t->mb;
+        sft_batch(&t->sft, tc->seed, 0, g, t->mb, T, t->tokens, t->targets);
+        for (size_t i = 0; i < (size_t)t->mb * T; i++) stats[1] += t->tokens[i] != t->chat.pad;
+        nf_weights(t, t->mb, T);
+        double l = 0;
+        if (needle_net_grad(t->net, t->tokens, t->weights, t->mb, T, denom > 0 ? denom : 1.0, k > 0, &l)) return -1;
+        stats[0] += l;
+    }
+    if (nf_reduce_grads(t) || comm_allreduce_host(t->c, stats, 2)) return -1;
+    *loss = stats[0], *tokens = stats[1];
+    *lr = optim_lr(tc, step);
+    if (!isfinite(*loss)) {
+        *norm = NAN;
+        return 1;
+    }
+    needle_adamw o = {*lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip, 1.0f, t->adam_count + 1};
+    int rc = needle_net_step(t->net, &o, norm);
+    if (rc == 0) t->adam_count++;
+    return rc;
+}
+
+/* The validation loss over every held-out row: each rank its share of micro-batches, the sums
+ * and counts added over ranks. */
+static int nf_validate(nf *t, double *val)
+{
+    const int n = t->sft.val.n, W = t->c->size;
+    double s[2] = {0, 0};
+    for (int first = t->c->rank * t->mb; first < n; first += W * t->mb) {
+        int T = sft_val_batch_len(&t->sft, first, t->mb);
+        long cnt = sft_val_batch(&t->sft, first, t->mb, T, t->tokens, t->targets);
+        nf_weights(t, t->mb, T);
+        double l = 0;
+        if (cnt > 0 && needle_net_loss(t->net, t->tokens, t->weights, t->mb, T, 1.0, &l)) return -1;
+        s[0] += l, s[1] += (double)cnt;
+    }
+    if (comm_allreduce_host(t->c, s, 2)) return -1;
+    *val = s[1] > 0 ? s[0] / s[1] : NAN;
+    return 0;
+}
+
+static int nf_loop(nf *t, train_report *rep, const train_options *opt)
+{
+    const train_config *tc = &t->cfg.train;
+    int bad_in_row = 0;
+    for (int step = (int)t->step; step < tc->steps; step++) {
+        fault_at_step(&t->fault, t->c->rank, step + 1);
+        double t0 = nf_now(), loss = 0, norm = 0, tokens = 0;
+        float lr = 0;
+        int st = nf_step(t, step, &loss, &norm, &lr, &tokens);
+        if (st < 0) return -1;
+        const char *broken = backend_failure(t->be);
+        if (broken) return loom_fail("finetune: step %d: %s", step + 1, broken);
+        if (st == 1) {
+            rep->bad_steps++;
+            log_warn("step %d: non-finite loss or gradient (loss %g, norm %g): step skipped", step + 1, loss, norm);
+            if (++bad_in_row >= tc->max_bad_steps)
+                return loom_fail("finetune: %d non-finite steps in a row (train.max_bad_steps): stopping", bad_in_row);
+        } else {
+            bad_in_row = 0;
+        }
+        t->step = step + 1;
+        if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
+        metrics_step(t->log, 0.0 /* the step's FLOPs are not counted yet: no MFU */, step + 1, loss, lr, norm, tokens, 0.0, nf_now() - t0);
+        rep->last_loss = loss;
+        rep->steps_done = step + 1;
+        if (t->sft.val.n && (t->step % t->steps_per_epoch == 0 || t->step == tc->steps)) {
+            double val;
+            if (nf_validate(t, &val)) return -1;
+            metrics_val(t->log, (int)t->step, val);
+            rep->val_loss = val;
+        }
+        if (nf_maybe_save(t, 0)) return -1;
+    }
+    return nf_maybe_save(t, 1);
+}
+
+static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt)
+{
+    t->cfg = *cfg;
+    t->c = c;
+    t->lock_fd = -1;
+    fault_setup(&t->fault);
+    if (nf_check_config(cfg)) return -1;
+    needle_file *f = needle_open(cfg->finetune.base);
+    if (!f) return -1;
+    t->base_digest = needle_file_digest(f);
+    needle_close(f);
+    if (tokenizer_hash_of(cfg->model.tokenizer, &t->tok_hash)) t->tok_hash = 0;
+    if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
+    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, NULL, cfg->finetune.qat))) return -1;
+    t->L = needle_net_config(t->net)->num_layers;
+    if (nf_load_data(t)) return -1;
+    const train_config *tc = &t->cfg.train;
+    t->mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch_size / c->size;
+    if (t->mb < 1 || tc->batch_size % (t->mb * c->size) != 0)
+        return loom_fail("train.batch_size %d must be a multiple of micro_batch (%d) x ranks (%d)", tc->batch_size,
+                         t->mb, c->size);
+    t->accum = tc->batch_size / (t->mb * c->size);
+    if (needle_net_lora_init(t->net, cfg->finetune.lora_rank, cfg->finetune.lora_alpha, tc->seed)) return -1;
+    nf_table(t);
+    size_t n = (size_t)t->mb * t->T;
+    t->tokens = malloc(n * sizeof(int32_t)), t->targets = malloc(n * sizeof(int32_t));
+    t->weights = malloc(n * sizeof(float));
+    t->gsum = malloc(t->state_elems * sizeof(double)), t->gflt = malloc(t->state_elems * sizeof(float));
+    if (!t->tokens || !t->targets || !t->weights || !t->gsum || !t->gflt) return loom_fail("finetune: out of host memory");
+    if ((t->ngbuf = needle_net_lora_grad_buffers(t->net, t->gbuf, t->gcount, 2 * NF_MAX_ADAPTERS)) < 0) return -1;
+    const needle_config *nc = needle_net_config(t->net);
+    log_info("model needle (%s): %d layers, d_model %d, vocab %d; LoRA rank %d alpha %g (scale %g) on q/k/v/gate/out_proj: "
+             "%zu trainable parameters; numerics %s; %d ranks, micro-batch %d x %d", cfg->finetune.base, nc->num_layers,
+             nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
+             cfg->finetune.qat ? "Needle's QAT (W4 STE of the merged weights, A8, KV8; finetune.qat)" : "float32",
+             c->size, t->mb, t->T);
+    if (cfg->out[0]) snprintf(t->out_dir, sizeof t->out_dir, "%s", cfg->out);
+    else snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", cfg->name);
+    if (cfg->checkpoint.dir[0]) snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", cfg->checkpoint.dir);
+    else snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/ckpt", t->out_dir);
+    if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume)) return -1;
+    if (c->rank == 0 && session_mkdirs(t->out_dir)) return -1;
+    int rc = c->rank == 0 && cfg->checkpoint.every >= 0 ? ckpt_lock(t->ckpt_dir, &t->lock_fd) : 0;
+    double failed = rc != 0;
+    if (comm_allreduce_host(c, &failed, 1)) return -1;
+    if (failed > 0) return rc ? -1 : loom_fail("checkpoint: rank 0 could not lock %s", t->ckpt_dir);
+    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
+    return t->log ? 0 : -1;
+}
+
+static void nf_close(nf *t)
+{
+    metrics_close(t->log);
+    ckpt_unlock(t->lock_fd);
+    free(t->tokens), free(t->targets), free(t->weights), free(t->gsum), free(t->gflt);
+    if (t->tok) sft_data_free(&t->sft);
+    tokenizer_free(t->tok);
+    needle_net_close(t->net);
+    backend_destroy(t->be);
+}
+
+int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
+{
+    nf *t = calloc(1, sizeof *t);
+    if (!t) return loom_fail("finetune: out of host memory");
+    train_report rep = {0};
+    rep.val_loss = rep.accuracy = rep.base_accuracy = rep.names = rep.base_names = NAN;
+    int rc = nf_open(t, cfg, c, opt);
+    if (rc == 0) rc = nf_loop(t, &rep, opt);
+    if (rc == 0 && opt && opt->eval_accuracy && c->rank == 0)
+        log_info("tool-call accuracy: not measured for Needle bases yet (no decoding in loom's needle family); "
+                 "`needle` itself can evaluate the exported adapter");
+    if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
+    rep.state_bytes = 3 * t->state_elems * sizeof(float);
+    if (report) *report = rep;
+    nf_close(t);
+    free(t);
+    return rc;
+}
