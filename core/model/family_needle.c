@@ -213,7 +213,7 @@ static int nn_adapter_load(needle_net *n, needle_adapter *a, int t, int in, int 
 /* W4 in place on the device (rows, cols) when the net runs Needle's fine-tune numerics. */
 static void nn_w4(needle_net *n, float *w, int rows, int cols, const float *codebook)
 {
-    if (n->qat) backend_cq_w4_quant(n->be, w, w, codebook, rows, cols);
+    if (n->qat & NEEDLE_NUM_W4) backend_cq_w4_quant(n->be, w, w, codebook, rows, cols);
 }
 
 /* A stacked kernel [L, in, out] (flax) as L device tensors (out, in), merged with the adapter,
@@ -252,12 +252,12 @@ static void nn_merge(needle_net *n, int once)
             if (!lo->A && !once) continue; /* unadapted: the base (W4 under QAT), made once */
             backend_copy_d2d(n->be, w, y->w0[t], (size_t)in * out * sizeof(float));
             if (!lo->A) {
-                if (n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
+                if (n->qat & NEEDLE_NUM_W4) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
                 continue;
             }
             backend_matmul(n->be, w, lo->B + (size_t)l * lo->r * out, lo->A + (size_t)l * in * lo->r, out, in, lo->r,
                            1, 1, lo->s, 1.0f);
-            if (n->qat) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
+            if (n->qat & NEEDLE_NUM_W4) backend_cq_w4_quant(n->be, w, w, n->codebook, out, in);
         }
     }
 }
@@ -432,7 +432,7 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
     const needle_geometry *g = &n->g;
     float cb[16];
     float *codebook = NULL;
-    if (n->qat && (needle_cq_codebook(4, 128, cb) || !(codebook = nn_upload(n, cb, 16)))) return -1;
+    if ((n->qat & NEEDLE_NUM_W4) && (needle_cq_codebook(4, 128, cb) || !(codebook = nn_upload(n, cb, 16)))) return -1;
     n->codebook = codebook;
     float *h = nn_read(f, "embedding/embedding", NULL);
     if (!h || !(n->wte = nn_upload(n, h, (size_t)n->V * n->d))) return free(h), -1;
@@ -654,7 +654,7 @@ static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B
 /* A8 (and KV8: the same rule per head vector) in place, under QAT only. */
 static void nn_a8(const needle_net *n, float *x, size_t rows, int cols)
 {
-    if (n->qat) backend_fake_quant_a8(n->be, x, x, (int)rows, cols);
+    if (n->qat & NEEDLE_NUM_A8) backend_fake_quant_a8(n->be, x, x, (int)rows, cols);
 }
 
 /* y (N, out) = x (N, in) W^T, W (out, in). */
@@ -843,6 +843,52 @@ int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float
     return rc;
 }
 
+/* Greedy decoding as run.generate does it (run.py:64-99: no cache, the whole row again for every
+ * token, argmax of the last position's logits, first index on a tie). Each step runs the rows still
+ * going, right-padded with pad_token_id to the longest (causal: padding after a row's end changes
+ * none of its logits). */
+int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                      int *made)
+{
+    int *row = malloc((size_t)B * sizeof(int)), rc = 0;
+    int32_t *batch = malloc((size_t)B * cap * sizeof(int32_t));
+    float *lg = malloc((size_t)n->Vout * sizeof(float));
+    if (!row || !batch || !lg) rc = loom_fail("needle: out of memory");
+    for (int b = 0; b < B; b++) made[b] = 0;
+    while (rc == 0) {
+        int R = 0, T = 0;
+        for (int b = 0; b < B; b++) {
+            const int len = lens[b] + made[b];
+            const int32_t last = made[b] ? tokens[(size_t)b * cap + len - 1] : -1;
+            if (made[b] >= max_new[b] || len >= cap || (eos >= 0 && last == eos) || len == 0) continue;
+            row[R++] = b;
+            T = len > T ? len : T;
+        }
+        if (R == 0) break;
+        T = (T + 15) / 16 * 16 < cap ? (T + 15) / 16 * 16 : cap; /* fewer shapes: the arena is reused */
+        for (int i = 0; i < R; i++) {
+            const int b = row[i], len = lens[b] + made[b];
+            memcpy(batch + (size_t)i * T, tokens + (size_t)b * cap, (size_t)len * sizeof(int32_t));
+            for (int j = len; j < T; j++) batch[(size_t)i * T + j] = n->c.pad_token_id;
+        }
+        nn_pass p;
+        if ((rc = nn_pass_begin(n, &p, batch, R, T, 0))) break;
+        if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
+        for (int i = 0; rc == 0 && i < R; i++) {
+            const int b = row[i], len = lens[b] + made[b];
+            backend_copy_d2h(n->be, lg, p.logits + ((size_t)i * T + len - 1) * n->Vout, (size_t)n->Vout * sizeof(float));
+            int best = 0;
+            for (int v = 1; v < n->Vout; v++)
+                if (lg[v] > lg[best]) best = v;
+            tokens[(size_t)b * cap + len] = best;
+            made[b]++;
+        }
+        nn_pass_free(n, &p);
+    }
+    free(row), free(batch), free(lg);
+    return rc;
+}
+
 /* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the merged LoRA
  * targets get dL/dW') --- */
 
@@ -983,7 +1029,7 @@ static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float
 {
     const int B = p->B, T = p->T;
     const size_t N = (size_t)B * T;
-    int32_t *tg = malloc(N * sizeof(int32_t));
+    int32_t *tg = calloc(N, sizeof(int32_t)); /* calloc: gcc cannot see B, T > 0 */
     float *host = malloc(N * sizeof(float));
     if (!tg || !host) {
         free(tg), free(host);

@@ -256,12 +256,22 @@ int model_find(const model *m, const char *name);
  * KV8), 0 plain float. The backend needs BACKEND_OP_NEEDLE_MIX and BACKEND_OP_ROPE_FREQS. Not yet a
  * model_family (no training, no decoding through model.c). --- */
 typedef struct needle_net needle_net;
+/* Numerics (needle_net_open's qat, flags): Needle's fine-tune runs both (NEEDLE_NUM_QAT), its
+ * run.generate neither (0) or W4 weights alone (cq_ste_params, then a float forward). */
+#define NEEDLE_NUM_W4 1  /* CQ 4-bit fake-quant of every kernel cq_ste_params quantises (STE) */
+#define NEEDLE_NUM_A8 2  /* A8 of the activations at its six sites, KV8 of k and v */
+#define NEEDLE_NUM_QAT 3
 needle_net *needle_net_open(backend *be, const char *base, const char *adapter, int qat); /* NULL + loom_fail */
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);
+/* Greedy decoding (run.generate's, without its cache-less cost in memory): B rows of cap tokens,
+ * row b's prompt its first lens[b] (> 0); up to max_new[b] tokens appended after it, stopping
+ * after eos (-1: none) or at cap; made[b] the count. -1 + loom_fail. */
+int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                      int *made);
 /* Needle's fine-tune loss on B rows of T tokens (position i's next-token loss counts where
  * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), divided by denom (> 0; a
  * data-parallel step passes the whole global batch's count) or else by this batch's count, into

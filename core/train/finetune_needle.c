@@ -32,6 +32,7 @@
 #include "checkpoints/needle.h"
 #include "core/model/model.h"
 #include "core/text/text.h"
+#include "core/train/evaluate.h"
 #include "core/train/fault.h"
 #include "core/train/metrics.h"
 #include "core/train/optim.h"
@@ -76,6 +77,7 @@ typedef struct nf {
     int lock_fd;
     char out_dir[512], ckpt_dir[600];
     metrics *log;
+    int eval_n;           /* held-out examples the last accuracy covered (all ranks) */
     fault_plan fault;     /* tests only: LOOM_FAULT_* (a rank exits or hangs at a step) */
 } nf;
 
@@ -407,6 +409,75 @@ static int nf_validate(nf *t, double *val)
     return 0;
 }
 
+/* Tool-call accuracy of the held-out examples (eval.max_examples of them, each rank a share) as
+ * Needle scores a fine-tune (ft:345-384, _score_quantised): greedy decoding of up to 96 tokens on
+ * the merged adapters with W4 weights (a net of its own: the training net may run other numerics),
+ * Needle's exact-call figure (no call block = the answer []) beside loom's exact and names. */
+#define NF_EVAL_NEW 96
+static int nf_accuracy(nf *t, const char *what, double *acc, double *names, double *needle_acc, double *seconds)
+{
+    const double t0 = nf_now();
+    const sft_set *v = &t->sft.val;
+    const int T = t->sft.T, W = t->c->size, B = t->cfg.eval.batch > 0 ? t->cfg.eval.batch : 1;
+    const int maxlen = needle_net_config(t->net)->max_seq_len, cap = T + NF_EVAL_NEW;
+    int *sel = malloc((size_t)(v->n > 0 ? v->n : 1) * sizeof(int));
+    int32_t *rows = malloc((size_t)B * cap * sizeof(int32_t));
+    int *lens = malloc((size_t)B * sizeof(int) * 3), *max_new = lens + B, *made = lens + 2 * B;
+    char *text = malloc((size_t)cap * 16 + 16);
+    needle_net *e = NULL;
+    int rc = !sel || !rows || !lens || !text ? loom_fail("eval: out of host memory") : 0;
+    if (rc == 0 && !(e = needle_net_open(t->be, t->cfg.finetune.base, NULL, NEEDLE_NUM_W4))) rc = -1;
+    if (rc == 0) rc = needle_net_lora_init(e, t->rank, t->cfg.finetune.lora_alpha, t->cfg.train.seed);
+    float *ab = rc == 0 ? malloc(t->state_elems * sizeof(float)) : NULL;
+    if (rc == 0 && !ab) rc = loom_fail("eval: out of host memory");
+    for (int i = 0; rc == 0 && i < t->nad; i++) {
+        float *a = ab + t->table[2 * i].offset, *b = ab + t->table[2 * i + 1].offset;
+        rc = needle_net_lora_state(t->net, t->ad[i].path, 0, a, b, NULL, NULL, NULL, NULL) ||
+                     needle_net_lora_state(e, t->ad[i].path, 1, a, b, NULL, NULL, NULL, NULL) ? -1 : 0;
+    }
+    free(ab);
+    double s[4] = {0, 0, 0, 0}; /* exact, names, Needle's exact call, examples */
+    const int nsel = rc == 0 ? evaluate_select(v->n, t->cfg.eval.max_examples, sel) : 0;
+    int mine[64], nm = 0;
+    for (int k = t->c->rank; rc == 0 && k < nsel; k += W) {
+        mine[nm++] = sel[k];
+        if (nm < B && nm < 64 && k + W < nsel) continue;
+        for (int j = 0; j < nm; j++) {
+            const int i = mine[j], plen = v->prompt_len[i] < T ? v->prompt_len[i] : T;
+            memcpy(rows + (size_t)j * cap, v->tokens + (size_t)i * T, (size_t)plen * sizeof(int32_t));
+            lens[j] = plen;
+            max_new[j] = v->prompt_len[i] >= T || plen >= maxlen ? 0
+                         : NF_EVAL_NEW < maxlen - plen ? NF_EVAL_NEW : maxlen - plen;
+        }
+        rc = needle_net_greedy(e, rows, nm, cap, lens, max_new, t->chat.eot, made);
+        for (int j = 0; rc == 0 && j < nm; j++) {
+            const sft_example *ex = &v->ex[mine[j]];
+            int got = toolcall_extract(&t->chat, rows + (size_t)j * cap + lens[j], made[j], text, (size_t)cap * 16 + 16);
+            s[2] += toolcall_needle_match(got < 0 ? NULL : text, ex->answers_json);
+            if (got >= 0) {
+                toolcall_grade g = toolcall_grade_text(text, ex->answers);
+                s[0] += g.exact, s[1] += g.names;
+            }
+            s[3]++;
+        }
+        nm = 0;
+    }
+    needle_net_close(e);
+    free(sel), free(rows), free(lens), free(text);
+    double failed = rc != 0;
+    if (comm_allreduce_host(t->c, &failed, 1) || (failed > 0 && rc == 0 && loom_fail("eval: failed on another rank")))
+        return -1;
+    if (rc || comm_allreduce_host(t->c, s, 4)) return -1;
+    *acc = s[3] > 0 ? s[0] / s[3] : NAN, *names = s[3] > 0 ? s[1] / s[3] : NAN;
+    *needle_acc = s[3] > 0 ? s[2] / s[3] : NAN, *seconds = nf_now() - t0;
+    t->eval_n = (int)s[3];
+    if (t->c->rank == 0)
+        log_info("eval %s: %d held-out examples, greedy on W4 weights as Needle scores: Needle's exact-call %.1f%%, "
+                 "loom's exact %.1f%%, right names %.1f%% (%.1f s; decoding without a KV cache, as Needle's)",
+                 what, (int)s[3], 100.0 * *needle_acc, 100.0 * *acc, 100.0 * *names, *seconds);
+    return 0;
+}
+
 static int nf_loop(nf *t, train_report *rep, const train_options *opt)
 {
     const train_config *tc = &t->cfg.train;
@@ -419,14 +490,7 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
         if (st < 0) return -1;
         const char *broken = backend_failure(t->be);
         if (broken) return loom_fail("finetune: step %d: %s", step + 1, broken);
-        if (st == 1) {
-            rep->bad_steps++;
-            log_warn("step %d: non-finite loss or gradient (loss %g, norm %g): step skipped", step + 1, loss, norm);
-            if (++bad_in_row >= tc->max_bad_steps)
-                return loom_fail("finetune: %d non-finite steps in a row (train.max_bad_steps): stopping", bad_in_row);
-        } else {
-            bad_in_row = 0;
-        }
+        if (metrics_bad_step(st, step + 1, loss, norm, tc->max_bad_steps, &bad_in_row, &rep->bad_steps)) return -1;
         t->step = step + 1;
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
         metrics_step(t->log, 0.0 /* the step's FLOPs are not counted yet: no MFU */, step + 1, loss, lr, norm, tokens, 0.0, nf_now() - t0);
@@ -456,7 +520,7 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     needle_close(f);
     if (tokenizer_hash_of(cfg->model.tokenizer, &t->tok_hash)) t->tok_hash = 0;
     if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
-    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, NULL, cfg->finetune.qat))) return -1;
+    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, NULL, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0))) return -1;
     t->L = needle_net_config(t->net)->num_layers;
     if (nf_load_data(t)) return -1;
     const train_config *tc = &t->cfg.train;
@@ -511,10 +575,15 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
     train_report rep = {0};
     rep.val_loss = rep.accuracy = rep.base_accuracy = rep.names = rep.base_names = NAN;
     int rc = nf_open(t, cfg, c, opt);
+    const int eval = rc == 0 && opt && opt->eval_accuracy && t->sft.val.n > 0;
+    double needle_acc;
+    if (eval && cfg->finetune.eval_base && !(opt->resume && opt->resume[0]))
+        rc = nf_accuracy(t, "base model", &rep.base_accuracy, &rep.base_names, &needle_acc, &rep.base_eval_s);
     if (rc == 0) rc = nf_loop(t, &rep, opt);
-    if (rc == 0 && opt && opt->eval_accuracy && c->rank == 0)
-        log_info("tool-call accuracy: not measured for Needle bases yet (no decoding in loom's needle family); "
-                 "`needle` itself can evaluate the exported adapter");
+    if (rc == 0 && eval) {
+        rc = nf_accuracy(t, "fine-tuned", &rep.accuracy, &rep.names, &needle_acc, &rep.eval_s);
+        rep.eval_examples = t->eval_n;
+    }
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
     rep.state_bytes = 3 * t->state_elems * sizeof(float);
     if (report) *report = rep;

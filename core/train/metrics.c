@@ -103,6 +103,19 @@ void metrics_step(metrics *mt, double peak, int step, double loss, float lr, dou
     fflush(stderr);
 }
 
+int metrics_bad_step(int st, int step, double loss, double grad_norm, int max_bad, int *in_row, int *bad_steps)
+{
+    if (st != 1) {
+        *in_row = 0;
+        return 0;
+    }
+    ++*bad_steps;
+    log_warn("step %d: non-finite loss or gradient (loss %g, norm %g): step skipped", step, loss, grad_norm);
+    if (++*in_row >= max_bad)
+        return loom_fail("train: %d non-finite steps in a row (train.max_bad_steps): stopping", *in_row);
+    return 0;
+}
+
 void metrics_val(metrics *mt, int step, double val_loss)
 {
     if (!mt->active) return;

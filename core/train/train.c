@@ -256,14 +256,7 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         const char *broken = backend_failure(t->s->be); /* before the NaN it caused counts as bad */
         if (broken) return loom_fail("train: step %d: %s", step + 1, broken);
         double dt = now_s() - t0;
-        if (st == 1) {
-            rep->bad_steps++;
-            log_warn("step %d: non-finite loss or gradient (loss %g, norm %g): step skipped", step + 1, loss, norm);
-            if (++bad_in_row >= tc->max_bad_steps)
-                return loom_fail("train: %d non-finite steps in a row (train.max_bad_steps): stopping", bad_in_row);
-        } else {
-            bad_in_row = 0;
-        }
+        if (metrics_bad_step(st, step + 1, loss, norm, tc->max_bad_steps, &bad_in_row, &rep->bad_steps)) return -1;
         t->s->step = step + 1;
         trainer_slow_waits(t, t->s->comm, 0);
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;

@@ -1,7 +1,8 @@
 /* test_needle_net: the needle family's passes against Needle's own (JAX, cactus-needle 3.2.8;
  * tests/fixtures/needle/make_model_fixtures.py): the fixture's base and adapter loaded and run on
  * its batch on the CPU backend; logits, the per-layer hidden states, the loss and every LoRA
- * gradient in float, and logits, loss and gradients under the fine-tune numerics (W4 + A8 + KV8).
+ * gradient in float, and logits, loss and gradients under the fine-tune numerics (W4 + A8 + KV8);
+ * greedy decoding token for token with run.generate's, float and with W4 weights.
  *
  * Tolerances. Float: the logits and hidden states are 4 layers deep through matmuls, norms and
  * attention of a few hundred terms; each op's fp32 error is sqrt(K) u relative to its inputs'
@@ -29,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "backends/backend.h"
 #include "base/error.h"
@@ -312,7 +315,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
     CHECK(fd >= 0, "mkstemp");
     if (fd < 0) return;
     close(fd);
-    needle_net *n = needle_net_open(be, base, lora, 1);
+    needle_net *n = needle_net_open(be, base, lora, NEEDLE_NUM_QAT);
     CHECK(n && needle_net_save_adapter(n, out, "model_base.safetensors", 0) == 0, "save: %s", loom_error());
     /* the same metadata values and tensor bytes (the header's key order is Python's hash order,
      * which differs between two runs of Needle itself) */
@@ -335,7 +338,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
                             .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
     CHECK(n && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
           needle_net_save_adapter(n, out, "model_base.safetensors", -1) == 0, "step and save: %s", loom_error());
-    needle_net *m = needle_net_open(be, base, out, 1);
+    needle_net *m = needle_net_open(be, base, out, NEEDLE_NUM_QAT);
     CHECK(m != NULL, "reopen the saved adapter: %s", loom_error());
     for (int t = 0; n && m && t < 5; t++) {
         char flax[120];
@@ -350,6 +353,47 @@ static void check_save(backend *be, const char *base, const char *lora, const in
     printf("     needle stepped adapter saved and loaded back (checked bit for bit above)\n");
     needle_net_close(m), needle_net_close(n);
     unlink(out);
+}
+
+/* Greedy decoding (needle_net_greedy) against run.generate's tokens for the fixture's prompt,
+ * float and with W4 weights (model_ref.json "decode": base + adapter merged, 32 new tokens): token
+ * for token. Every step's top-1 margin in Needle is >= 0.0128, far above float noise (1e-5), so a
+ * difference is a bug, not rounding. Two rows (the prompt, and the prompt cut by 3 tokens) decode
+ * together: the longer row's tokens must still be the fixture's (padding after a row's end is
+ * never seen by it). */
+static void check_decode(backend *be, const char *base, const char *lora, const char *json_path)
+{
+    FILE *f = fopen(json_path, "rb");
+    CHECK(f != NULL, "open %s", json_path);
+    if (!f) return;
+    char *text = calloc(1 << 20, 1);
+    size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, len), *dec = cJSON_GetObjectItem(root, "decode");
+    cJSON *prompt = cJSON_GetObjectItem(dec, "prompt");
+    CHECK(dec && cJSON_IsArray(prompt), "%s: no decode.prompt", json_path);
+    const char *cases[2] = {"float", "w4"};
+    const int num[2] = {0, NEEDLE_NUM_W4};
+    for (int c = 0; dec && c < 2; c++) {
+        cJSON *want = cJSON_GetObjectItem(dec, cases[c]);
+        const int np = cJSON_GetArraySize(prompt), nw = cJSON_GetArraySize(want), cap = np + nw + 4;
+        needle_net *n = needle_net_open(be, base, lora, num[c]);
+        CHECK(n != NULL, "open %s + %s: %s", base, lora, loom_error());
+        if (!n) continue;
+        int32_t *tok = calloc((size_t)2 * cap, sizeof(int32_t));
+        for (int i = 0; i < np; i++) tok[i] = tok[cap + i] = cJSON_GetArrayItem(prompt, i)->valueint;
+        int lens[2] = {np, np - 3}, max_new[2] = {nw, nw}, made[2] = {0, 0};
+        CHECK(needle_net_greedy(n, tok, 2, cap, lens, max_new, -1, made) == 0, "greedy: %s", loom_error());
+        CHECK(made[0] == nw && made[1] == nw, "%s: made %d and %d tokens, want %d", cases[c], made[0], made[1], nw);
+        int same = 0;
+        for (int i = 0; i < nw; i++) same += tok[np + i] == cJSON_GetArrayItem(want, i)->valueint;
+        CHECK(same == nw, "%s greedy: %d of %d tokens are run.generate's", cases[c], same, nw);
+        printf("     needle greedy %s: %d of %d tokens are run.generate's\n", cases[c], same, nw);
+        free(tok);
+        needle_net_close(n);
+    }
+    cJSON_Delete(root);
+    free(text);
 }
 
 int main(int argc, char **argv)
@@ -372,7 +416,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nt; i++) tok[i] = (int32_t)tf[i];
 
     for (int qat = 0; qat < 2; qat++) {
-        needle_net *n = needle_net_open(be, base, lora, qat);
+        needle_net *n = needle_net_open(be, base, lora, qat ? NEEDLE_NUM_QAT : 0);
         CHECK(n != NULL, "needle_net_open(%s, qat %d): %s", base, qat, loom_error());
         if (!n) continue;
         const needle_config *c = needle_net_config(n);
@@ -399,6 +443,9 @@ int main(int argc, char **argv)
     }
     check_fresh_adapter(be, base, tok, mask, B, T);
     check_save(be, base, lora, tok, mask, B, T);
+    char json[512];
+    snprintf(json, sizeof json, "%s/model_ref.json", dir);
+    check_decode(be, base, lora, json);
     free(tf), free(want), free(want_h), free(want_q), free(mask), free(tok);
     st_close(rf);
     backend_destroy(be);
