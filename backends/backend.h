@@ -185,8 +185,10 @@ void backend_attention_decode(backend *be, float *out, const float *q, const flo
 /* --- batched generation: R sequences decoded together, each at its own position. Optional:
  * only where backend_has says BACKEND_OP_ROPE_ROWS / BACKEND_OP_ATTENTION_DECODE_ROWS. --- */
 /* rope for rows at their own positions: x (R, H, D), row r rotated to position pos[r] (device
- * int32, R), with exactly the angles and pairing of rope (forward direction). */
-void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+ * int32, R), with exactly the angles and pairing of rope (forward direction), or, with freqs
+ * (device, D/2; NULL = theta's), of rope_freqs. */
+void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta,
+                       const float *freqs);
 /* One decode step of R sequences with per-row KV caches kc, vc (R, cap, Hkv, D): row r's new
  * key and value (knew, vnew: (R, Hkv, D)) are stored at cache position pos[r], then its query
  * q (R, H, D) attends over cache positions 0..pos[r]: out (R, H, D) = softmax(q k^T/sqrt(D)) v

@@ -71,8 +71,8 @@ typedef struct backend_ops {
                                const float *lse, int B, int T, int H, int Hkv, int D, int window);
     void (*attention_decode)(backend *be, float *out, const float *q, const float *k, const float *v,
                              int Tk, int H, int Hkv, int D); /* optional */
-    void (*rope_rows)(backend *be, float *x, const int32_t *pos, int R, int H, int D,
-                      float theta); /* optional */
+    void (*rope_rows)(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta,
+                      const float *freqs); /* optional */
     void (*attention_decode_rows)(backend *be, float *out, const float *q, const float *knew,
                                   const float *vnew, float *kc, float *vc, const int32_t *pos,
                                   int R, int cap, int H, int Hkv, int D); /* optional */

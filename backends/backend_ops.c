@@ -164,9 +164,10 @@ void backend_attention_decode(backend *be, float *out, const float *q, const flo
 {
     be->ops->attention_decode(be, out, q, k, v, Tk, H, Hkv, D);
 }
-void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+void backend_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta,
+                       const float *freqs)
 {
-    be->ops->rope_rows(be, x, pos, R, H, D, theta);
+    be->ops->rope_rows(be, x, pos, R, H, D, theta, freqs);
 }
 void backend_attention_decode_rows(backend *be, float *out, const float *q, const float *knew,
                                    const float *vnew, float *kc, float *vc, const int32_t *pos,

@@ -82,8 +82,8 @@ static void p_emb_b(backend *be, float *dw, float *dp, const float *d, const int
 
 static void p_att_rows(backend *be, float *o, const float *q, const float *k, const float *v, float *kc, float *vc, const int32_t *pos, int R, int cap, int H, int Hkv, int D)
 { double t0 = prof_now(be); real.attention_decode_rows(be, o, q, k, v, kc, vc, pos, R, cap, H, Hkv, D); prof_add("attention_decode_rows", prof_now(be) - t0, 0); }
-static void p_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float th)
-{ double t0 = prof_now(be); real.rope_rows(be, x, pos, R, H, D, th); prof_add("rope_rows", prof_now(be) - t0, 0); }
+static void p_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float th, const float *f)
+{ double t0 = prof_now(be); real.rope_rows(be, x, pos, R, H, D, th, f); prof_add("rope_rows", prof_now(be) - t0, 0); }
 static void p_add(backend *be, float *o, const float *a, const float *b, size_t n)
 { double t0 = prof_now(be); real.add(be, o, a, b, n); prof_add("add", prof_now(be) - t0, 0); }
 static void p_axpy(backend *be, float *y, float al, const float *x, size_t n)

@@ -126,7 +126,7 @@ void cpu_rmsnorm_backward(backend *be, float *dinp, float *dweight, const float 
 
 /* cpu_rope.c */
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
-void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta, const float *freqs);
 void cpu_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse);
 
 /* cpu_bf16.c: backend op weights_bf16 (register w's bf16 copy, n = 0 drops it), and the copy

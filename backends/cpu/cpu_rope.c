@@ -86,27 +86,18 @@ static void cpu_rope_apply(cpu_state *st, float *x, const float *tab, int B, int
 }
 
 /* Rows at their own positions (batched generation): row r of x (R, H, D) takes table row pos[r],
- * so each element gets exactly the bits cpu_rope gives it at that position. */
-void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+ * so each element gets exactly the bits cpu_rope (cpu_rope_freqs with freqs) gives it there. */
+void cpu_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta, const float *freqs)
 {
     cpu_state *st = cpu_st(be);
     int top = 0;
     for (int r = 0; r < R; r++)
         if (pos[r] > top) top = pos[r];
-    const float *tab = cpu_rope_table(st, top + 1, D, theta, NULL);
+    const float *tab = cpu_rope_table(st, top + 1, D, theta, freqs);
     if (!tab) return;
-    int half = D / 2;
-    for (int r = 0; r < R; r++) {
-        const float *cs = tab + (size_t)pos[r] * D;
-        for (int h = 0; h < H; h++) {
-            float *v = x + ((size_t)r * H + h) * (size_t)D;
-            for (int i = 0; i < half; i++) {
-                float a = v[2 * i], b = v[2 * i + 1], c = cs[i], s = cs[half + i];
-                v[2 * i] = a * c - b * s;
-                v[2 * i + 1] = a * s + b * c;
-            }
-        }
-    }
+    /* the same kernel (and so the same contraction into FMAs) as rope's rows, one row a call */
+    for (int r = 0; r < R; r++)
+        cpu_k_rope_rows(x + (size_t)r * H * D, tab + (size_t)pos[r] * D, 0, 1, 1, H, D, 1.0f);
 }
 
 void cpu_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse)

@@ -270,8 +270,10 @@ __global__ void cuda_rope_kernel(float *x, size_t pairs, int T, int H, int D, do
 }
 
 /* Rows at their own positions (batched generation): x (R, H, D), row r at pos[r]; the same
- * double-precision angles as cuda_rope_kernel, so a position gets the same bits either way. */
-__global__ void cuda_rope_rows_kernel(float *x, const int32_t *pos, size_t pairs, int H, int D, double theta)
+ * double-precision angles as cuda_rope_kernel (freqs: as the rope_freqs kernel), so a position
+ * gets the same bits either way. */
+__global__ void cuda_rope_rows_kernel(float *x, const int32_t *pos, size_t pairs, int H, int D, double theta,
+                                      const float *freqs)
 {
     const int half = D / 2;
     GRID_STRIDE(p, pairs)
@@ -279,7 +281,7 @@ __global__ void cuda_rope_rows_kernel(float *x, const int32_t *pos, size_t pairs
         int i = (int)(p % (size_t)half);
         size_t row = p / (size_t)half;             /* (r, h) */
         int t = pos[row / (size_t)H];
-        double freq = pow(theta, -2.0 * i / D);
+        double freq = freqs ? (double)freqs[i] : pow(theta, -2.0 * i / D);
         float c = (float)cos(t * freq), s = (float)sin(t * freq);
         float *v = x + row * (size_t)D + 2 * i;
         float a = v[0], b = v[1];
@@ -288,12 +290,12 @@ __global__ void cuda_rope_rows_kernel(float *x, const int32_t *pos, size_t pairs
     }
 }
 
-void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta, const float *freqs)
 {
     size_t pairs = (size_t)R * H * (D / 2);
     if (pairs == 0 || cuda_broken(be)) return;
     cuda_rope_rows_kernel<<<cuda_grid_for(be, pairs), CUDA_BLOCK, 0, cuda_im(be)->compute>>>(
-        x, pos, pairs, H, D, (double)theta);
+        x, pos, pairs, H, D, (double)theta, freqs);
     cuda_check_launch(be, "rope_rows");
 }
 

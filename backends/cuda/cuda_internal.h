@@ -86,7 +86,7 @@ void cuda_swiglu_forward(backend *be, float *out, const float *gate, const float
 void cuda_swiglu_backward(backend *be, float *dgate, float *dup, const float *dout,
                           const float *gate, const float *up, size_t n);
 void cuda_rope(backend *be, float *x, int B, int T, int H, int D, float theta, int inverse);
-void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta);
+void cuda_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta, const float *freqs);
 void cuda_rope_freqs(backend *be, float *x, int B, int T, int H, int D, const float *freqs, int inverse);
 /* dst[i] = bf16(src[i]) (round to nearest even), for the bf16 matmul path. dst is __nv_bfloat16*. */
 int cuda_cast_bf16(backend *be, void *dst, const float *src, size_t n);

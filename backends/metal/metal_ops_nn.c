@@ -211,7 +211,8 @@ static void metal_rope_run(backend *be, float *x, int B, int T, int H, int D, fl
 
 /* Rows at their own positions: the table must reach the largest position, which the host reads
  * from pos once queued work is done (pos arrives by copy_h2d; shared storage). */
-static void metal_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta)
+static void metal_rope_rows(backend *be, float *x, const int32_t *pos, int R, int H, int D, float theta,
+                            const float *freqs)
 {
     metal_ctx *c = metal_c(be);
     if (R <= 0 || H <= 0 || D < 2) return;
@@ -219,7 +220,7 @@ static void metal_rope_rows(backend *be, float *x, const int32_t *pos, int R, in
     int top = 0;
     for (int r = 0; r < R; r++)
         if (pos[r] > top) top = pos[r];
-    const float *tab = metal_rope_table(c, top + 1, D, theta, NULL);
+    const float *tab = metal_rope_table(c, top + 1, D, theta, freqs);
     if (!tab) return;
     metal_p_decode p = {(unsigned)R, 0, (unsigned)H, 0, (unsigned)D, 0, 0.0f};
     metal_launch(c, MK_ROPE_ROWS, (size_t)R * H * (D / 2), (void *[]){x, MB(tab), MB(pos)}, 3, &p, sizeof p);

@@ -548,6 +548,23 @@ typedef struct nn_acts {
     float *dn0, *dn1, *dcond, *ds8;  /* (N, n) x3, (N, 8) */
 } nn_acts;
 
+/* KV-cached decoding's state for B rows (needle_net_generate): each row's attention cache per
+ * layer, the conv taps' input history per layer and per engram site, and the positions. A pass
+ * with it either is the prompts' prefill (B rows of T: it fills the state) or one step (B rows of
+ * 1 token at positions pos: it reads the state and adds the step to it). */
+typedef struct nn_dec {
+    int B, cap, prefill;
+    const int *len;             /* prefill: each row's prompt length */
+    int *pos_h;                 /* step: each row's position (host) ... */
+    int32_t *pos, *posw;        /* ... and on the device; posw: within a local layer's window */
+    float **kc, **vc;           /* per layer (B, cap, Hk, F): k and v as attention reads them */
+    float **hq, **hk, **hv;     /* per layer (B, c, width): the last c inputs of the q, k, v taps */
+    float *he[NEEDLE_MAX_SITES];/* per site (B, Le, d): the last Le inputs of the engram's taps */
+    int c, Le;
+    float *tmp;                 /* (B, max(c, Le), max width) scratch */
+    const int32_t *hist_tok;    /* step: every row's tokens so far (B, cap), host */
+} nn_dec;
+
 /* A pass over N = B T rows: the streams entering each layer (all L + 1 when a backward follows,
  * else two in turn), the engram's keys and values, the head's buffers, one layer's activations. */
 typedef struct nn_pass {
@@ -562,6 +579,7 @@ typedef struct nn_pass {
     nn_acts a;
     char *base;
     float *Xs[2];
+    nn_dec *dec;                /* KV-cached decoding (prefill or step), NULL otherwise */
 } nn_pass;
 
 static float *nn_take(char **cur, size_t floats)
@@ -672,6 +690,35 @@ static void nn_linear_backward(const needle_net *n, float *dx, float *dW, const 
     if (dW) backend_matmul(n->be, dW, dy, x, out, in, (int)N, 1, 0, 1.0f, 1.0f);
 }
 
+/* Prefill: the last h rows before each row's end (len[b]) of x (B, T, w) into hist (B, h, w),
+ * zeros where they would reach before position 0. */
+static void nn_hist_fill(const needle_net *n, const nn_dec *dc, float *hist, const float *x, int T, int h, int w)
+{
+    backend_fill(n->be, hist, 0.0f, (size_t)dc->B * h * w);
+    for (int b = 0; b < dc->B; b++) {
+        const int from = dc->len[b] - h > 0 ? dc->len[b] - h : 0, k = dc->len[b] - from;
+        backend_copy_d2d(n->be, hist + ((size_t)b * h + (h - k)) * w, x + ((size_t)b * T + from) * w,
+                         (size_t)k * w * sizeof(float));
+    }
+}
+
+/* A step: each row's history (B, h, w) moves up one with the step's row x (B, w) as its last, and
+ * the taps w_taps (K, w) at dilation dil over it give the step's output row into out (B, w). */
+static void nn_hist_conv(const needle_net *n, const nn_dec *dc, float *hist, const float *x, const float *taps,
+                         int K, int dil, int h, int w, float *out)
+{
+    backend *be = n->be;
+    for (int b = 0; b < dc->B; b++) {
+        float *r = hist + (size_t)b * h * w;
+        backend_copy_d2d(be, dc->tmp, r + w, (size_t)(h - 1) * w * sizeof(float));
+        backend_copy_d2d(be, r, dc->tmp, (size_t)(h - 1) * w * sizeof(float));
+        backend_copy_d2d(be, r + (size_t)(h - 1) * w, x + (size_t)b * w, (size_t)w * sizeof(float));
+    }
+    backend_conv_taps_forward(be, dc->tmp, hist, taps, dc->B, h, w, K, dil);
+    for (int b = 0; b < dc->B; b++)
+        backend_copy_d2d(be, out + (size_t)b * w, dc->tmp + ((size_t)b * h + h - 1) * w, (size_t)w * sizeof(float));
+}
+
 /* The embedding: x0 = E[t] sqrt(d) on every lane of X[0] (embed_scale: the Python float
  * math.sqrt(d) in f32); and the engram's keys and values of every site (docs/needle.md 2.2). */
 static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
@@ -691,6 +738,22 @@ static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
     int32_t *idx = rep;
     for (int b = 0; b < B; b++) {
         int32_t *row = idx + (size_t)b * T * tables;
+        if (p->dec && !p->dec->prefill) { /* a step at position t: the n-grams ending there */
+            const int t = p->dec->pos_h[b], maxo = g->engram_dilation, win = t + 1 < maxo ? t + 1 : maxo;
+            int32_t last[64], *hw = malloc((size_t)win * tables * sizeof(int32_t));
+            if (!hw || win > 64) return free(hw), free(rep), loom_fail("needle: engram orders above 64");
+            for (int i = 0; i < win; i++) last[i] = p->dec->hist_tok[(size_t)b * p->dec->cap + t - win + 1 + i];
+            needle_engram_indices(last, win, c->engram_orders.v, c->engram_orders.n, heads, c->engram_seed_heads,
+                                  (uint32_t)c->engram_slots, hw);
+            for (size_t k = 0; k < tables; k++) {
+                const int o = (int)(k / (size_t)heads);
+                const int32_t q = hw[(size_t)(win - 1) * tables + k];
+                row[k] = t < c->engram_orders.v[o] - 1 ? (int32_t)(tables * c->engram_slots)
+                                                       : (int32_t)(k * c->engram_slots) + q;
+            }
+            free(hw);
+            continue;
+        }
         needle_engram_indices(tokens + (size_t)b * T, T, c->engram_orders.v, c->engram_orders.n, heads,
                               c->engram_seed_heads, (uint32_t)c->engram_slots, row);
         for (int i = 0; i < T; i++)
@@ -711,14 +774,43 @@ static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
         nn_a8(n, p->e, N, e);
         nn_linear(n, p->ek[s], p->e, S->wk, N, e, n->d);
         nn_linear(n, p->evt, p->e, S->wv, N, e, n->d);
+        nn_dec *dc = p->dec;
+        if (dc && !dc->prefill) { /* a step: its row through the taps over the kept rows */
+            nn_hist_conv(n, dc, dc->he[s], p->evt, S->taps, S->ntaps, g->engram_dilation, dc->Le, n->d, p->ev[s]);
+            continue;
+        }
         backend_conv_taps_forward(n->be, p->ev[s], p->evt, S->taps, B, T, n->d, S->ntaps, g->engram_dilation);
+        if (dc) nn_hist_fill(n, dc, dc->he[s], p->evt, T, dc->Le, n->d);
     }
     return 0;
 }
 
+/* A step's attention: each row's new k, v (B, Hk, F) stored at its position in layer l's cache,
+ * its query over the cache: every position so far in a global layer; in a local one the last
+ * `window` (keys t - window < j <= t, as the prefill's mask), through a view of the row's cache
+ * that starts there (one row a call). */
+static void nn_attention_step(const needle_net *n, const nn_layer *y, nn_dec *dc, int l, float *out, const float *q,
+                              const float *k, const float *v)
+{
+    const int H = n->c.num_heads, Hk = n->c.num_kv_heads;
+    const int F = n->g.qk_head_dim > n->g.v_head_dim ? n->g.qk_head_dim : n->g.v_head_dim;
+    if (y->window <= 0) {
+        backend_attention_decode_rows(n->be, out, q, k, v, dc->kc[l], dc->vc[l], dc->pos, dc->B, dc->cap, H, Hk, F);
+        return;
+    }
+    const size_t row = (size_t)Hk * F;
+    for (int b = 0; b < dc->B; b++) {
+        const int t = dc->pos_h[b], start = t - y->window + 1 > 0 ? t - y->window + 1 : 0;
+        const size_t at = ((size_t)b * dc->cap + start) * row;
+        backend_attention_decode_rows(n->be, out + (size_t)b * H * F, q + (size_t)b * H * F, k + (size_t)b * row,
+                                      v + (size_t)b * row, dc->kc[l] + at, dc->vc[l] + at, dc->posw + b, 1,
+                                      dc->cap - start, H, Hk, F);
+    }
+}
+
 /* Attention on a->hq (the normed, quantised block input) into a->ao (its out projection, before
  * the post norm): docs/needle.md 2.5. */
-static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T)
+static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T, nn_dec *dc, int l)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
@@ -729,7 +821,17 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     nn_linear(n, a->k, a->hq, y->wk, N, d, g->k_dim);
     nn_linear(n, a->v, a->hq, y->wv, N, d, g->v_dim);
     nn_linear(n, a->gt, a->hq, y->wg, N, d, g->attn_dim);
-    if (c > 0) {
+    const int step = dc && !dc->prefill;
+    if (dc && dc->prefill && c > 0) {
+        nn_hist_fill(n, dc, dc->hq[l], a->q, T, c, g->q_dim);
+        nn_hist_fill(n, dc, dc->hk[l], a->k, T, c, g->k_dim);
+        nn_hist_fill(n, dc, dc->hv[l], a->v, T, c, g->v_dim);
+    }
+    if (step && c > 0) {
+        nn_hist_conv(n, dc, dc->hq[l], a->q, y->tq, c, 1, c, g->q_dim, a->qt);
+        nn_hist_conv(n, dc, dc->hk[l], a->k, y->tk, c, 1, c, g->k_dim, a->kt);
+        nn_hist_conv(n, dc, dc->hv[l], a->v, y->tv, c, 1, c, g->v_dim, a->vt);
+    } else if (c > 0) {
         backend_conv_taps_forward(be, a->qt, a->q, y->tq, B, T, g->q_dim, c, 1);
         backend_conv_taps_forward(be, a->kt, a->k, y->tk, B, T, g->k_dim, c, 1);
         backend_conv_taps_forward(be, a->vt, a->v, y->tv, B, T, g->v_dim, c, 1);
@@ -740,8 +842,13 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     }
     backend_rmsnorm_forward(be, a->qn, a->rq, a->qt, y->qn, (int)N * H, dq, NEEDLE_EPS);
     backend_rmsnorm_forward(be, a->kn, a->rk, a->kt, y->kn, (int)N * Hk, dq, NEEDLE_EPS);
-    backend_rope_freqs(be, a->qn, B, T, H, dq, n->freqs, 0);
-    backend_rope_freqs(be, a->kn, B, T, Hk, dq, n->freqs, 0);
+    if (step) { /* each row at its own position, the same angles */
+        backend_rope_rows(be, a->qn, dc->pos, B, H, dq, 0.0f, n->freqs);
+        backend_rope_rows(be, a->kn, dc->pos, B, Hk, dq, 0.0f, n->freqs);
+    } else {
+        backend_rope_freqs(be, a->qn, B, T, H, dq, n->freqs, 0);
+        backend_rope_freqs(be, a->kn, B, T, Hk, dq, n->freqs, 0);
+    }
     nn_a8(n, a->qn, N * H, dq);
     nn_a8(n, a->kn, N * Hk, dq);
     nn_a8(n, a->vt, N * Hk, dv);
@@ -749,7 +856,16 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     const float *kf = a->kn, *vf = a->vt;
     if (F != dq) backend_scale_cols(be, a->kf, a->kn, n->ones, (int)N * Hk, dq, F), kf = a->kf;
     if (F != dv) backend_scale_cols(be, a->vf, a->vt, n->ones, (int)N * Hk, dv, F), vf = a->vf;
-    backend_attention_forward(be, a->att, a->lse, a->qf, kf, vf, B, T, H, Hk, F, y->window);
+    if (step)
+        nn_attention_step(n, y, dc, l, a->att, a->qf, kf, vf);
+    else
+        backend_attention_forward(be, a->att, a->lse, a->qf, kf, vf, B, T, H, Hk, F, y->window);
+    if (dc && dc->prefill) /* the prompts' keys and values, as attention read them, into the caches */
+        for (int b = 0; b < B; b++) {
+            const size_t row = (size_t)Hk * F;
+            backend_copy_d2d(be, dc->kc[l] + (size_t)b * dc->cap * row, kf + (size_t)b * T * row, (size_t)T * row * sizeof(float));
+            backend_copy_d2d(be, dc->vc[l] + (size_t)b * dc->cap * row, vf + (size_t)b * T * row, (size_t)T * row * sizeof(float));
+        }
     if (F != dv) backend_scale_cols(be, a->opre, a->att, n->ones, (int)N * H, F, dv);
     else backend_copy_d2d(be, a->opre, a->att, N * g->attn_dim * sizeof(float));
     backend_sigmoid_gate_forward(be, a->og, a->opre, a->gt, N * (size_t)g->attn_dim);
@@ -799,7 +915,7 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
         backend_copy_d2d(be, a->x0, a->u, N * d * sizeof(float));
     backend_rmsnorm_forward(be, a->hq, a->r1, a->x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, a->hq, N, n->d);
-    nn_attention(n, y, a, p->B, p->T);
+    nn_attention(n, y, a, p->B, p->T, p->dec, l);
     backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
     backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
     backend_add(be, a->x1, a->x0, a->ap, N * d);
@@ -843,6 +959,16 @@ int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float
     return rc;
 }
 
+/* argmax of one device row of logits (first index on a tie, as jnp.argmax); lg: host scratch (V'). */
+static int32_t nn_argmax(const needle_net *n, const float *row, float *lg)
+{
+    backend_copy_d2h(n->be, lg, row, (size_t)n->Vout * sizeof(float));
+    int best = 0;
+    for (int v = 1; v < n->Vout; v++)
+        if (lg[v] > lg[best]) best = v;
+    return best;
+}
+
 /* Greedy decoding as run.generate does it (run.py:64-99: no cache, the whole row again for every
  * token, argmax of the last position's logits, first index on a tie). Each step runs the rows still
  * going, right-padded with pad_token_id to the longest (causal: padding after a row's end changes
@@ -876,16 +1002,132 @@ int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int 
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
         for (int i = 0; rc == 0 && i < R; i++) {
             const int b = row[i], len = lens[b] + made[b];
-            backend_copy_d2h(n->be, lg, p.logits + ((size_t)i * T + len - 1) * n->Vout, (size_t)n->Vout * sizeof(float));
-            int best = 0;
-            for (int v = 1; v < n->Vout; v++)
-                if (lg[v] > lg[best]) best = v;
-            tokens[(size_t)b * cap + len] = best;
+            tokens[(size_t)b * cap + len] = nn_argmax(n, p.logits + ((size_t)i * T + len - 1) * n->Vout, lg);
             made[b]++;
         }
         nn_pass_free(n, &p);
     }
     free(row), free(batch), free(lg);
+    return rc;
+}
+
+/* 1 when row b of a decode may take another token: under its budget, short of cap, not ended. */
+static int nn_row_open(const int32_t *tokens, int b, int cap, const int *lens, const int *max_new, int eos,
+                       const int *made)
+{
+    const int len = lens[b] + made[b];
+    return made[b] < max_new[b] && len < cap && len > 0 && !(eos >= 0 && made[b] && tokens[(size_t)b * cap + len - 1] == eos);
+}
+
+static void nn_dec_free(needle_net *n, nn_dec *dc)
+{
+    float **per[5] = {dc->kc, dc->vc, dc->hq, dc->hk, dc->hv};
+    for (int k = 0; k < 5; k++) {
+        for (int l = 0; per[k] && l < n->L; l++) backend_free(n->be, per[k][l]);
+        free(per[k]);
+    }
+    for (int s = 0; s < n->nsites; s++) backend_free(n->be, dc->he[s]);
+    backend_free(n->be, dc->tmp), backend_free(n->be, dc->pos), backend_free(n->be, dc->posw);
+    free(dc->pos_h);
+}
+
+/* The caches and histories of B rows of cap positions (device), zeroed where they are read
+ * before written. -1 + loom_fail. */
+static int nn_dec_alloc(needle_net *n, nn_dec *dc, int B, int cap)
+{
+    const needle_geometry *g = &n->g;
+    const int F = g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim, c = n->c.qkv_conv_taps;
+    memset(dc, 0, sizeof *dc);
+    dc->B = B, dc->cap = cap, dc->c = c;
+    for (int s = 0; s < n->nsites; s++) {
+        const int le = (n->site[s].ntaps - 1) * g->engram_dilation + 1;
+        dc->Le = le > dc->Le ? le : dc->Le;
+    }
+    int w = n->d;
+    const int widths[3] = {g->q_dim, g->k_dim, g->v_dim};
+    for (int k = 0; k < 3; k++) w = widths[k] > w ? widths[k] : w;
+    const int h = c > dc->Le ? c : dc->Le;
+    dc->kc = calloc((size_t)n->L, sizeof(float *)), dc->vc = calloc((size_t)n->L, sizeof(float *));
+    dc->hq = calloc((size_t)n->L, sizeof(float *)), dc->hk = calloc((size_t)n->L, sizeof(float *));
+    dc->hv = calloc((size_t)n->L, sizeof(float *));
+    dc->pos_h = calloc((size_t)B, sizeof(int));
+    int ok = dc->kc && dc->vc && dc->hq && dc->hk && dc->hv && dc->pos_h;
+    const size_t kv = (size_t)B * cap * n->c.num_kv_heads * F;
+    for (int l = 0; ok && l < n->L; l++) {
+        ok = (dc->kc[l] = backend_alloc(n->be, kv * sizeof(float))) && (dc->vc[l] = backend_alloc(n->be, kv * sizeof(float)));
+        for (int k = 0; ok && c > 0 && k < 3; k++) {
+            float **hist = k == 0 ? &dc->hq[l] : k == 1 ? &dc->hk[l] : &dc->hv[l];
+            ok = (*hist = backend_alloc(n->be, (size_t)B * c * widths[k] * sizeof(float))) != NULL;
+        }
+    }
+    for (int s = 0; ok && s < n->nsites; s++) ok = (dc->he[s] = backend_alloc(n->be, (size_t)B * dc->Le * n->d * sizeof(float))) != NULL;
+    ok = ok && (dc->tmp = backend_alloc(n->be, (size_t)B * (h > 0 ? h : 1) * w * sizeof(float))) &&
+         (dc->pos = backend_alloc(n->be, (size_t)B * sizeof(int32_t))) && (dc->posw = backend_alloc(n->be, (size_t)B * sizeof(int32_t)));
+    if (!ok) {
+        nn_dec_free(n, dc);
+        return loom_fail("needle: out of memory for the decode caches of %d rows of %d", B, cap);
+    }
+    return 0;
+}
+
+/* KV-cached greedy decoding (needle_net_generate): one prefill pass over the prompts (right-
+ * padded: a row never sees the positions after its end), then one pass of B rows of one token a
+ * step, every row at its own position; a row that is done steps along unread at its last position. */
+int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                        int *made)
+{
+    nn_dec dc;
+    if (nn_dec_alloc(n, &dc, B, cap)) return -1;
+    int T = 0;
+    for (int b = 0; b < B; b++) {
+        made[b] = 0;
+        if (lens[b] <= 0 || lens[b] > cap) return nn_dec_free(n, &dc), loom_fail("needle: prompt %d of %d tokens (cap %d)", b, lens[b], cap);
+        T = lens[b] > T ? lens[b] : T;
+    }
+    int32_t *batch = malloc((size_t)B * (T > 1 ? T : 1) * sizeof(int32_t)), *pos = malloc((size_t)B * 2 * sizeof(int32_t));
+    float *lg = malloc((size_t)n->Vout * sizeof(float));
+    int rc = batch && pos && lg ? 0 : loom_fail("needle: out of memory");
+    for (int b = 0; rc == 0 && b < B; b++) {
+        memcpy(batch + (size_t)b * T, tokens + (size_t)b * cap, (size_t)lens[b] * sizeof(int32_t));
+        for (int j = lens[b]; j < T; j++) batch[(size_t)b * T + j] = n->c.pad_token_id;
+    }
+    nn_pass p;
+    dc.prefill = 1, dc.len = lens;
+    if (rc == 0 && (rc = nn_pass_begin(n, &p, batch, B, T, 0)) == 0) {
+        p.dec = &dc;
+        if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
+        for (int b = 0; rc == 0 && b < B; b++)
+            if (nn_row_open(tokens, b, cap, lens, max_new, eos, made))
+                tokens[(size_t)b * cap + lens[b]] = nn_argmax(n, p.logits + ((size_t)b * T + lens[b] - 1) * n->Vout, lg), made[b]++;
+        nn_pass_free(n, &p);
+    }
+    dc.prefill = 0, dc.hist_tok = tokens;
+    const int win = n->c.sliding_window;
+    while (rc == 0) {
+        int open = 0;
+        for (int b = 0; b < B; b++) {
+            open += nn_row_open(tokens, b, cap, lens, max_new, eos, made);
+            const int t = lens[b] + made[b] - 1; /* the last token: this step's input */
+            dc.pos_h[b] = pos[b] = t;
+            pos[B + b] = win > 0 && t - win + 1 > 0 ? win - 1 : t;
+            batch[b] = tokens[(size_t)b * cap + t];
+        }
+        if (!open) break;
+        backend_copy_h2d(n->be, dc.pos, pos, (size_t)B * sizeof(int32_t));
+        backend_copy_h2d(n->be, dc.posw, pos + B, (size_t)B * sizeof(int32_t));
+        if ((rc = nn_pass_begin(n, &p, batch, B, 1, 0))) break;
+        p.dec = &dc;
+        if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
+        for (int b = 0; rc == 0 && b < B; b++) /* a row's state changes only after its own check */
+            if (nn_row_open(tokens, b, cap, lens, max_new, eos, made)) {
+                const int len = lens[b] + made[b];
+                tokens[(size_t)b * cap + len] = nn_argmax(n, p.logits + (size_t)b * n->Vout, lg);
+                made[b]++;
+            }
+        nn_pass_free(n, &p);
+    }
+    free(batch), free(pos), free(lg);
+    nn_dec_free(n, &dc);
     return rc;
 }
 

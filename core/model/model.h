@@ -272,6 +272,11 @@ int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float
  * after eos (-1: none) or at cap; made[b] the count. -1 + loom_fail. */
 int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
                       int *made);
+/* The same decoding with a KV cache (each layer's keys and values, the conv taps' last inputs,
+ * the engram's last values): one pass over the prompts, then one of a token per row a step. The
+ * tokens are needle_net_greedy's (the same math, sums in another order). -1 + loom_fail. */
+int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                        int *made);
 /* Needle's fine-tune loss on B rows of T tokens (position i's next-token loss counts where
  * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), divided by denom (> 0; a
  * data-parallel step passes the whole global batch's count) or else by this batch's count, into

@@ -298,7 +298,7 @@ void model_gen_rope(model_gen *g, float *x, float *scratch, int R, int H, int D)
     model *m = g->m;
     backend *be = m->be;
     if (!g->rope_freq) {
-        backend_rope_rows(be, x, g->pos, R, H, D, m->cfg.rope_theta);
+        backend_rope_rows(be, x, g->pos, R, H, D, m->cfg.rope_theta, NULL);
         return;
     }
     int W = H * D, Tp = g->rope_T;

@@ -355,6 +355,8 @@ static void suite_rope_freqs(suite *s)
     /* both sides on the test backend: rope_freqs(plain table) vs rope(theta) */
     pair y = pair_new(s, NULL, x.bytes);
     backend_copy_d2d(s->t, y.t, x.t, x.bytes);
+    float *orig = malloc(x.bytes);
+    backend_copy_d2h(s->t, orig, x.t, x.bytes);
     backend_rope_freqs(s->t, (float *)x.t, B, T, H, D, (const float *)fr.t, 0);
     backend_rope(s->t, (float *)y.t, B, T, H, D, 10000.0f, 0);
     float *a = malloc(x.bytes), *b = malloc(x.bytes);
@@ -370,7 +372,29 @@ static void suite_rope_freqs(suite *s)
     suite_count(s, check_allclose_v("op_suite rope_freqs(theta table) == rope(theta)", a, want, n,
                                     same, s->verbose));
     free(want);
-    free(a), free(b);
+    /* rope_rows with the table (batched generation at per-row positions): row r at position
+     * pos[r] gets exactly the bits rope_freqs gives that position (the same angles, same math) */
+    if (backend_has(s->t, BACKEND_OP_ROPE_ROWS)) {
+        const int R = 4;
+        int32_t ph[4] = {0, 1, T / 2, T - 1};
+        const size_t w = (size_t)H * D;
+        float *rows = malloc((size_t)R * w * sizeof(float));
+        for (int r = 0; r < R; r++) memcpy(rows + r * w, orig + (size_t)ph[r] * w, w * sizeof(float)); /* batch row 0 */
+        float *dr = backend_alloc(s->t, (size_t)R * w * sizeof(float));
+        int32_t *dp = backend_alloc(s->t, sizeof ph);
+        backend_copy_h2d(s->t, dr, rows, (size_t)R * w * sizeof(float));
+        backend_copy_h2d(s->t, dp, ph, sizeof ph);
+        backend_rope_rows(s->t, dr, dp, R, H, D, 0.0f, (const float *)fr.t);
+        backend_copy_d2h(s->t, rows, dr, (size_t)R * w * sizeof(float));
+        int same_bits = 1;
+        for (int r = 0; r < R; r++) same_bits &= memcmp(rows + r * w, a + (size_t)ph[r] * w, w * sizeof(float)) == 0;
+        printf("op_suite %s rope_rows(freqs) at positions 0, 1, %d, %d == rope_freqs' rows, bit for bit\n",
+               same_bits ? "ok  " : "FAIL", T / 2, T - 1);
+        suite_count(s, same_bits);
+        backend_free(s->t, dr), backend_free(s->t, dp);
+        free(rows);
+    }
+    free(a), free(b), free(orig);
     pair_free(s, &fr), pair_free(s, &x), pair_free(s, &y);
 }
 
@@ -693,8 +717,8 @@ static void suite_decode_rows_one(suite *s, int R, int cap, int H, int Hkv, int 
     pair kc = pair_rand(s, nc, 1.5), vc = pair_rand(s, nc, 1), out = pair_new(s, NULL, nq * 4);
     char name[96];
     FOR_SIDES (be) {
-        backend_rope_rows(be, PF(q, side), PI(pos, side), R, H, D, 10000.0f);
-        backend_rope_rows(be, PF(kn, side), PI(pos, side), R, Hkv, D, 10000.0f);
+        backend_rope_rows(be, PF(q, side), PI(pos, side), R, H, D, 10000.0f, NULL);
+        backend_rope_rows(be, PF(kn, side), PI(pos, side), R, Hkv, D, 10000.0f, NULL);
     }
     snprintf(name, sizeof name, "rope_rows R%d H%d D%d", R, H, D);
     /* as suite_rope: cos, sin, two products and a cancelling sum; a side computing the angle

@@ -382,14 +382,24 @@ static void check_decode(backend *be, const char *base, const char *lora, const 
         if (!n) continue;
         int32_t *tok = calloc((size_t)2 * cap, sizeof(int32_t));
         for (int i = 0; i < np; i++) tok[i] = tok[cap + i] = cJSON_GetArrayItem(prompt, i)->valueint;
-        int lens[2] = {np, np - 3}, max_new[2] = {nw, nw}, made[2] = {0, 0};
+        int32_t *kv = calloc((size_t)2 * cap, sizeof(int32_t));
+        memcpy(kv, tok, (size_t)2 * cap * sizeof(int32_t));
+        int lens[2] = {np, np - 3}, max_new[2] = {nw, nw}, made[2] = {0, 0}, made_kv[2] = {0, 0};
         CHECK(needle_net_greedy(n, tok, 2, cap, lens, max_new, -1, made) == 0, "greedy: %s", loom_error());
-        CHECK(made[0] == nw && made[1] == nw, "%s: made %d and %d tokens, want %d", cases[c], made[0], made[1], nw);
-        int same = 0;
-        for (int i = 0; i < nw; i++) same += tok[np + i] == cJSON_GetArrayItem(want, i)->valueint;
+        CHECK(needle_net_generate(n, kv, 2, cap, lens, max_new, -1, made_kv) == 0, "generate: %s", loom_error());
+        CHECK(made[0] == nw && made[1] == nw && made_kv[0] == nw && made_kv[1] == nw,
+              "%s: made %d, %d tokens (KV cache: %d, %d), want %d", cases[c], made[0], made[1], made_kv[0], made_kv[1], nw);
+        int same = 0, same_kv = 0, rows_kv = 0;
+        for (int i = 0; i < nw; i++) {
+            same += tok[np + i] == cJSON_GetArrayItem(want, i)->valueint;
+            same_kv += kv[np + i] == cJSON_GetArrayItem(want, i)->valueint;
+        }
+        for (int i = 0; i < 2 * cap; i++) rows_kv += kv[i] == tok[i];
         CHECK(same == nw, "%s greedy: %d of %d tokens are run.generate's", cases[c], same, nw);
-        printf("     needle greedy %s: %d of %d tokens are run.generate's\n", cases[c], same, nw);
-        free(tok);
+        CHECK(same_kv == nw, "%s KV-cached: %d of %d tokens are run.generate's", cases[c], same_kv, nw);
+        CHECK(rows_kv == 2 * cap, "%s: the KV-cached rows differ from the uncached ones in %d places", cases[c], 2 * cap - rows_kv);
+        printf("     needle greedy %s: %d of %d tokens are run.generate's, with the KV cache too\n", cases[c], same, nw);
+        free(tok), free(kv);
         needle_net_close(n);
     }
     cJSON_Delete(root);
