@@ -69,8 +69,9 @@ int main(int argc, char **argv)
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"first_step_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"backend\": \"%s\"}\n",
-           first, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0, backend_name(be));
+    printf("{\"first_step_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"model_gflop\": %.4f, "
+           "\"backend\": \"%s\"}\n", first, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0,
+           needle_net_step_flops(n, B, T) / 1e9, backend_name(be));
     needle_net_close(n);
     backend_destroy(be);
     free(tok), free(w), free(dt);

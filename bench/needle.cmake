@@ -2,3 +2,7 @@
 # gradient pass on a Needle base checkpoint (bench/needle.sh runs it next to Needle's own step).
 add_executable(bench_needle ${CMAKE_CURRENT_SOURCE_DIR}/bench_needle.c)
 target_link_libraries(bench_needle PRIVATE loom_core)
+# bench_needle_decode BASE.safetensors [N P NEW BATCH UNCACHED]: the needle family's KV-cached greedy
+# decoding (and the cache-less one) in tokens/s: the loom side of bench/needle_decode.sh.
+add_executable(bench_needle_decode ${CMAKE_CURRENT_SOURCE_DIR}/bench_needle_decode.c)
+target_link_libraries(bench_needle_decode PRIVATE loom_core)

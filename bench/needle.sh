@@ -44,12 +44,16 @@ for f in first_step_s step_s peak_rss_mb; do
   printf '%-34s %12.1f %12.1f %8s\n' "$f" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2fx", b / a}')"
 done
 echo "(ratio: Needle / loom, higher is better for loom; the losses differ: each side draws its own tokens and adapter)"
-# The ceiling: docs/needle.md section 7 counts 1.402 TFLOP of model FLOPs a step at B16 T256
-# (1.799 executed with the whole-layer recompute both sides do), at this machine's sgemm rate.
-if [ "$B" = 16 ] && [ "$T" = 256 ] && [ -x "$build/bench/bench_sgemm" ]; then
+# The ceiling: loom's count of the step's model FLOPs (needle_net_step_flops; docs/needle.md section 7
+# counts 1402.1275 GFLOP by hand at B16 T256, 1799.0764 executed with the whole-layer recompute both
+# sides do) at this machine's sgemm rate.
+if [ -x "$build/bench/bench_sgemm" ]; then
   rate=$("$build/bench/bench_sgemm" 2>/dev/null | sed -n 's/.*calibrated peak \([0-9.]*\) GFLOP.*/\1/p')
-  st=$(echo "$lo" | field step_s)
-  [ -n "$rate" ] && awk -v r="$rate" -v s="$st" 'BEGIN {
-    c = 1402.1275 / r; x = 1799.0764 / r
+  st=$(echo "$lo" | field step_s) gf=$(echo "$lo" | field model_gflop)
+  if [ "$B" = 16 ] && [ "$T" = 256 ]; then
+    awk -v g="$gf" 'BEGIN { printf "model FLOPs: loom counts %.4f GFLOP, docs/needle.md by hand 1402.1275: %s\n", g, (g - 1402.1275 < 0.001 && 1402.1275 - g < 0.001) ? "equal" : "DIFFERENT" }'
+  fi
+  [ -n "$rate" ] && [ -n "$gf" ] && awk -v r="$rate" -v s="$st" -v g="$gf" 'BEGIN {
+    c = g / r; x = c * 1799.0764 / 1402.1275
     printf "sgemm %.1f GFLOP/s: ceiling %.2f s/step (model FLOPs), %.2f s with the recompute; loom %.2f s = %.2f of the first, %.2f of the second\n", r, c, x, s, c / s, x / s }'
 fi

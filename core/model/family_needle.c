@@ -6,9 +6,10 @@
  * weights as Needle's merge_lora does) straight from its files into device tensors in loom's
  * conventions (kernels transposed to (out, in); one layer's slice of every stacked leaf), and runs
  * the forward of SimpleAttentionNetwork.__call__ on B rows of T tokens into logits, with the
- * hidden states of hidden_states() beside them. Not yet a model_family: training (backward, LoRA
- * as trainable tensors, the optimiser) and decoding go through model.c once this pass is checked
- * against Needle's own numbers (tests/core/model/test_needle_forward.c).
+ * hidden states of hidden_states() beside them; the loss and the adapters' gradients (whole-layer
+ * recompute), Needle's optimiser step, and greedy decoding with and without a KV cache. Checked
+ * against Needle's own numbers (tests/core/model/test_needle_net.c). Not yet a model_family: the
+ * training room drives it through core/train/finetune_needle.c, not model.c's table.
  *
  * Two layout choices make loom's ops compute Needle's math:
  *  - Half-split RoPE. Needle rotates (x[i], x[i + dq/2]) of each head; backend_rope_freqs rotates
@@ -1129,6 +1130,25 @@ int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const in
     free(batch), free(pos), free(lg);
     nn_dec_free(n, &dc);
     return rc;
+}
+
+double needle_net_step_flops(const needle_net *n, int B, int T)
+{
+    const needle_geometry *g = &n->g;
+    const double d = n->d, H = n->c.num_heads, lanes = g->lanes, nh = g->hada_n;
+    const double proj = 2 * d * (g->q_dim + g->k_dim + g->v_dim + g->attn_dim) + 2.0 * g->attn_dim * d;
+    const double attn = 2 * H * T * (double)(g->qk_head_dim + g->v_head_dim); /* dense over T, as Needle */
+    const double mhc = 2 * lanes * d * (2 * lanes + lanes * lanes);
+    const double mlp = 2 * d * NEEDLE_COND_RANK + 2.0 * NEEDLE_COND_RANK * nh + 3 * 2 * nh * (g->hada_a + g->hada_b);
+    const double e = (double)g->engram_tables * g->engram_sub_dim, head = 2 * d * n->Vout;
+    const double fwd = n->L * (proj + attn + mhc + mlp) + n->nsites * 2 * 2 * e * d + head;
+    const double bwd = n->L * (2 * proj + 2 * attn + mhc + mlp) + head;
+    double lora = 0;
+    for (int t = 0; t < NN_TARGETS; t++) {
+        const nn_lora *lo = &n->lora[t];
+        if (lo->A) lora += 3 * 2.0 * lo->in * lo->r * lo->out * n->L; /* the merge, dA and dB */
+    }
+    return (fwd + bwd) * B * T + lora;
 }
 
 /* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the merged LoRA

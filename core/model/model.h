@@ -267,6 +267,10 @@ const needle_config *needle_net_config(const needle_net *n);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);
+/* Model FLOPs of one LoRA step on B rows of T tokens as docs/needle.md section 7 counts them by
+ * hand (matmuls only, attention dense over T as Needle computes it, the merge and the adapters'
+ * gradients; not the whole-layer recompute): 1.402 TFLOP at the default config, B 16, T 256, r 16. */
+double needle_net_step_flops(const needle_net *n, int B, int T);
 /* Greedy decoding (run.generate's, without its cache-less cost in memory): B rows of cap tokens,
  * row b's prompt its first lens[b] (> 0); up to max_new[b] tokens appended after it, stopping
  * after eos (-1: none) or at cap; made[b] the count. -1 + loom_fail. */

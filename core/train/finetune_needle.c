@@ -360,7 +360,7 @@ static int nf_reduce_grads(nf *t)
 }
 
 /* One optimizer step: 0 done, 1 skipped (non-finite), -1 error. */
-static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, double *tokens)
+static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, double *tokens, double *flops)
 {
     const train_config *tc = &t->cfg.train;
     const int W = t->c->size, r = t->c->rank;
@@ -379,6 +379,8 @@ static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, doubl
     }
     if (nf_reduce_grads(t) || comm_allreduce_host(t->c, stats, 2)) return -1;
     *loss = stats[0], *tokens = stats[1];
+    /* every rank its rows and its own merge and adapter gradients (docs/needle.md section 7) */
+    *flops = needle_net_step_flops(t->net, t->mb * t->accum, T) * W;
     *lr = optim_lr(tc, step);
     if (!isfinite(*loss)) {
         *norm = NAN;
@@ -484,16 +486,16 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
     int bad_in_row = 0;
     for (int step = (int)t->step; step < tc->steps; step++) {
         fault_at_step(&t->fault, t->c->rank, step + 1);
-        double t0 = nf_now(), loss = 0, norm = 0, tokens = 0;
+        double t0 = nf_now(), loss = 0, norm = 0, tokens = 0, flops = 0;
         float lr = 0;
-        int st = nf_step(t, step, &loss, &norm, &lr, &tokens);
+        int st = nf_step(t, step, &loss, &norm, &lr, &tokens, &flops);
         if (st < 0) return -1;
         const char *broken = backend_failure(t->be);
         if (broken) return loom_fail("finetune: step %d: %s", step + 1, broken);
         if (metrics_bad_step(st, step + 1, loss, norm, tc->max_bad_steps, &bad_in_row, &rep->bad_steps)) return -1;
         t->step = step + 1;
         if (opt && opt->losses_out && step < opt->losses_cap) opt->losses_out[step] = loss;
-        metrics_step(t->log, 0.0 /* the step's FLOPs are not counted yet: no MFU */, step + 1, loss, lr, norm, tokens, 0.0, nf_now() - t0);
+        metrics_step(t->log, backend_peak_flops(t->be) * t->c->size, step + 1, loss, lr, norm, tokens, flops, nf_now() - t0);
         rep->last_loss = loss;
         rep->steps_done = step + 1;
         if (t->sft.val.n && (t->step % t->steps_per_epoch == 0 || t->step == tc->steps)) {
@@ -554,6 +556,7 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     if (comm_allreduce_host(c, &failed, 1)) return -1;
     if (failed > 0) return rc ? -1 : loom_fail("checkpoint: rank 0 could not lock %s", t->ckpt_dir);
     t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
+    backend_peak_flops(t->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;
 }
 
