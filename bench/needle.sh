@@ -15,22 +15,10 @@ build=${1:-build}
 bench="$build/bench/bench_needle"
 rounds=${ROUNDS:-1} steps=${STEPS:-3} B=${B:-16} T=${T:-256}
 base=${BASE:-/tmp/needle_default.safetensors}
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${PYTHON:-}" ]; then py=$PYTHON
-elif [ -x /work/venv/bin/python ]; then py=/work/venv/bin/python
-else py=python3; fi
-[ -x "$bench" ] || { echo "bench/needle.sh: $bench not built (cmake --build $build --target bench_needle)"; exit 1; }
-if ! "$py" -c "import needle.model.architecture, optax" 2> /dev/null; then
-  echo "Needle reference: missing ($py lacks cactus-needle[train]); install with:"
-  echo "  python3 -m venv /work/venv && /work/venv/bin/pip install 'cactus-needle[train]==3.2.8'"
-  exit 1
-fi
+source "$(dirname "$0")/needle_lib.sh"
 load() { cut -d' ' -f1 /proc/loadavg; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-field() { sed -n "s/.*\"$1\": \([-0-9.e]*\).*/\1/p"; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
-[ -f "$base" ] || { echo "making $base (Needle's default config, random init)"; "$py" "$root/bench/needle_step.py" "$base" 1 8 1 > /dev/null; }
 echo "CPU: $cpu, $(nproc) threads; B $B T $T, $steps steps per run, $rounds rounds"
 for r in $(seq "$rounds"); do
   l1=$(load); lo=$("$bench" "$base" "$B" "$T" "$steps" 1)

@@ -12,19 +12,7 @@ build=${1:-build}
 bench="$build/bench/bench_needle_decode"
 N=${N:-8} NN=${NN:-2} P=${P:-512} NEW=${NEW:-96} BATCH=${BATCH:-8} UNCACHED=${UNCACHED:-0}
 base=${BASE:-/tmp/needle_default.safetensors}
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${PYTHON:-}" ]; then py=$PYTHON
-elif [ -x /work/venv/bin/python ]; then py=/work/venv/bin/python
-else py=python3; fi
-[ -x "$bench" ] || { echo "bench/needle_decode.sh: $bench not built (cmake --build $build --target bench_needle_decode)"; exit 1; }
-if ! "$py" -c "import needle.model.architecture" 2> /dev/null; then
-  echo "Needle reference: missing ($py lacks cactus-needle[train]); install with:"
-  echo "  python3 -m venv /work/venv && /work/venv/bin/pip install 'cactus-needle[train]==3.2.8'"
-  exit 1
-fi
-[ -f "$base" ] || { echo "making $base (Needle's default config, random init)"; "$py" "$root/bench/needle_step.py" "$base" 1 8 1 > /dev/null; }
-field() { sed -n "s/.*\"$1\": \([-0-9.e]*\).*/\1/p"; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+source "$(dirname "$0")/needle_lib.sh"
 echo "CPU: $cpu, $(nproc) threads; prompts of $P ids, $NEW new tokens; loom $N prompts, $BATCH a batch; Needle $NN prompts"
 l1=$(cut -d' ' -f1 /proc/loadavg); lo=$("$bench" "$base" "$N" "$P" "$NEW" "$BATCH" "$UNCACHED")
 l2=$(cut -d' ' -f1 /proc/loadavg); ne=$("$py" "$root/bench/needle_decode.py" "$base" "$NN" "$P" "$NEW" 2> /dev/null)

@@ -77,7 +77,6 @@ typedef struct nf {
     int lock_fd;
     char out_dir[512], ckpt_dir[600];
     metrics *log;
-    int eval_n;           /* held-out examples the last accuracy covered (all ranks) */
     fault_plan fault;     /* tests only: LOOM_FAULT_* (a rank exits or hangs at a step) */
 } nf;
 
@@ -88,6 +87,7 @@ static double nf_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A regular file named *.safetensors: an HF model is a folder, a loom checkpoint a folder or .h5. */
 int finetune_needle_base(const char *path)
 {
     size_t n = strlen(path);
@@ -416,7 +416,7 @@ static int nf_validate(nf *t, double *val)
  * the merged adapters with W4 weights (a net of its own: the training net may run other numerics),
  * Needle's exact-call figure (no call block = the answer []) beside loom's exact and names. */
 #define NF_EVAL_NEW 96
-static int nf_accuracy(nf *t, const char *what, double *acc, double *names, double *needle_acc, double *seconds)
+static int nf_accuracy(nf *t, const char *what, eval_result *res)
 {
     const double t0 = nf_now();
     const sft_set *v = &t->sft.val;
@@ -438,7 +438,7 @@ static int nf_accuracy(nf *t, const char *what, double *acc, double *names, doub
                      needle_net_lora_state(e, t->ad[i].path, 1, a, b, NULL, NULL, NULL, NULL) ? -1 : 0;
     }
     free(ab);
-    double s[4] = {0, 0, 0, 0}; /* exact, names, Needle's exact call, examples */
+    double s[7] = {0}; /* exact, names, Needle's exact call, examples, tokens, answer [], no call block */
     const int nsel = rc == 0 ? evaluate_select(v->n, t->cfg.eval.max_examples, sel) : 0;
     int mine[64], nm = 0;
     for (int k = t->c->rank; rc == 0 && k < nsel; k += W) {
@@ -456,6 +456,7 @@ static int nf_accuracy(nf *t, const char *what, double *acc, double *names, doub
             const sft_example *ex = &v->ex[mine[j]];
             int got = toolcall_extract(&t->chat, rows + (size_t)j * cap + lens[j], made[j], text, (size_t)cap * 16 + 16);
             s[2] += toolcall_needle_match(got < 0 ? NULL : text, ex->answers_json);
+            s[4] += made[j], s[5] += toolcall_needle_match(NULL, ex->answers_json), s[6] += got < 0;
             if (got >= 0) {
                 toolcall_grade g = toolcall_grade_text(text, ex->answers);
                 s[0] += g.exact, s[1] += g.names;
@@ -469,14 +470,13 @@ static int nf_accuracy(nf *t, const char *what, double *acc, double *names, doub
     double failed = rc != 0;
     if (comm_allreduce_host(t->c, &failed, 1) || (failed > 0 && rc == 0 && loom_fail("eval: failed on another rank")))
         return -1;
-    if (rc || comm_allreduce_host(t->c, s, 4)) return -1;
-    *acc = s[3] > 0 ? s[0] / s[3] : NAN, *names = s[3] > 0 ? s[1] / s[3] : NAN;
-    *needle_acc = s[3] > 0 ? s[2] / s[3] : NAN, *seconds = nf_now() - t0;
-    t->eval_n = (int)s[3];
+    if (rc || comm_allreduce_host(t->c, s, 7)) return -1;
+    const double k = s[3] > 0 ? 1.0 / s[3] : NAN;
+    *res = (eval_result){s[0] * k, s[1] * k, s[2] * k, s[5] * k, s[6] * k, (int)s[3], (long)s[4], nf_now() - t0};
     if (t->c->rank == 0)
         log_info("eval %s: %d held-out examples, greedy on W4 weights as Needle scores: Needle's exact-call %.1f%%, "
                  "loom's exact %.1f%%, right names %.1f%% (%.1f s)",
-                 what, (int)s[3], 100.0 * *needle_acc, 100.0 * *acc, 100.0 * *names, *seconds);
+                 what, res->examples, 100.0 * res->needle, 100.0 * res->accuracy, 100.0 * res->names, res->seconds);
     return 0;
 }
 
@@ -509,7 +509,8 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
     return nf_maybe_save(t, 1);
 }
 
-static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt)
+/* train 0 (loom eval): no checkpoint lock, no metrics, nothing written. */
+static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt, int train)
 {
     t->cfg = *cfg;
     t->c = c;
@@ -550,6 +551,7 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     if (cfg->checkpoint.dir[0]) snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", cfg->checkpoint.dir);
     else snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/ckpt", t->out_dir);
     if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume)) return -1;
+    if (!train) return 0;
     if (c->rank == 0 && session_mkdirs(t->out_dir)) return -1;
     int rc = c->rank == 0 && cfg->checkpoint.every >= 0 ? ckpt_lock(t->ckpt_dir, &t->lock_fd) : 0;
     double failed = rc != 0;
@@ -577,19 +579,35 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
     if (!t) return loom_fail("finetune: out of host memory");
     train_report rep = {0};
     rep.val_loss = rep.accuracy = rep.base_accuracy = rep.names = rep.base_names = NAN;
-    int rc = nf_open(t, cfg, c, opt);
+    int rc = nf_open(t, cfg, c, opt, 1);
     const int eval = rc == 0 && opt && opt->eval_accuracy && t->sft.val.n > 0;
-    double needle_acc;
-    if (eval && cfg->finetune.eval_base && !(opt->resume && opt->resume[0]))
-        rc = nf_accuracy(t, "base model", &rep.base_accuracy, &rep.base_names, &needle_acc, &rep.base_eval_s);
+    eval_result ev;
+    if (eval && cfg->finetune.eval_base && !(opt->resume && opt->resume[0]) &&
+        (rc = nf_accuracy(t, "base model", &ev)) == 0)
+        rep.base_accuracy = ev.accuracy, rep.base_names = ev.names, rep.base_eval_s = ev.seconds;
     if (rc == 0) rc = nf_loop(t, &rep, opt);
-    if (rc == 0 && eval) {
-        rc = nf_accuracy(t, "fine-tuned", &rep.accuracy, &rep.names, &needle_acc, &rep.eval_s);
-        rep.eval_examples = t->eval_n;
-    }
+    if (rc == 0 && eval && (rc = nf_accuracy(t, "fine-tuned", &ev)) == 0)
+        rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds, rep.eval_examples = ev.examples;
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
     rep.state_bytes = 3 * t->state_elems * sizeof(float);
     if (report) *report = rep;
+    nf_close(t);
+    free(t);
+    return rc;
+}
+
+int finetune_needle_eval(const job_config *cfg, comm *c, const char *ckpt, double *val_loss, eval_result *res)
+{
+    nf *t = calloc(1, sizeof *t);
+    if (!t) return loom_fail("eval: out of host memory");
+    train_options opt = {.resume = ckpt};
+    int rc = nf_open(t, cfg, c, &opt, 0);
+    *val_loss = NAN;
+    memset(res, 0, sizeof *res);
+    res->accuracy = res->names = res->needle = res->empty = res->no_call = NAN;
+    if (rc == 0 && t->sft.val.n == 0) rc = loom_fail("%s: no held-out examples to evaluate (data.val, data.val_split)", cfg->data.train);
+    if (rc == 0) rc = nf_validate(t, val_loss);
+    if (rc == 0) rc = nf_accuracy(t, ckpt && ckpt[0] ? "checkpoint" : "base model", res);
     nf_close(t);
     free(t);
     return rc;

@@ -9,10 +9,6 @@
 #include "core/train/train.h"
 #include "parallel/comm.h"
 
-/* 1 when path is a regular file named *.safetensors (what a Needle base is; an HF model is a
- * folder, a loom checkpoint a folder or an .h5 file). */
-int finetune_needle_base(const char *path);
-
 /* The checkpoint's name of target t's (needle_lora_path) adapter A (is_b 0) or B: the flax path
  * past "block/", '/' as '.', "kernel" dropped: "self_attn.q_proj.A". */
 void finetune_needle_name(int t, int is_b, char *buf, size_t cap);

@@ -3,6 +3,7 @@
 # (tests/fixtures/needle/train_base.safetensors, made by Needle's own code) on Needle's rows with
 # Needle's tokenizer, from the command line:
 #  A  1 rank: the training loss of the last epoch below the first's, the validation loss falls;
+#     `loom eval --ckpt` of A gives the validation loss A logged last, and both accuracy figures;
 #  B  saves at step K and every rank exits at K+1; C resumes B: C's losses are A's as printed and the
 #     adapters `loom export needle` writes from A and C are the same bytes;
 #  G  finetune.qat=false: trains, and its losses are not A's (the switch reaches the numerics);
@@ -51,6 +52,17 @@ same_losses A/metrics.jsonl C/metrics.jsonl $((K + 1)) "$N"
 "$LOOM" export needle C/ckpt C.safetensors > /dev/null 2>&1 || fail "export C"
 cmp A.safetensors C.safetensors || fail "the adapters of A and of C (resumed) differ"
 echo "ok: C resumed at step $K: the exported adapter is A's, byte for byte"
+# loom eval of A's checkpoint: the validation loss A logged last (the same rows, the same adapters),
+# and both accuracy figures; of the base alone: another loss
+"$LOOM" eval "$JOB" "${FT[@]}" --ckpt A/ckpt --quiet > eval.out 2> eval.log || { cat eval.log; fail "loom eval A"; }
+got=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval.out)
+want=$(echo "$vals" | tail -1 | awk '{printf "%.4f", $1}')
+[ -n "$got" ] && [ "$got" = "$want" ] || { cat eval.out; fail "loom eval A: val loss '$got', A logged $want"; }
+grep -q "Needle's exact-call" eval.out && grep -q "tool-call exact match" eval.out || { cat eval.out; fail "loom eval A: the accuracy lines"; }
+"$LOOM" eval "$JOB" "${FT[@]}" --quiet > eval0.out 2>&1 || { cat eval0.out; fail "loom eval of the base"; }
+got0=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval0.out)
+[ -n "$got0" ] && [ "$got0" != "$got" ] || fail "loom eval of the base: val loss '$got0' (A's: $got)"
+echo "ok: loom eval: A's checkpoint val loss $got as logged, the base's $got0"
 head -c 8 A.safetensors | od -An -tu8 | awk '{exit !($1 > 100)}' || fail "A.safetensors: no safetensors header"
 grep -a -q '"scale":"2.0"' A.safetensors && grep -a -q '"rank":"4"' A.safetensors && grep -a -q 'lora/stack/layers/block/self_attn/out_proj/kernel/B' A.safetensors ||
   fail "A.safetensors: want Needle's metadata (scale \"2.0\", rank \"4\") and lora/<path>/A, /B tensors"
