@@ -16,7 +16,7 @@ static int export_parse(int argc, char **argv, export_options *o)
     o->dtype = ST_F32;
     o->shard_mb = 2048;
     if (argc < 5) return loom_fail("usage: loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N] | loom export peft CKPT OUT_DIR | "
-                                    "loom export needle CKPT OUT.safetensors");
+                                    "loom export needle CKPT OUT.safetensors [--merge]");
     const char *kind = argv[2];
     o->ckpt = argv[3];
     o->out_dir = argv[4];
@@ -41,8 +41,14 @@ static int export_parse(int argc, char **argv, export_options *o)
 int cmd_export(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[2], "needle") == 0) {
-        if (argc != 5) return loom_fail("usage: loom export needle CKPT OUT.safetensors"), cli_fail();
-        if (export_needle(argv[3], argv[4])) return cli_fail();
+        int merge = 0, other = 0, bad = argc < 5;
+        for (int i = 5; i < argc; i++) {
+            if (strcmp(argv[i], "--merge") == 0) merge = 1;
+            else if (strcmp(argv[i], "--allow-other-base") == 0) other = 1;
+            else bad = 1;
+        }
+        if (bad) return loom_fail("usage: loom export needle CKPT OUT.safetensors [--merge] [--allow-other-base]"), cli_fail();
+        if (export_needle(argv[3], argv[4], merge, other)) return cli_fail();
         printf("%s -> %s\n", argv[3], argv[4]);
         return 0;
     }

@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "  import HF_DIR OUT_DIR|OUT.h5                a Hugging Face folder -> a loom checkpoint\n"
             "  export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]\n"
             "  export peft CKPT OUT_DIR                    a LoRA checkpoint -> a PEFT adapter folder\n"
-            "  export needle CKPT OUT.safetensors          a Needle fine-tune -> Needle's adapter file\n"
+            "  export needle CKPT OUT.safetensors [--merge] a Needle fine-tune -> Needle's adapter (or merged base)\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");
 }
 

@@ -30,10 +30,14 @@ typedef struct export_options {
  * beside the checkpoint (an import) or from finetune.base. 0, or -1 + loom_fail. */
 int export_hf(const export_options *o);
 
-/* `loom export needle CKPT OUT.safetensors`: the LoRA adapters of a Needle fine-tune's checkpoint
- * (finetune.base a Needle base) as Needle's write_adapter writes them (finetune.py:497-506:
- * metadata scale, base = finetune.base as the job named it, rank, seed = train.seed), which
- * Needle's read_adapter and `needle build --lora` take. 0, or -1 + loom_fail. */
-int export_needle(const char *ckpt, const char *out);
+/* `loom export needle CKPT OUT.safetensors [--merge] [--allow-other-base]`: the LoRA adapters of a
+ * Needle fine-tune's checkpoint (finetune.base a Needle base) as Needle's write_adapter writes them
+ * (finetune.py:497-506: metadata scale, base = finetune.base as the job named it, rank, seed =
+ * train.seed), which Needle's read_adapter and `needle build --lora` take; with merge, the base
+ * itself with the adapters folded into its five kernels (W + s A B in float32, stored in the
+ * kernel's dtype), every other tensor and the metadata as the base has them, which Needle's
+ * read_checkpoint and `needle run` load (the base must be the one trained on, unless
+ * allow_other_base). 0, or -1 + loom_fail. */
+int export_needle(const char *ckpt, const char *out, int merge, int allow_other_base);
 
 #endif

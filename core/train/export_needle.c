@@ -5,6 +5,7 @@
  * and trained zero steps has that adapter's bytes. */
 #include "core/train/export.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,7 +40,86 @@ static int export_needle_table(const char *file, const ckpt_state *st, const job
     return 0;
 }
 
-int export_needle(const char *ckpt, const char *out)
+/* The stored form of float x in dtype dt at out[i]. */
+static void export_needle_store(void *out, size_t i, st_dtype dt, float x)
+{
+    if (dt == ST_BF16) ((uint16_t *)out)[i] = st_f32_to_bf16(x);
+    else if (dt == ST_F16) ((uint16_t *)out)[i] = st_f32_to_f16(x);
+    else ((float *)out)[i] = x;
+}
+
+/* Target t's kernel of the base (tensor i of f, [L, in, out]) with the adapter folded in as
+ * Needle's merge_lora does it (ft:336-342: W + scale (A B), in float32), in the tensor's own dtype
+ * (so a zero adapter gives the stored bytes back). NULL + loom_fail. */
+static void *export_needle_fold(needle_file *f, int i, const float *A, const float *B, int r, float scale)
+{
+    const st_tensor *x = needle_file_tensor(f, i);
+    const int L = (int)x->shape[0], in = (int)x->shape[1], out = (int)x->shape[2];
+    float *W = malloc(x->numel * sizeof(float));
+    void *o = malloc(x->numel * (x->dtype == ST_F32 ? 4 : 2));
+    if (!W || !o || (x->dtype != ST_F32 && x->dtype != ST_BF16 && x->dtype != ST_F16) || needle_file_read(f, i, W, x->numel)) {
+        if (W && o) loom_fail("tensor %s: dtype not F32, BF16 or F16, or unreadable", x->name);
+        else loom_fail("export: out of host memory");
+        free(W), free(o);
+        return NULL;
+    }
+    for (int l = 0; l < L; l++)
+        for (int p = 0; p < in; p++)
+            for (int q = 0; q < out; q++) {
+                float ab = 0.0f;
+                for (int k = 0; k < r; k++) ab += A[((size_t)l * in + p) * r + k] * B[((size_t)l * r + k) * out + q];
+                const size_t e = ((size_t)l * in + p) * out + q;
+                export_needle_store(o, e, x->dtype, W[e] + scale * ab);
+            }
+    free(W);
+    return o;
+}
+
+/* The base with every adapter folded in, the other tensors' bytes as the base stores them, and the
+ * base's metadata (format_version, config, step, run, as stored): what Needle's read_checkpoint
+ * loads. */
+static int export_needle_merged(const char *file, const ckpt_state *st, const job_config *job, const float *data,
+                                const ckpt_tensor *table, const char *out, int allow_other_base)
+{
+    needle_file *f = needle_open(job->finetune.base);
+    if (!f) return -1;
+    int rc = 0, n = needle_file_count(f);
+    if (needle_file_digest(f) != st->base_digest && !allow_other_base)
+        rc = loom_fail("%s: the adapters were trained on another base than %s (its digest differs); "
+                       "--allow-other-base merges anyway", file, job->finetune.base);
+    needle_wtensor *w = calloc((size_t)n, sizeof *w);
+    void *own[NEEDLE_LORA_TARGETS] = {0};
+    if (rc == 0 && !w) rc = loom_fail("export: out of host memory");
+    const float scale = (float)((double)job->finetune.lora_alpha / job->finetune.lora_rank);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const st_tensor *x = needle_file_tensor(f, i);
+        int t = 0;
+        while (t < NEEDLE_LORA_TARGETS && strcmp(x->name, needle_lora_path(t))) t++;
+        size_t nb;
+        w[i] = (needle_wtensor){x->name, x->dtype, x->ndim, {0}, needle_file_bytes(f, i, &nb)};
+        for (int k = 0; k < x->ndim; k++) w[i].shape[k] = x->shape[k];
+        if (t < NEEDLE_LORA_TARGETS) {
+            own[t] = export_needle_fold(f, i, data + table[2 * t].offset, data + table[2 * t + 1].offset,
+                                        job->finetune.lora_rank, scale);
+            if (!own[t]) rc = -1;
+            w[i].data = own[t];
+        }
+    }
+    /* the base's metadata strings as stored, in its order (the safetensors library writes its
+     * hash map's order, which varies between Needle's runs): a zero adapter gives the file back */
+    const int nm = needle_file_meta_count(f);
+    needle_meta *m = calloc((size_t)(nm > 0 ? nm : 1), sizeof *m);
+    if (rc == 0 && !m) rc = loom_fail("export: out of host memory");
+    for (int k = 0; rc == 0 && k < nm; k++) m[k].key = needle_file_meta_at(f, k, &m[k].value);
+    if (rc == 0) rc = needle_write(out, w, n, m, nm);
+    free(m);
+    for (int t = 0; t < NEEDLE_LORA_TARGETS; t++) free(own[t]);
+    free(w);
+    needle_close(f);
+    return rc;
+}
+
+int export_needle(const char *ckpt, const char *out, int merge, int allow_other_base)
 {
     char file[1024];
     if (ckpt_resolve(ckpt, file, sizeof file)) return -1;
@@ -63,7 +143,8 @@ int export_needle(const char *ckpt, const char *out)
         ckpt_group grp = {"lora", table, 2 * NEEDLE_LORA_TARGETS, data, NULL, NULL};
         rc = ckpt_read_group(r, &grp);
     }
-    if (rc == 0) {
+    if (rc == 0 && merge) rc = export_needle_merged(file, &st, &job, data, table, out, allow_other_base);
+    else if (rc == 0) {
         const char *paths[NEEDLE_LORA_TARGETS];
         needle_wtensor w[2 * NEEDLE_LORA_TARGETS];
         for (int i = 0; i < 2 * NEEDLE_LORA_TARGETS; i++) {
@@ -76,8 +157,9 @@ int export_needle(const char *ckpt, const char *out)
                                   (int64_t)job.train.seed);
     }
     if (rc == 0)
-        log_info("export: %s -> %s (Needle LoRA adapter, rank %d, scale %g, step %lld)", file, out,
-                 job.finetune.lora_rank, (double)job.finetune.lora_alpha / job.finetune.lora_rank, (long long)st.step);
+        log_info("export: %s -> %s (%s, rank %d, scale %g, step %lld)", file, out,
+                 merge ? "Needle base with the adapters merged" : "Needle LoRA adapter", job.finetune.lora_rank,
+                 (double)job.finetune.lora_alpha / job.finetune.lora_rank, (long long)st.step);
     free(data);
     ckpt_state_free(&st);
     ckpt_close(r);

@@ -276,8 +276,8 @@ static int nf_maybe_save(nf *t, int final)
 }
 
 /* What a resume must agree on beyond resume_check_job's fields: the adapters' shape and scale,
- * the numerics, the base. */
-static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st)
+ * the numerics, the base; an evaluation (train 0) only the adapters' shape and the base. */
+static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st, int train)
 {
     job_config saved;
     if (config_load_string(&saved, st->job_config_json, file, NULL, 0))
@@ -286,7 +286,7 @@ static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st)
     if (a->lora_rank != b->lora_rank || a->lora_alpha != b->lora_alpha)
         return loom_fail("%s: adapters of rank %d alpha %g, the job asks rank %d alpha %g (finetune.lora_rank, "
                          "finetune.lora_alpha)", file, a->lora_rank, a->lora_alpha, b->lora_rank, b->lora_alpha);
-    if (a->qat != b->qat)
+    if (train && a->qat != b->qat)
         return loom_fail("%s: trained with finetune.qat=%s, the job has %s: the resumed steps would differ",
                          file, a->qat ? "true" : "false", b->qat ? "true" : "false");
     if (st->base_digest != t->base_digest && !b->allow_other_base)
@@ -297,12 +297,13 @@ static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st)
         return loom_fail("%s: attributes step %lld, sample_cursor %lld, adam_step %lld disagree", file,
                          (long long)st->step, (long long)st->sample_cursor, (long long)st->adam_step);
     if (st->adam_step > INT32_MAX - 1) return loom_fail("%s: attribute adam_step %lld out of range", file, (long long)st->adam_step);
+    if (!train) return 0; /* an evaluation reads the adapters under any schedule and numerics */
     return resume_check_job(&t->cfg, file, st->job_config_json) ||
                    resume_check_tokenizer(file, st->tokenizer_hash, saved.model.tokenizer, t->cfg.model.tokenizer)
                ? -1 : 0;
 }
 
-static int nf_resume(nf *t, const char *path)
+static int nf_resume(nf *t, const char *path, int train)
 {
     char file[1024];
     if (ckpt_resolve(path, file, sizeof file)) return -1;
@@ -313,7 +314,7 @@ static int nf_resume(nf *t, const char *path)
     int rc = !host ? loom_fail("resume: out of host memory") : ckpt_read_state(r, &st);
     if (rc == 0 && !ckpt_has_group(r, "optimizer/lora_v"))
         rc = loom_fail("%s: no group lora / optimizer/lora_*: not a Needle fine-tune's checkpoint", file);
-    if (rc == 0) rc = nf_check_saved(t, file, &st);
+    if (rc == 0) rc = nf_check_saved(t, file, &st, train);
     const char *groups[3] = {"lora", "optimizer/lora_m", "optimizer/lora_v"};
     for (int w = 0; rc == 0 && w < 3; w++) {
         ckpt_group g = {groups[w], t->table, 2 * t->nad, host + w * t->state_elems, NULL, NULL};
@@ -323,7 +324,7 @@ static int nf_resume(nf *t, const char *path)
     if (rc == 0) {
         t->step = st.step;
         t->adam_count = (int)st.adam_step;
-        log_info("resumed %s: step %lld of %d, AdamW step %d, saved by %d rank(s) on %s", file, (long long)st.step,
+        log_info("%s %s: step %lld of %d, AdamW step %d, saved by %d rank(s) on %s", train ? "resumed" : "loaded", file, (long long)st.step,
                  t->cfg.train.steps, t->adam_count, st.world_size, st.backend ? st.backend : "?");
     }
     free(host);
@@ -550,7 +551,7 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     else snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", cfg->name);
     if (cfg->checkpoint.dir[0]) snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", cfg->checkpoint.dir);
     else snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/ckpt", t->out_dir);
-    if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume)) return -1;
+    if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume, train)) return -1;
     if (!train) return 0;
     if (c->rank == 0 && session_mkdirs(t->out_dir)) return -1;
     int rc = c->rank == 0 && cfg->checkpoint.every >= 0 ? ckpt_lock(t->ckpt_dir, &t->lock_fd) : 0;

@@ -4,6 +4,8 @@
 # Needle's tokenizer, from the command line:
 #  A  1 rank: the training loss of the last epoch below the first's, the validation loss falls;
 #     `loom eval --ckpt` of A gives the validation loss A logged last, and both accuracy figures;
+#     `loom export needle --merge` of A evaluates as A does (float), and of a run at lr 0 is the base
+#     file byte for byte;
 #  B  saves at step K and every rank exits at K+1; C resumes B: C's losses are A's as printed and the
 #     adapters `loom export needle` writes from A and C are the same bytes;
 #  G  finetune.qat=false: trains, and its losses are not A's (the switch reaches the numerics);
@@ -63,6 +65,22 @@ grep -q "Needle's exact-call" eval.out && grep -q "tool-call exact match" eval.o
 got0=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval0.out)
 [ -n "$got0" ] && [ "$got0" != "$got" ] || fail "loom eval of the base: val loss '$got0' (A's: $got)"
 echo "ok: loom eval: A's checkpoint val loss $got as logged, the base's $got0"
+# --merge: the base with A's adapters folded in; evaluated alone (float) it is A evaluated with its
+# adapters (the same W + s A B, summed in another order: 1e-7 relative on the weights), and far from
+# the base alone; a run that never moved its adapters (lr 0) merges back into the base, byte for byte
+"$LOOM" export needle A/ckpt merged.safetensors --merge > /dev/null 2>&1 || fail "export --merge A"
+fl=(--set finetune.qat=false --quiet)
+va=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --ckpt A/ckpt 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+vm=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=merged.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+vb=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+awk -v a="$va" -v m="$vm" -v b="$vb" 'BEGIN { d = a - m; if (d < 0) d = -d; e = a - b; if (e < 0) e = -e;
+  exit !(a != "" && m != "" && d <= 2e-4 && e > 100 * 2e-4) }' ||
+  fail "merged base: val loss $vm, A with its adapters $va, the base alone $vb (want the first two within 2e-4)"
+echo "ok: export --merge: val loss $vm, A with its adapters $va, the base alone $vb"
+ft 1 Z --set checkpoint.every=0 --set train.lr=0 --set finetune.epochs=1 --set finetune.eval_base=false || { tail Z.log; fail "Z (lr 0)"; }
+"$LOOM" export needle Z/ckpt Z.safetensors --merge > /dev/null 2>&1 || fail "export --merge Z"
+cmp Z.safetensors "$FIX/train_base.safetensors" || fail "a zero adapter merged: not the base's bytes"
+echo "ok: a zero adapter merged gives the base file back, byte for byte"
 head -c 8 A.safetensors | od -An -tu8 | awk '{exit !($1 > 100)}' || fail "A.safetensors: no safetensors header"
 grep -a -q '"scale":"2.0"' A.safetensors && grep -a -q '"rank":"4"' A.safetensors && grep -a -q 'lora/stack/layers/block/self_attn/out_proj/kernel/B' A.safetensors ||
   fail "A.safetensors: want Needle's metadata (scale \"2.0\", rank \"4\") and lora/<path>/A, /B tensors"
