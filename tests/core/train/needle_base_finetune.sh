@@ -58,8 +58,10 @@ echo "ok: C resumed at step $K: the exported adapter is A's, byte for byte"
 # and both accuracy figures; of the base alone: another loss
 "$LOOM" eval "$JOB" "${FT[@]}" --ckpt A/ckpt --quiet > eval.out 2> eval.log || { cat eval.log; fail "loom eval A"; }
 got=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval.out)
-want=$(echo "$vals" | tail -1 | awk '{printf "%.4f", $1}')
-[ -n "$got" ] && [ "$got" = "$want" ] || { cat eval.out; fail "loom eval A: val loss '$got', A logged $want"; }
+want=$(echo "$vals" | tail -1)
+# the same sums on the same adapters; printed to 4 and 6 decimals, so equal to 1e-4 as text allows
+awk -v g="$got" -v w="$want" 'BEGIN { d = g - w; if (d < 0) d = -d; exit !(g != "" && d <= 1.5e-4) }' ||
+  { cat eval.out; fail "loom eval A: val loss '$got', A logged $want"; }
 grep -q "Needle's exact-call" eval.out && grep -q "tool-call exact match" eval.out || { cat eval.out; fail "loom eval A: the accuracy lines"; }
 "$LOOM" eval "$JOB" "${FT[@]}" --quiet > eval0.out 2>&1 || { cat eval0.out; fail "loom eval of the base"; }
 got0=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval0.out)
@@ -113,7 +115,8 @@ if [ ${#MPIRUN[@]} -gt 0 ]; then
   close_norms G/metrics.jsonl D/metrics.jsonl 1e-5
   ft 2 Q --set checkpoint.every=0 || { tail Q.log; fail "Q (2 ranks, QAT)"; }
   close_losses A/metrics.jsonl Q/metrics.jsonl 1 1 1e-6
-  [ "$(norms A/metrics.jsonl | head -1)" = "$(norms Q/metrics.jsonl | head -1)" ] || fail "Q: step 1's gradient norm is not A's"
+  awk -v a="$(norms A/metrics.jsonl | head -1)" -v b="$(norms Q/metrics.jsonl | head -1)" \
+    'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * a) }' || fail "Q: step 1's gradient norm is not A's (rtol 1e-5)"
   LOOM_FAULT_ACTION=exit LOOM_FAULT_RANK=all LOOM_FAULT_STEP=$((K + 1)) ft 2 E --set checkpoint.every=$K --set finetune.qat=false
   [ "$(cat E/ckpt/latest 2>/dev/null)" = "$(printf 'step_%08d.h5' $K)" ] || { tail E.log; fail "E: no checkpoint at step $K"; }
   ft 1 F --set checkpoint.every=0 --set finetune.qat=false --resume E/ckpt || { tail F.log; fail "F: 2 ranks' checkpoint resumed on 1"; }
