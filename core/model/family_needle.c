@@ -970,6 +970,14 @@ static int32_t nn_argmax(const needle_net *n, const float *row, float *lg)
     return best;
 }
 
+/* 1 when row b of a decode may take another token: under its budget, short of cap, not ended. */
+static int nn_row_open(const int32_t *tokens, int b, int cap, const int *lens, const int *max_new, int eos,
+                       const int *made)
+{
+    const int len = lens[b] + made[b];
+    return made[b] < max_new[b] && len < cap && len > 0 && !(eos >= 0 && made[b] && tokens[(size_t)b * cap + len - 1] == eos);
+}
+
 /* Greedy decoding as run.generate does it (run.py:64-99: no cache, the whole row again for every
  * token, argmax of the last position's logits, first index on a tie). Each step runs the rows still
  * going, right-padded with pad_token_id to the longest (causal: padding after a row's end changes
@@ -986,8 +994,7 @@ int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int 
         int R = 0, T = 0;
         for (int b = 0; b < B; b++) {
             const int len = lens[b] + made[b];
-            const int32_t last = made[b] ? tokens[(size_t)b * cap + len - 1] : -1;
-            if (made[b] >= max_new[b] || len >= cap || (eos >= 0 && last == eos) || len == 0) continue;
+            if (!nn_row_open(tokens, b, cap, lens, max_new, eos, made)) continue;
             row[R++] = b;
             T = len > T ? len : T;
         }
@@ -1010,14 +1017,6 @@ int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int 
     }
     free(row), free(batch), free(lg);
     return rc;
-}
-
-/* 1 when row b of a decode may take another token: under its budget, short of cap, not ended. */
-static int nn_row_open(const int32_t *tokens, int b, int cap, const int *lens, const int *max_new, int eos,
-                       const int *made)
-{
-    const int len = lens[b] + made[b];
-    return made[b] < max_new[b] && len < cap && len > 0 && !(eos >= 0 && made[b] && tokens[(size_t)b * cap + len - 1] == eos);
 }
 
 static void nn_dec_free(needle_net *n, nn_dec *dc)

@@ -16,30 +16,6 @@
 #include "core/config/config.h"
 #include "core/train/finetune_needle.h"
 
-/* The adapters' table from the checkpoint's Needle config and job config. */
-static int export_needle_table(const char *file, const ckpt_state *st, const job_config *job, ckpt_tensor *table,
-                               char names[][64], size_t *total)
-{
-    needle_config nc;
-    if (needle_config_parse(&nc, st->model_config_json, file)) return -1;
-    needle_geometry g;
-    needle_geometry_of(&nc, &g);
-    const int r = job->finetune.lora_rank;
-    size_t off = 0;
-    for (int t = 0; t < NEEDLE_LORA_TARGETS; t++) {
-        int in, out;
-        needle_lora_dims(&g, nc.d_model, t, &in, &out);
-        for (int ab = 0; ab < 2; ab++) {
-            finetune_needle_name(t, ab, names[2 * t + ab], 64);
-            ckpt_tensor *x = &table[2 * t + ab];
-            *x = (ckpt_tensor){names[2 * t + ab], 3, {nc.num_layers, ab ? r : in, ab ? out : r}, off};
-            off += (size_t)nc.num_layers * (ab ? (size_t)r * out : (size_t)in * r);
-        }
-    }
-    *total = off;
-    return 0;
-}
-
 /* The stored form of float x in dtype dt at out[i]. */
 static void export_needle_store(void *out, size_t i, st_dtype dt, float x)
 {
@@ -128,7 +104,7 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
     ckpt_state st = {0};
     job_config job;
     ckpt_tensor table[2 * NEEDLE_LORA_TARGETS];
-    char names[2 * NEEDLE_LORA_TARGETS][64];
+    char names[2 * NEEDLE_LORA_TARGETS][128];
     size_t total = 0;
     float *data = NULL;
     int rc = ckpt_read_state(r, &st);
@@ -137,7 +113,9 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
                        "and `peft` take the others", file);
     if (rc == 0 && config_load_string(&job, st.job_config_json, file, NULL, 0))
         rc = loom_fail("%s: attribute job_config is unreadable: %s", file, loom_error());
-    if (rc == 0) rc = export_needle_table(file, &st, &job, table, names, &total);
+    needle_config nc;
+    if (rc == 0 && needle_config_parse(&nc, st.model_config_json, file)) rc = -1;
+    if (rc == 0) total = finetune_needle_table(&nc, job.finetune.lora_rank, table, names);
     if (rc == 0 && !(data = malloc(total * sizeof(float)))) rc = loom_fail("export: out of host memory");
     if (rc == 0) {
         ckpt_group grp = {"lora", table, 2 * NEEDLE_LORA_TARGETS, data, NULL, NULL};

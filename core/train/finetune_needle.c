@@ -39,14 +39,6 @@
 #include "core/train/resume_check.h"
 #include "core/train/session.h"
 
-#define NF_MAX_ADAPTERS 5 /* Needle's targets: q, k, v, gate, out */
-
-/* One adapter's place in the checkpoint: A [L, in, r] then B [L, r, out], in every group. */
-typedef struct nf_adapter {
-    const char *path;     /* flax path of the kernel (borrowed from the net) */
-    char name_a[128], name_b[128];
-    int in, out;
-} nf_adapter;
 
 typedef struct nf {
     job_config cfg;       /* a copy: train.steps is derived from the epochs */
@@ -55,9 +47,9 @@ typedef struct nf {
     needle_net *net;
     int L, rank;
     double scale;
-    nf_adapter ad[NF_MAX_ADAPTERS];
-    int nad;
-    ckpt_tensor table[2 * NF_MAX_ADAPTERS];
+    int nad;              /* adapters: Needle's five targets, needle_lora_path's order */
+    ckpt_tensor table[2 * NEEDLE_LORA_TARGETS]; /* A [L, in, r] then B [L, r, out] of each (finetune_needle_table) */
+    char names[2 * NEEDLE_LORA_TARGETS][128];
     size_t state_elems;   /* floats of every A and B */
     tokenizer *tok;
     chat_template chat;
@@ -66,8 +58,8 @@ typedef struct nf {
     long steps_per_epoch;
     int32_t *tokens, *targets;
     float *weights;
-    float *gbuf[2 * NF_MAX_ADAPTERS];
-    size_t gcount[2 * NF_MAX_ADAPTERS];
+    float *gbuf[2 * NEEDLE_LORA_TARGETS];
+    size_t gcount[2 * NEEDLE_LORA_TARGETS];
     int ngbuf;
     double *gsum;         /* host, state_elems: the gradients summed over ranks ... */
     float *gflt;          /* ... and as floats, on their way to and from the device */
@@ -128,7 +120,9 @@ static int nf_check_config(const job_config *cfg)
     return 0;
 }
 
-void finetune_needle_name(int t, int is_b, char *buf, size_t cap)
+/* The checkpoint's name of target t's adapter A (is_b 0) or B: the flax path past "block/", '/'
+ * as '.', "kernel" dropped: "self_attn.q_proj.A". */
+static void nf_name(int t, int is_b, char *buf, size_t cap)
 {
     const char *path = needle_lora_path(t), *p = strstr(path, "block/");
     char base[96];
@@ -140,24 +134,21 @@ void finetune_needle_name(int t, int is_b, char *buf, size_t cap)
     snprintf(buf, cap, "%s.%s", base, is_b ? "B" : "A");
 }
 
-/* The adapters of the net: names and the checkpoint table (A then B of each, Needle's layout). */
-static void nf_table(nf *t)
+size_t finetune_needle_table(const needle_config *c, int rank, ckpt_tensor *table, char names[][128])
 {
+    needle_geometry g;
+    needle_geometry_of(c, &g);
     size_t off = 0;
-    t->nad = 0;
-    for (int i = 0; i < NF_MAX_ADAPTERS; i++) {
-        nf_adapter *a = &t->ad[i];
-        if (!(a->path = needle_net_lora_info(t->net, i, &a->in, &a->out, &t->rank, &t->scale))) break;
-        finetune_needle_name(i, 0, a->name_a, sizeof a->name_a);
-        finetune_needle_name(i, 1, a->name_b, sizeof a->name_b);
-        ckpt_tensor *ta = &t->table[2 * i], *tb = &t->table[2 * i + 1];
-        *ta = (ckpt_tensor){a->name_a, 3, {t->L, a->in, t->rank}, off};
-        off += (size_t)t->L * a->in * t->rank;
-        *tb = (ckpt_tensor){a->name_b, 3, {t->L, t->rank, a->out}, off};
-        off += (size_t)t->L * t->rank * a->out;
-        t->nad++;
+    for (int t = 0; t < NEEDLE_LORA_TARGETS; t++) {
+        int in, out;
+        needle_lora_dims(&g, c->d_model, t, &in, &out);
+        for (int ab = 0; ab < 2; ab++) {
+            nf_name(t, ab, names[2 * t + ab], 128);
+            table[2 * t + ab] = (ckpt_tensor){names[2 * t + ab], 3, {c->num_layers, ab ? rank : in, ab ? out : rank}, off};
+            off += (size_t)c->num_layers * (ab ? (size_t)rank * out : (size_t)in * rank);
+        }
     }
-    t->state_elems = off;
+    return off;
 }
 
 /* The adapters' state to or from host arrays in the table's layout (A, B, or a moment). which:
@@ -169,7 +160,7 @@ static int nf_state(nf *t, int which, int set, float *host)
         float *p[6] = {0};
         p[which == 0 ? 0 : which == 1 ? 2 : 3] = a;
         p[which == 0 ? 1 : which == 1 ? 4 : 5] = b;
-        if (needle_net_lora_state(t->net, t->ad[i].path, set, p[0], p[1], p[2], p[3], p[4], p[5])) return -1;
+        if (needle_net_lora_state(t->net, needle_lora_path(i), set, p[0], p[1], p[2], p[3], p[4], p[5])) return -1;
     }
     return 0;
 }
@@ -435,8 +426,8 @@ static int nf_accuracy(nf *t, const char *what, eval_result *res)
     if (rc == 0 && !ab) rc = loom_fail("eval: out of host memory");
     for (int i = 0; rc == 0 && i < t->nad; i++) {
         float *a = ab + t->table[2 * i].offset, *b = ab + t->table[2 * i + 1].offset;
-        rc = needle_net_lora_state(t->net, t->ad[i].path, 0, a, b, NULL, NULL, NULL, NULL) ||
-                     needle_net_lora_state(e, t->ad[i].path, 1, a, b, NULL, NULL, NULL, NULL) ? -1 : 0;
+        rc = needle_net_lora_state(t->net, needle_lora_path(i), 0, a, b, NULL, NULL, NULL, NULL) ||
+                     needle_net_lora_state(e, needle_lora_path(i), 1, a, b, NULL, NULL, NULL, NULL) ? -1 : 0;
     }
     free(ab);
     double s[7] = {0}; /* exact, names, Needle's exact call, examples, tokens, answer [], no call block */
@@ -534,30 +525,27 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
                          t->mb, c->size);
     t->accum = tc->batch_size / (t->mb * c->size);
     if (needle_net_lora_init(t->net, cfg->finetune.lora_rank, cfg->finetune.lora_alpha, tc->seed)) return -1;
-    nf_table(t);
+    t->nad = NEEDLE_LORA_TARGETS; /* lora_init puts one on each */
+    needle_net_lora_info(t->net, 0, NULL, NULL, &t->rank, &t->scale);
+    t->state_elems = finetune_needle_table(needle_net_config(t->net), t->rank, t->table, t->names);
     size_t n = (size_t)t->mb * t->T;
     t->tokens = malloc(n * sizeof(int32_t)), t->targets = malloc(n * sizeof(int32_t));
     t->weights = malloc(n * sizeof(float));
     t->gsum = malloc(t->state_elems * sizeof(double)), t->gflt = malloc(t->state_elems * sizeof(float));
     if (!t->tokens || !t->targets || !t->weights || !t->gsum || !t->gflt) return loom_fail("finetune: out of host memory");
-    if ((t->ngbuf = needle_net_lora_grad_buffers(t->net, t->gbuf, t->gcount, 2 * NF_MAX_ADAPTERS)) < 0) return -1;
+    if ((t->ngbuf = needle_net_lora_grad_buffers(t->net, t->gbuf, t->gcount, 2 * NEEDLE_LORA_TARGETS)) < 0) return -1;
     const needle_config *nc = needle_net_config(t->net);
     log_info("model needle (%s): %d layers, d_model %d, vocab %d; LoRA rank %d alpha %g (scale %g) on q/k/v/gate/out_proj: "
              "%zu trainable parameters; numerics %s; %d ranks, micro-batch %d x %d", cfg->finetune.base, nc->num_layers,
              nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
              cfg->finetune.qat ? "Needle's QAT (W4 STE of the merged weights, A8, KV8; finetune.qat)" : "float32",
              c->size, t->mb, t->T);
-    if (cfg->out[0]) snprintf(t->out_dir, sizeof t->out_dir, "%s", cfg->out);
-    else snprintf(t->out_dir, sizeof t->out_dir, "runs/%s", cfg->name);
-    if (cfg->checkpoint.dir[0]) snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s", cfg->checkpoint.dir);
-    else snprintf(t->ckpt_dir, sizeof t->ckpt_dir, "%s/ckpt", t->out_dir);
+    session_out_dir(cfg, t->out_dir, sizeof t->out_dir);
+    session_ckpt_dir_of(cfg, t->out_dir, t->ckpt_dir, sizeof t->ckpt_dir);
     if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume, train)) return -1;
     if (!train) return 0;
     if (c->rank == 0 && session_mkdirs(t->out_dir)) return -1;
-    int rc = c->rank == 0 && cfg->checkpoint.every >= 0 ? ckpt_lock(t->ckpt_dir, &t->lock_fd) : 0;
-    double failed = rc != 0;
-    if (comm_allreduce_host(c, &failed, 1)) return -1;
-    if (failed > 0) return rc ? -1 : loom_fail("checkpoint: rank 0 could not lock %s", t->ckpt_dir);
+    if (session_lock_dir(c, cfg, t->ckpt_dir, &t->lock_fd)) return -1;
     t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
     backend_peak_flops(t->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;

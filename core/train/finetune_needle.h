@@ -5,13 +5,17 @@
 
 #include <stddef.h>
 
+#include "checkpoints/ckpt.h"
+#include "checkpoints/needle.h"
 #include "core/config/config.h"
 #include "core/train/train.h"
 #include "parallel/comm.h"
 
-/* The checkpoint's name of target t's (needle_lora_path) adapter A (is_b 0) or B: the flax path
- * past "block/", '/' as '.', "kernel" dropped: "self_attn.q_proj.A". */
-void finetune_needle_name(int t, int is_b, char *buf, size_t cap);
+/* The adapters' table in a Needle fine-tune's checkpoint, for config c at rank r: A [L, in, r] then
+ * B [L, r, out] of each target (needle_lora_path's order), named by the flax path past "block/"
+ * with '.' for '/' and "kernel" dropped ("self_attn.q_proj.A"; the names go into names). Returns
+ * the floats of all of them. */
+size_t finetune_needle_table(const needle_config *c, int rank, ckpt_tensor *table, char names[][128]);
 
 /* The fine-tune (see finetune_needle.c). 0, or -1 + loom_fail. */
 int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);

@@ -30,6 +30,12 @@ int session_mkdirs(const char *path)
     return 0;
 }
 
+void session_out_dir(const job_config *cfg, char *dir, size_t len)
+{
+    if (cfg->out[0]) snprintf(dir, len, "%s", cfg->out);
+    else snprintf(dir, len, "runs/%s", cfg->name);
+}
+
 /* Threads per rank: the configured number, else this node's cores split between its ranks. */
 static int session_threads(const job_config *cfg, const comm *c)
 {
@@ -80,8 +86,7 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
                   tc->batch_size, s->micro_batch, c->size);
         goto fail;
     }
-    if (cfg->out[0]) snprintf(s->out_dir, sizeof s->out_dir, "%s", cfg->out);
-    else snprintf(s->out_dir, sizeof s->out_dir, "runs/%s", cfg->name);
+    session_out_dir(cfg, s->out_dir, sizeof s->out_dir);
     if (c->rank == 0 && session_mkdirs(s->out_dir)) goto fail;
     /* what checkpoints record of the tokenizer; an unreadable one fails where it is opened */
     if (tokenizer_hash_of(cfg->model.tokenizer, &s->tok_hash)) s->tok_hash = 0;

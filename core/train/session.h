@@ -79,6 +79,14 @@ int session_model_adopt(model_config *m, const model_config *src, const char *sr
 int session_model_from_hf(model_config *m, const char *dir, const unsigned char *explicit);
 int session_load_hf(session *s, const char *dir, const model_tensor *bt, int nb);
 
+/* The job's output folder (out, else runs/<name>) and its checkpoint folder (checkpoint.dir, else
+ * <out>/ckpt). */
+void session_out_dir(const job_config *cfg, char *dir, size_t len);
+void session_ckpt_dir_of(const job_config *cfg, const char *out_dir, char *dir, size_t len);
+/* The one-writer lock on checkpoint folder dir (rank 0 takes it into *fd, every rank learns the
+ * outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail. */
+int session_lock_dir(comm *c, const job_config *cfg, const char *dir, int *fd);
+
 /* A training job's one-writer lock on its checkpoint folder (rank 0 takes it, every rank learns
  * the outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail naming the other
  * job's pid and host. */

@@ -39,10 +39,15 @@ static const char *session_param_group(const session *s)
     return s->model->lora.rank ? "lora" : "model";
 }
 
+void session_ckpt_dir_of(const job_config *cfg, const char *out_dir, char *dir, size_t len)
+{
+    if (cfg->checkpoint.dir[0]) snprintf(dir, len, "%s", cfg->checkpoint.dir);
+    else snprintf(dir, len, "%s/ckpt", out_dir);
+}
+
 static void session_ckpt_dir(const session *s, char *dir, size_t len)
 {
-    if (s->cfg->checkpoint.dir[0]) snprintf(dir, len, "%s", s->cfg->checkpoint.dir);
-    else snprintf(dir, len, "%s/ckpt", s->out_dir);
+    session_ckpt_dir_of(s->cfg, s->out_dir, dir, len);
 }
 
 /* The save streams region by region: every rank walks the same (group, tensor) sequence and
@@ -235,18 +240,23 @@ static int session_save(session *s)
     return failed > 0 ? -1 : 0;
 }
 
-int session_lock_ckpt_dir(session *s)
+int session_lock_dir(comm *c, const job_config *cfg, const char *dir, int *fd)
 {
-    if (s->cfg->checkpoint.every < 0) return 0; /* never saves: nothing to guard */
-    char dir[600];
-    session_ckpt_dir(s, dir, sizeof dir);
-    int rc = s->comm->rank == 0 ? ckpt_lock(dir, &s->ckpt_lock_fd) : 0;
-    if (s->comm->size == 1) return rc;
+    if (cfg->checkpoint.every < 0) return 0; /* never saves: nothing to guard */
+    int rc = c->rank == 0 ? ckpt_lock(dir, fd) : 0;
+    if (c->size == 1) return rc;
     if (rc != 0) log_warn("checkpoint: %s", loom_error()); /* rank 0 says why before the job ends */
     double failed = rc != 0;
-    if (comm_allreduce_host(s->comm, &failed, 1)) return -1;
+    if (comm_allreduce_host(c, &failed, 1)) return -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: rank 0 could not lock the checkpoint folder %s", dir);
     return failed > 0 ? -1 : 0;
+}
+
+int session_lock_ckpt_dir(session *s)
+{
+    char dir[600];
+    session_ckpt_dir(s, dir, sizeof dir);
+    return session_lock_dir(s->comm, s->cfg, dir, &s->ckpt_lock_fd);
 }
 
 void session_unlock_ckpt_dir(session *s)
