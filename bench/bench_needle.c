@@ -38,7 +38,7 @@ int main(int argc, char **argv)
     const int steps = argc > 4 ? atoi(argv[4]) : 3, qat = argc > 5 ? atoi(argv[5]) : 1;
     const char *name = getenv("LOOM_BACKEND");
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
-    needle_net *n = be ? needle_net_open(be, argv[1], NULL, qat ? NEEDLE_NUM_QAT : 0) : NULL;
+    needle_net *n = be ? needle_net_open(be, argv[1], 0, NULL, qat ? NEEDLE_NUM_QAT : 0) : NULL;
     if (n && needle_net_lora_init(n, 16, 32.0f, 0)) needle_net_close(n), n = NULL;
     if (!n || B <= 0 || T <= 0 || steps <= 0) {
         fprintf(stderr, "bench_needle: %s\n", loom_error() ? loom_error() : "bad arguments");

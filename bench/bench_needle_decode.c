@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     const double t0 = now();
     const char *name = getenv("LOOM_BACKEND");
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
-    needle_net *net = be ? needle_net_open(be, argv[1], NULL, NEEDLE_NUM_W4) : NULL;
+    needle_net *net = be ? needle_net_open(be, argv[1], 0, NULL, NEEDLE_NUM_W4) : NULL;
     if (!net || N <= 0 || P <= 1 || NEW <= 0 || batch <= 0) {
         fprintf(stderr, "bench_needle_decode: %s\n", loom_error() ? loom_error() : "bad arguments");
         return 1;

@@ -12,6 +12,15 @@
 #include "base/error.h"
 #include "checkpoints/ckpt_crc.h"
 
+/* A tensor of a rung (needle_open_rung): the stored tensor `src` cut along `axis`. */
+typedef struct needle_cut {
+    st_tensor t;      /* the rung's name (owned), shape and numel; begin/end unused */
+    int axis;         /* -1: the stored tensor whole; else the rows rows[0 .. nrows) of this axis */
+    int nrows;
+    const int *rows;  /* the file's sel or hrows */
+    void *bytes;      /* the cut's bytes once needle_file_bytes asked (owned) */
+} needle_cut;
+
 struct needle_file {
     st_file *st;
     needle_config cfg;
@@ -19,6 +28,8 @@ struct needle_file {
     int *idx;         /* their st indices, in file order */
     int nmeta;
     char **mkey, **mval;
+    needle_cut *cut;  /* a rung: one per kept tensor; NULL: the file as stored */
+    int sel[NEEDLE_MAX_LIST], hrows[NEEDLE_MAX_LIST + 1]; /* kept layers; the heads' kept rows */
 };
 
 /* The header's __metadata__ strings in file order into *keys / *vals (malloc'd). */
@@ -68,7 +79,7 @@ static int needle_check_tensors(needle_file *f, const needle_shape *ex, int nex)
     if (!seen) return loom_fail("out of memory");
     int rc = 0;
     for (int i = 0; rc == 0 && i < f->n; i++) {
-        const st_tensor *t = &f->st->t[f->idx[i]];
+        const st_tensor *t = needle_file_tensor(f, i);
         int k = 0;
         while (k < nex && strcmp(ex[k].path, t->name) != 0) k++;
         if (k == nex && strncmp(t->name, "ab_scales", 9) == 0)
@@ -140,6 +151,8 @@ void needle_close(needle_file *f)
     free(f->mkey);
     free(f->mval);
     free(f->idx);
+    for (int i = 0; f->cut && i < f->n; i++) free(f->cut[i].t.name), free(f->cut[i].bytes);
+    free(f->cut);
     st_close(f->st);
     free(f);
 }
@@ -171,7 +184,7 @@ uint64_t needle_file_digest(const needle_file *f)
 
 const char *needle_file_meta(const needle_file *f, const char *key) { return needle_meta_get(f->nmeta, f->mkey, f->mval, key); }
 int needle_file_count(const needle_file *f) { return f->n; }
-const st_tensor *needle_file_tensor(const needle_file *f, int i) { return &f->st->t[f->idx[i]]; }
+const st_tensor *needle_file_tensor(const needle_file *f, int i) { return f->cut ? &f->cut[i].t : &f->st->t[f->idx[i]]; }
 
 int needle_file_meta_count(const needle_file *f) { return f->nmeta; }
 
@@ -184,21 +197,130 @@ const char *needle_file_meta_at(const needle_file *f, int i, const char **value)
 int needle_file_find(const needle_file *f, const char *path)
 {
     for (int i = 0; i < f->n; i++)
-        if (strcmp(f->st->t[f->idx[i]].name, path) == 0) return i;
+        if (strcmp(needle_file_tensor(f, i)->name, path) == 0) return i;
     return -1;
+}
+
+/* A cut's geometry: the stored tensor as outer x rows x inner elements around the cut axis. */
+static void needle_cut_dims(const needle_file *f, int i, size_t *outer, int64_t *rows, size_t *inner)
+{
+    const st_tensor *s = &f->st->t[f->idx[i]];
+    const int ax = f->cut[i].axis;
+    *outer = 1, *inner = 1, *rows = s->shape[ax];
+    for (int d = 0; d < ax; d++) *outer *= (size_t)s->shape[d];
+    for (int d = ax + 1; d < s->ndim; d++) *inner *= (size_t)s->shape[d];
 }
 
 int needle_file_read(needle_file *f, int i, float *out, size_t numel)
 {
     if (i < 0 || i >= f->n) return loom_fail("%s: no tensor %d", f->st->path, i);
-    return st_read_f32(f->st, f->idx[i], out, numel);
+    if (!f->cut || f->cut[i].axis < 0) return st_read_f32(f->st, f->idx[i], out, numel);
+    const needle_cut *c = &f->cut[i];
+    if (numel != c->t.numel) return loom_fail("%s: tensor %s: read of %zu values, it has %zu", f->st->path, c->t.name, numel, c->t.numel);
+    size_t outer, inner;
+    int64_t rows;
+    needle_cut_dims(f, i, &outer, &rows, &inner);
+    for (size_t o = 0; o < outer; o++)
+        for (int j = 0; j < c->nrows; j++, out += inner)
+            if (st_read_f32_range(f->st, f->idx[i], (o * (size_t)rows + (size_t)c->rows[j]) * inner, inner, out)) return -1;
+    return 0;
 }
 
-const void *needle_file_bytes(const needle_file *f, int i, size_t *nbytes)
+const void *needle_file_bytes(needle_file *f, int i, size_t *nbytes)
 {
     const st_tensor *t = &f->st->t[f->idx[i]];
+    const uint8_t *src = f->st->map + f->st->data_start + t->begin;
     *nbytes = (size_t)(t->end - t->begin);
-    return f->st->map + f->st->data_start + t->begin;
+    if (!f->cut || f->cut[i].axis < 0) return src;
+    needle_cut *c = &f->cut[i];
+    size_t outer, inner;
+    int64_t rows;
+    needle_cut_dims(f, i, &outer, &rows, &inner);
+    const size_t row = inner * st_dtype_size(t->dtype);
+    *nbytes = outer * (size_t)c->nrows * row;
+    if (!c->bytes && !(c->bytes = malloc(*nbytes ? *nbytes : 1))) return loom_fail("%s: out of memory", f->st->path), NULL;
+    uint8_t *dst = c->bytes;
+    for (size_t o = 0; o < outer; o++)
+        for (int j = 0; j < c->nrows; j++, dst += row) memcpy(dst, src + (o * (size_t)rows + (size_t)c->rows[j]) * row, row);
+    return c->bytes;
+}
+
+/* --- a ladder rung of a base (needle.h; ladder_slice, architecture.py:199-224) --- */
+
+/* How rung f cuts kept tensor i (f->cfg still the base's): its name and cut; 0 kept, 1 dropped. */
+static int needle_cut_plan(needle_file *f, int i, int depth, needle_cut *c)
+{
+    const st_tensor *s = &f->st->t[f->idx[i]];
+    static const char *const heads[] = {"embedding_head/", "confidence_head/", "router_head/"};
+    char name[192];
+    snprintf(name, sizeof name, "%s", s->name);
+    c->axis = -1;
+    if (strncmp(s->name, "stack/", 6) == 0 && strncmp(s->name, "stack/final_norm/", 17) != 0)
+        c->axis = 0, c->nrows = depth, c->rows = f->sel;
+    for (int h = 0; h < 3; h++) {
+        const char *leaf = strncmp(s->name, heads[h], strlen(heads[h])) == 0 ? s->name + strlen(heads[h]) : NULL;
+        if (leaf && (!strcmp(leaf, "probes") || !strcmp(leaf, "gain") || !strcmp(leaf, "row_bias")))
+            c->axis = !strcmp(leaf, "row_bias"), c->nrows = depth + 1, c->rows = f->hrows;
+    }
+    int site;
+    char rest[160];
+    if (sscanf(s->name, "engrams_%d/%159s", &site, rest) == 2 && site >= 0 && site < f->cfg.engram_layers.n) {
+        int kept = -1, before = 0;
+        for (int j = 0; j < depth; j++) {
+            kept = f->sel[j] == f->cfg.engram_layers.v[site] ? j : kept;
+            for (int e = 0; e < site; e++) before += f->sel[j] == f->cfg.engram_layers.v[e];
+        }
+        if (kept < 0) return 1;
+        snprintf(name, sizeof name, "engrams_%d/%s", before, rest);
+    }
+    c->t = *s;
+    if (c->axis >= 0) {
+        c->t.shape[c->axis] = c->nrows;
+        c->t.numel = 1;
+        for (int d = 0; d < c->t.ndim; d++) c->t.numel *= (size_t)c->t.shape[d];
+    }
+    return (c->t.name = strdup(name)) ? 0 : loom_fail("out of memory");
+}
+
+static int needle_rung_cut(needle_file *f, int depth)
+{
+    needle_config rc;
+    if (needle_ladder_layers(&f->cfg, depth, f->sel) || needle_ladder_config(&f->cfg, depth, &rc)) return -1;
+    f->hrows[0] = 0;
+    for (int j = 0; j < depth; j++) f->hrows[j + 1] = f->sel[j] + 1;
+    if (!(f->cut = calloc((size_t)f->n + 1, sizeof *f->cut))) return loom_fail("out of memory");
+    int n = 0;
+    for (int i = 0; i < f->n; i++) {
+        int r = needle_cut_plan(f, i, depth, &f->cut[n]);
+        if (r < 0) return -1;
+        if (r == 0) f->idx[n++] = f->idx[i];
+    }
+    f->n = n;
+    f->cfg = rc;
+    char *json = needle_config_json(&rc);
+    if (!json) return -1;
+    for (int k = 0; k < f->nmeta; k++)
+        if (!strcmp(f->mkey[k], "config")) free(f->mval[k]), f->mval[k] = json, json = NULL;
+    free(json);
+    /* the cut against the rung's config: what ladder_slice leaves must be the rung's tensors */
+    needle_shape *ex;
+    int nex;
+    if (needle_expected(&f->cfg, &ex, &nex)) return -1;
+    int bad = needle_check_tensors(f, ex, nex);
+    free(ex);
+    return bad;
+}
+
+needle_file *needle_open_rung(const char *path, int depth)
+{
+    needle_file *f = needle_open(path);
+    if (!f || depth == 0 || depth == f->cfg.num_layers) return f;
+    if (needle_rung_cut(f, depth)) {
+        loom_fail("%s: %s", path, loom_error());
+        needle_close(f);
+        return NULL;
+    }
+    return f;
 }
 
 /* --- adapters --- */

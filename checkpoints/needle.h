@@ -109,8 +109,26 @@ const char *needle_file_meta_at(const needle_file *f, int i, const char **value)
 int needle_file_find(const needle_file *f, const char *path);
 /* Tensor i (kept index) converted to fp32 into out[0 .. numel). */
 int needle_file_read(needle_file *f, int i, float *out, size_t numel);
-/* Tensor i's stored bytes (little-endian, its dtype), borrowed from the mapping. */
-const void *needle_file_bytes(const needle_file *f, int i, size_t *nbytes);
+/* Tensor i's stored bytes (little-endian, its dtype), borrowed from the mapping (a rung's cut
+ * tensor: from a copy the file keeps until needle_close). NULL + loom_fail (out of memory). */
+const void *needle_file_bytes(needle_file *f, int i, size_t *nbytes);
+
+/* --- the ladder (architecture.py:131-224; finetune.py:293-303, what `needle build --layers N`
+ * cuts) --- */
+/* The layers rung `depth` keeps, ascending, into sel[0 .. depth): the first `depth` of the ladder
+ * order (a rung's saved ladder_order, else 0, L-1, then the midpoint of the largest gap, leftmost
+ * first). -1 + loom_fail unless 2 <= depth <= num_layers. */
+int needle_ladder_layers(const needle_config *c, int depth, int *sel);
+/* The rung's config as rung() and ladder_config() make it: num_layers = depth, global_layers,
+ * engram_layers and ladder_order renumbered to the kept layers, ladder_depths / ladder_sample /
+ * ladder_widths cleared. -1 + loom_fail. */
+int needle_ladder_config(const needle_config *c, int depth, needle_config *out);
+/* Open `path` as its rung of `depth` layers, as ladder_slice cuts it: each stacked tensor (not
+ * stack/final_norm) its kept layers, the probe heads' rows 0 and 1 + each kept layer, the engram
+ * sites of kept layers renumbered (the others dropped), every other tensor as stored; the metadata
+ * "config" is the rung's. needle_file_read / _bytes / _tensor then serve the rung; the digest stays
+ * the file's. depth 0 or the file's num_layers: the file itself (needle_open). NULL + loom_fail. */
+needle_file *needle_open_rung(const char *path, int depth);
 
 /* --- reading a LoRA adapter (checkpoints.py:343-361, written by finetune.py:497-506) --- */
 typedef struct needle_lora {

@@ -15,6 +15,7 @@ typedef struct model_config {
     int vocab;           /* embedding rows (may be padded, e.g. 50304) */
     int d_model;
     int n_layer;
+    int layers;          /* a Needle base's ladder rung (0 = its full depth) */
     int n_head;
     int n_kv_head;       /* grouped-query attention: n_head % n_kv_head == 0 */
     int head_dim;        /* per-head width; 0 = d_model / n_head (Qwen3-0.6B: 128 at d_model 1024) */

@@ -41,6 +41,9 @@
       "Token embedding rows; every token id must be below it (may be padded, e.g. 50304).") \
     X("model.d_model", CFG_INT, model.d_model, "64", POS, "Width of the residual stream.") \
     X("model.n_layer", CFG_INT, model.n_layer, "2", POS, "Number of transformer blocks.") \
+    X("model.layers", CFG_INT, model.layers, "0", NONNEG, \
+      "A Needle base's ladder rung: 0 = its full depth; N trains Needle's nested subset of N " \
+      "layers, as `needle build --layers N` cuts it (docs/needle.md section 5). Needle bases only.") \
     X("model.n_head", CFG_INT, model.n_head, "4", POS, \
       "Query heads; must divide `d_model` (head dim = d_model / n_head).") \
     X("model.n_kv_head", CFG_INT, model.n_kv_head, "2", POS, \

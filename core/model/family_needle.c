@@ -486,15 +486,15 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
     return rc;
 }
 
-needle_net *needle_net_open(backend *be, const char *base, const char *adapter, int qat)
+needle_net *needle_net_open(backend *be, const char *base, int layers, const char *adapter, int qat)
 {
     needle_net *n = calloc(1, sizeof *n);
-    needle_file *f = needle_open(base);
+    needle_file *f = needle_open_rung(base, layers);
     needle_adapter *ad = adapter ? needle_adapter_open(adapter) : NULL;
     int rc = !n ? loom_fail("needle: out of memory") : !f || (adapter && !ad) ? -1 : 0;
+    if (n) n->be = be, n->qat = qat; /* needle_net_close frees through be */
     if (rc == 0 && ad) rc = needle_adapter_check(ad, f);
     if (rc == 0) {
-        n->be = be, n->qat = qat;
         n->c = *needle_file_config(f);
         needle_geometry_of(&n->c, &n->g);
         n->L = n->c.num_layers, n->d = n->c.d_model, n->V = n->c.vocab_size;

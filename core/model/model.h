@@ -261,7 +261,10 @@ typedef struct needle_net needle_net;
 #define NEEDLE_NUM_W4 1  /* CQ 4-bit fake-quant of every kernel cq_ste_params quantises (STE) */
 #define NEEDLE_NUM_A8 2  /* A8 of the activations at its six sites, KV8 of k and v */
 #define NEEDLE_NUM_QAT 3
-needle_net *needle_net_open(backend *be, const char *base, const char *adapter, int qat); /* NULL + loom_fail */
+/* layers: 0 the base's depth, else its ladder rung of that many layers (needle_open_rung: Needle's
+ * nested subset, as `needle build --layers N` cuts it). adapter: NULL, or Needle's adapter file
+ * (for the rung when layers > 0) merged in. NULL + loom_fail. */
+needle_net *needle_net_open(backend *be, const char *base, int layers, const char *adapter, int qat);
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is

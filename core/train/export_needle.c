@@ -2,7 +2,10 @@
  * adapters out of a loom checkpoint into Needle's adapter file. The checkpoint holds them in
  * Needle's own layout (A [L, in, r], B [L, r, out], B's columns in Needle's order; see
  * finetune_needle.c), so the tensors go out as stored: a file loom wrote from Needle's adapter
- * and trained zero steps has that adapter's bytes. */
+ * and trained zero steps has that adapter's bytes. A ladder rung's adapters (model.layers) go out
+ * at the base's full depth with zeros on the layers the rung drops, so that Needle's own `needle
+ * build --lora OUT --layers N` (merge into the base, then cut the rung) gives the rung trained;
+ * --merge writes the rung itself, cut as Needle cuts it with the adapters folded in. */
 #include "core/train/export.h"
 
 #include <stdint.h>
@@ -54,15 +57,26 @@ static void *export_needle_fold(needle_file *f, int i, const float *A, const flo
 /* The base with every adapter folded in, the other tensors' bytes as the base stores them, and the
  * base's metadata (format_version, config, step, run, as stored): what Needle's read_checkpoint
  * loads. */
+/* The base the adapters were trained on (its rung when model.layers): the digest checked. */
+static needle_file *export_needle_base(const char *file, const ckpt_state *st, const job_config *job, int layers,
+                                       int allow_other_base)
+{
+    needle_file *f = needle_open_rung(job->finetune.base, layers);
+    if (f && needle_file_digest(f) != st->base_digest && !allow_other_base) {
+        loom_fail("%s: the adapters were trained on another base than %s (its digest differs); "
+                  "--allow-other-base exports anyway", file, job->finetune.base);
+        needle_close(f);
+        return NULL;
+    }
+    return f;
+}
+
 static int export_needle_merged(const char *file, const ckpt_state *st, const job_config *job, const float *data,
                                 const ckpt_tensor *table, const char *out, int allow_other_base)
 {
-    needle_file *f = needle_open(job->finetune.base);
+    needle_file *f = export_needle_base(file, st, job, job->model.layers, allow_other_base);
     if (!f) return -1;
     int rc = 0, n = needle_file_count(f);
-    if (needle_file_digest(f) != st->base_digest && !allow_other_base)
-        rc = loom_fail("%s: the adapters were trained on another base than %s (its digest differs); "
-                       "--allow-other-base merges anyway", file, job->finetune.base);
     needle_wtensor *w = calloc((size_t)n, sizeof *w);
     void *own[NEEDLE_LORA_TARGETS] = {0};
     if (rc == 0 && !w) rc = loom_fail("export: out of host memory");
@@ -73,6 +87,7 @@ static int export_needle_merged(const char *file, const ckpt_state *st, const jo
         while (t < NEEDLE_LORA_TARGETS && strcmp(x->name, needle_lora_path(t))) t++;
         size_t nb;
         w[i] = (needle_wtensor){x->name, x->dtype, x->ndim, {0}, needle_file_bytes(f, i, &nb)};
+        if (!w[i].data) rc = -1;
         for (int k = 0; k < x->ndim; k++) w[i].shape[k] = x->shape[k];
         if (t < NEEDLE_LORA_TARGETS) {
             own[t] = export_needle_fold(f, i, data + table[2 * t].offset, data + table[2 * t + 1].offset,
@@ -95,6 +110,32 @@ static int export_needle_merged(const char *file, const ckpt_state *st, const jo
     return rc;
 }
 
+/* A rung's adapters (table's [D, ...] tensors in data) at the base's full depth L into *full
+ * (malloc'd, the same tensors [L, ...] with zero rows off the rung), the table's shapes set to L. */
+static int export_needle_pad(const char *file, const ckpt_state *st, const job_config *job, ckpt_tensor *table,
+                             const float *data, int allow_other_base, float **full)
+{
+    needle_file *f = export_needle_base(file, st, job, 0, allow_other_base);
+    if (!f) return -1;
+    const int L = needle_file_config(f)->num_layers, D = job->model.layers;
+    int sel[NEEDLE_MAX_LIST];
+    int rc = needle_ladder_layers(needle_file_config(f), D, sel);
+    needle_close(f);
+    if (rc) return -1;
+    size_t total = 0;
+    for (int i = 0; i < 2 * NEEDLE_LORA_TARGETS; i++) total += (size_t)L * table[i].shape[1] * table[i].shape[2];
+    if (!(*full = calloc(total, sizeof(float)))) return loom_fail("export: out of host memory");
+    size_t off = 0;
+    for (int i = 0; i < 2 * NEEDLE_LORA_TARGETS; i++) {
+        const size_t per = (size_t)table[i].shape[1] * table[i].shape[2];
+        for (int j = 0; j < D; j++)
+            memcpy(*full + off + (size_t)sel[j] * per, data + table[i].offset + (size_t)j * per, per * sizeof(float));
+        table[i].shape[0] = L, table[i].offset = off;
+        off += (size_t)L * per;
+    }
+    return 0;
+}
+
 int export_needle(const char *ckpt, const char *out, int merge, int allow_other_base)
 {
     char file[1024];
@@ -106,7 +147,7 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
     ckpt_tensor table[2 * NEEDLE_LORA_TARGETS];
     char names[2 * NEEDLE_LORA_TARGETS][128];
     size_t total = 0;
-    float *data = NULL;
+    float *data = NULL, *padded = NULL;
     int rc = ckpt_read_state(r, &st);
     if (rc == 0 && (!ckpt_has_group(r, "lora") || !ckpt_has_group(r, "optimizer/lora_m")))
         rc = loom_fail("%s: not a Needle fine-tune's checkpoint (no Needle config and adapters); `loom export hf` "
@@ -122,12 +163,15 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
         rc = ckpt_read_group(r, &grp);
     }
     if (rc == 0 && merge) rc = export_needle_merged(file, &st, &job, data, table, out, allow_other_base);
+    else if (rc == 0 && job.model.layers > 0 && export_needle_pad(file, &st, &job, table, data, allow_other_base, &padded))
+        rc = -1;
     else if (rc == 0) {
+        const float *src = padded ? padded : data;
         const char *paths[NEEDLE_LORA_TARGETS];
         needle_wtensor w[2 * NEEDLE_LORA_TARGETS];
         for (int i = 0; i < 2 * NEEDLE_LORA_TARGETS; i++) {
             if (i % 2 == 0) paths[i / 2] = needle_lora_path(i / 2);
-            w[i] = (needle_wtensor){NULL, ST_F32, 3, {0}, data + table[i].offset};
+            w[i] = (needle_wtensor){NULL, ST_F32, 3, {0}, src + table[i].offset};
             for (int k = 0; k < 3; k++) w[i].shape[k] = table[i].shape[k];
         }
         const double scale = (double)job.finetune.lora_alpha / job.finetune.lora_rank;
@@ -135,10 +179,12 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
                                   (int64_t)job.train.seed);
     }
     if (rc == 0)
-        log_info("export: %s -> %s (%s, rank %d, scale %g, step %lld)", file, out,
-                 merge ? "Needle base with the adapters merged" : "Needle LoRA adapter", job.finetune.lora_rank,
+        log_info("export: %s -> %s (%s%s, rank %d, scale %g, step %lld)", file, out,
+                 merge ? "Needle base with the adapters merged" : "Needle LoRA adapter",
+                 !job.model.layers ? "" : merge ? ", the ladder rung cut" : ", at the base's depth (zero off the rung)",
+                 job.finetune.lora_rank,
                  (double)job.finetune.lora_alpha / job.finetune.lora_rank, (long long)st.step);
-    free(data);
+    free(data), free(padded);
     ckpt_state_free(&st);
     ckpt_close(r);
     return rc;

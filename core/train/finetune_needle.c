@@ -277,6 +277,9 @@ static int nf_check_saved(const nf *t, const char *file, const ckpt_state *st, i
     if (a->lora_rank != b->lora_rank || a->lora_alpha != b->lora_alpha)
         return loom_fail("%s: adapters of rank %d alpha %g, the job asks rank %d alpha %g (finetune.lora_rank, "
                          "finetune.lora_alpha)", file, a->lora_rank, a->lora_alpha, b->lora_rank, b->lora_alpha);
+    if (saved.model.layers != t->cfg.model.layers)
+        return loom_fail("%s: adapters of the ladder rung model.layers=%d, the job has model.layers=%d "
+                         "(0: the base's full depth)", file, saved.model.layers, t->cfg.model.layers);
     if (train && a->qat != b->qat)
         return loom_fail("%s: trained with finetune.qat=%s, the job has %s: the resumed steps would differ",
                          file, a->qat ? "true" : "false", b->qat ? "true" : "false");
@@ -420,7 +423,7 @@ static int nf_accuracy(nf *t, const char *what, eval_result *res)
     char *text = malloc((size_t)cap * 16 + 16);
     needle_net *e = NULL;
     int rc = !sel || !rows || !lens || !text ? loom_fail("eval: out of host memory") : 0;
-    if (rc == 0 && !(e = needle_net_open(t->be, t->cfg.finetune.base, NULL, NEEDLE_NUM_W4))) rc = -1;
+    if (rc == 0 && !(e = needle_net_open(t->be, t->cfg.finetune.base, t->cfg.model.layers, NULL, NEEDLE_NUM_W4))) rc = -1;
     if (rc == 0) rc = needle_net_lora_init(e, t->rank, t->cfg.finetune.lora_alpha, t->cfg.train.seed);
     float *ab = rc == 0 ? malloc(t->state_elems * sizeof(float)) : NULL;
     if (rc == 0 && !ab) rc = loom_fail("eval: out of host memory");
@@ -515,7 +518,7 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     needle_close(f);
     if (tokenizer_hash_of(cfg->model.tokenizer, &t->tok_hash)) t->tok_hash = 0;
     if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
-    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, NULL, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0))) return -1;
+    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, cfg->model.layers, NULL, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0))) return -1;
     t->L = needle_net_config(t->net)->num_layers;
     if (nf_load_data(t)) return -1;
     const train_config *tc = &t->cfg.train;
@@ -535,9 +538,9 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     if (!t->tokens || !t->targets || !t->weights || !t->gsum || !t->gflt) return loom_fail("finetune: out of host memory");
     if ((t->ngbuf = needle_net_lora_grad_buffers(t->net, t->gbuf, t->gcount, 2 * NEEDLE_LORA_TARGETS)) < 0) return -1;
     const needle_config *nc = needle_net_config(t->net);
-    log_info("model needle (%s): %d layers, d_model %d, vocab %d; LoRA rank %d alpha %g (scale %g) on q/k/v/gate/out_proj: "
+    log_info("model needle (%s): %d layers%s, d_model %d, vocab %d; LoRA rank %d alpha %g (scale %g) on q/k/v/gate/out_proj: "
              "%zu trainable parameters; numerics %s; %d ranks, micro-batch %d x %d", cfg->finetune.base, nc->num_layers,
-             nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
+             cfg->model.layers ? " (its ladder rung, model.layers)" : "", nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
              cfg->finetune.qat ? "Needle's QAT (W4 STE of the merged weights, A8, KV8; finetune.qat)" : "float32",
              c->size, t->mb, t->T);
     session_out_dir(cfg, t->out_dir, sizeof t->out_dir);

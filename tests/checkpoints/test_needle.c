@@ -1,7 +1,8 @@
 /* test_needle.c: Needle's own files (checkpoints/needle.h) against the fixtures Needle's code wrote
  * (tests/fixtures/needle/make_model_fixtures.py): the base's config and every tensor placed, the
  * adapter's pairs, the config JSON and float repr as Python writes them, mtp_ tensors dropped, and a
- * bitwise round trip (read -> write -> the same bytes). Arguments: the fixtures folder, a scratch folder. */
+ * bitwise round trip (read -> write -> the same bytes), and the ladder: a rung loom cuts equal to the
+ * one Needle's `rung` cut (make_rung_fixture.py), tensor for tensor and byte for byte. Arguments: the fixtures folder, a scratch folder. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +96,7 @@ static void check_py_float(void)
 }
 
 /* Every kept tensor as a needle_wtensor over the file's bytes; the file's metadata in its order. */
-static int collect(const needle_file *f, needle_wtensor *w, needle_meta *m, int *nm)
+static int collect(needle_file *f, needle_wtensor *w, needle_meta *m, int *nm)
 {
     int n = needle_file_count(f);
     for (int i = 0; i < n; i++) {
@@ -234,6 +235,71 @@ static void check_ref(void)
     st_close(r);
 }
 
+/* The rung view against the rung Needle cut: the same config string and, for every tensor of either,
+ * one of the same name, dtype, shape and bytes in the other. */
+static void check_same_tensors(const char *what, needle_file *a, needle_file *b)
+{
+    CHECK(strcmp(needle_file_meta(a, "config"), needle_file_meta(b, "config")) == 0, "%s: config %s vs %s", what,
+          needle_file_meta(a, "config"), needle_file_meta(b, "config"));
+    CHECK(needle_file_count(a) == needle_file_count(b), "%s: %d tensors vs %d", what, needle_file_count(a),
+          needle_file_count(b));
+    for (int i = 0; i < needle_file_count(a); i++) {
+        const st_tensor *x = needle_file_tensor(a, i);
+        int j = needle_file_find(b, x->name);
+        CHECK(j >= 0, "%s: %s missing from the reference", what, x->name);
+        if (j < 0) continue;
+        const st_tensor *y = needle_file_tensor(b, j);
+        int same = x->dtype == y->dtype && x->ndim == y->ndim && x->numel == y->numel;
+        for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
+        size_t na = 0, nb = 0;
+        const void *pa = needle_file_bytes(a, i, &na), *pb = needle_file_bytes(b, j, &nb);
+        CHECK(same && pa && pb && na == nb && memcmp(pa, pb, na) == 0, "%s: tensor %s differs", what, x->name);
+        float *fa = malloc(x->numel * sizeof(float) + 4), *fb = malloc(x->numel * sizeof(float) + 4);
+        CHECK(fa && fb && needle_file_read(a, i, fa, x->numel) == 0 && needle_file_read(b, j, fb, y->numel) == 0 &&
+                  memcmp(fa, fb, x->numel * sizeof(float)) == 0, "%s: tensor %s read as floats differs", what, x->name);
+        free(fa), free(fb);
+    }
+}
+
+static void check_ladder(void)
+{
+    /* the bisection order of 20 layers as docs/needle.md section 5 lists it (architecture.py:131) */
+    static const int order20[20] = {0, 19, 9, 14, 4, 6, 11, 16, 2, 7, 12, 17, 1, 3, 5, 8, 10, 13, 15, 18};
+    needle_config c;
+    needle_config_default(&c);
+    c.num_layers = 20;
+    for (int depth = 2; depth <= 20; depth++) {
+        int sel[NEEDLE_MAX_LIST], want[20], k = 0;
+        CHECK(needle_ladder_layers(&c, depth, sel) == 0, "rung %d of 20", depth);
+        for (int l = 0; l < 20; l++)
+            for (int j = 0; j < depth; j++) want[k] = l, k += order20[j] == l;
+        for (int j = 0; j < depth; j++) CHECK(sel[j] == want[j], "rung %d of 20: layer %d is %d, not %d", depth, j, sel[j], want[j]);
+    }
+    int sel[NEEDLE_MAX_LIST];
+    CHECK(needle_ladder_layers(&c, 1, sel) != 0 && strstr(loom_error(), "2 to 20"), "rung 1 refused: %s", loom_error());
+    CHECK(needle_ladder_layers(&c, 21, sel) != 0, "rung 21 refused");
+
+    char base[2300], ref[2300];
+    snprintf(base, sizeof base, "%s/model_base.safetensors", fixtures);
+    snprintf(ref, sizeof ref, "%s/model_rung3.safetensors", fixtures);
+    needle_file *r = needle_open_rung(base, 3), *n = needle_open(ref);
+    CHECK(r && n, "open the rung: %s", loom_error());
+    if (r && n) check_same_tensors("rung 3 of model_base", r, n);
+    needle_file *whole = needle_open(base); /* a rung is known by its base (the digest) and depth */
+    CHECK(r && whole && needle_file_digest(r) == needle_file_digest(whole), "a rung's digest is its file's");
+    needle_close(whole);
+    /* a rung of a rung nests (its saved ladder_order): rung 2 of Needle's rung 3 = rung 2 of the base */
+    needle_file *r2 = needle_open_rung(base, 2), *n2 = needle_open_rung(ref, 2);
+    CHECK(r2 && n2, "open rung 2: %s", loom_error());
+    if (r2 && n2) check_same_tensors("rung 2 of rung 3", n2, r2);
+    /* the full depth is the file itself; a depth outside [2, L] is refused naming the file */
+    needle_file *full = needle_open_rung(base, 4);
+    CHECK(full && needle_file_count(full) > needle_file_count(r ? r : full), "rung 4 of 4 is the base");
+    CHECK(!needle_open_rung(base, 5) && strstr(loom_error(), "model_base.safetensors") && strstr(loom_error(), "2 to 4"),
+          "rung 5 of 4 refused: %s", loom_error());
+    needle_close(r), needle_close(n), needle_close(r2), needle_close(n2), needle_close(full);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) { fprintf(stderr, "usage: test_needle FIXTURES SCRATCH\n"); return 2; }
@@ -244,5 +310,6 @@ int main(int argc, char **argv)
     check_base();
     check_adapter();
     check_ref();
+    check_ladder();
     return check_exit_code("test_needle");
 }

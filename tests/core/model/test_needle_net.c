@@ -261,7 +261,7 @@ static void check_step(needle_net *n, st_file *rf, int qat)
  * lower the loss (float, lr 1e-2, no schedule). */
 static void check_fresh_adapter(backend *be, const char *base, const int32_t *tok, const float *mask, int B, int T)
 {
-    needle_net *n = needle_net_open(be, base, NULL, 0);
+    needle_net *n = needle_net_open(be, base, 0, NULL, 0);
     CHECK(n != NULL, "open %s: %s", base, loom_error());
     if (!n) return;
     const needle_config *c = needle_net_config(n);
@@ -315,7 +315,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
     CHECK(fd >= 0, "mkstemp");
     if (fd < 0) return;
     close(fd);
-    needle_net *n = needle_net_open(be, base, lora, NEEDLE_NUM_QAT);
+    needle_net *n = needle_net_open(be, base, 0, lora, NEEDLE_NUM_QAT);
     CHECK(n && needle_net_save_adapter(n, out, "model_base.safetensors", 0) == 0, "save: %s", loom_error());
     /* the same metadata values and tensor bytes (the header's key order is Python's hash order,
      * which differs between two runs of Needle itself) */
@@ -338,7 +338,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
                             .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
     CHECK(n && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
           needle_net_save_adapter(n, out, "model_base.safetensors", -1) == 0, "step and save: %s", loom_error());
-    needle_net *m = needle_net_open(be, base, out, NEEDLE_NUM_QAT);
+    needle_net *m = needle_net_open(be, base, 0, out, NEEDLE_NUM_QAT);
     CHECK(m != NULL, "reopen the saved adapter: %s", loom_error());
     for (int t = 0; n && m && t < 5; t++) {
         char flax[120];
@@ -377,7 +377,7 @@ static void check_decode(backend *be, const char *base, const char *lora, const 
     for (int c = 0; dec && c < 2; c++) {
         cJSON *want = cJSON_GetObjectItem(dec, cases[c]);
         const int np = cJSON_GetArraySize(prompt), nw = cJSON_GetArraySize(want), cap = np + nw + 4;
-        needle_net *n = needle_net_open(be, base, lora, num[c]);
+        needle_net *n = needle_net_open(be, base, 0, lora, num[c]);
         CHECK(n != NULL, "open %s + %s: %s", base, lora, loom_error());
         if (!n) continue;
         int32_t *tok = calloc((size_t)2 * cap, sizeof(int32_t));
@@ -426,7 +426,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < nt; i++) tok[i] = (int32_t)tf[i];
 
     for (int qat = 0; qat < 2; qat++) {
-        needle_net *n = needle_net_open(be, base, lora, qat ? NEEDLE_NUM_QAT : 0);
+        needle_net *n = needle_net_open(be, base, 0, lora, qat ? NEEDLE_NUM_QAT : 0);
         CHECK(n != NULL, "needle_net_open(%s, qat %d): %s", base, qat, loom_error());
         if (!n) continue;
         const needle_config *c = needle_net_config(n);

@@ -13,6 +13,10 @@
 #     batches, the gradients summed in another order); Q, 2 ranks under QAT: A's first step; E (2
 #     ranks, float) saved at K and F resumed on 1 rank: G's losses; M, 1 rank accumulating
 #     micro-batches of one row: G's losses and norms;
+#  R  the ladder rung model.layers=2 (layers 0 and 2 of the 3): trains (loss falls); `export needle`
+#     writes its adapters at the base's depth (zero rows at the dropped layer, as `needle build --lora
+#     --layers 2` wants them), `--merge` the rung itself, which evaluates as R does; a rung merged from
+#     zero adapters evaluates as the rung of the base;
 #  bad input: a damaged base, a file that is not a Needle base, the wrong targets, a resume with
 #     another rank, an export of a non-Needle checkpoint: one error line each, non-zero exit.
 # Never writes outside its work folder.
@@ -92,6 +96,32 @@ grep -q "numerics float32" G.log && grep -q "numerics Needle's QAT" A.log || fai
 [ "$(losses A/metrics.jsonl 1 "$N")" != "$(losses G/metrics.jsonl 1 "$N")" ] || fail "G (float) has A's (QAT) losses"
 echo "ok: G (finetune.qat=false) trains to $(losses G/metrics.jsonl "$N" "$N")"
 
+# R: the rung of 2 layers (float, to compare evaluations as A's merge does)
+ft 1 R --set checkpoint.every=0 --set finetune.qat=false --set model.layers=2 || { tail R.log; fail "R (rung 2)"; }
+grep -q "2 layers (its ladder rung" R.log || fail "R: the model line does not say the rung"
+first=$(losses R/metrics.jsonl 1 "$spe" | awk '{s += $1} END {print s / NR}')
+last=$(losses R/metrics.jsonl $((N - spe + 1)) "$N" | awk '{s += $1} END {print s / NR}')
+awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}' || fail "R: mean loss of epoch 1 $first, of epoch 4 $last: want a fall of 0.5"
+"$LOOM" export needle R/ckpt R.safetensors > /dev/null 2>&1 || fail "export R"
+grep -a -q '"lora/stack/layers/block/self_attn/q_proj/kernel/A":{"dtype":"F32","shape":\[3,64,4\]' R.safetensors ||
+  fail "R.safetensors: the rung's adapter is not at the base's depth 3"
+"$LOOM" export needle R/ckpt Rm.safetensors --merge > /dev/null 2>&1 || fail "export --merge R"
+grep -a -q 'num_layers\\": 2' Rm.safetensors && grep -a -q 'ladder_order\\": \[0, 1\]' Rm.safetensors ||
+  fail "Rm.safetensors: want the rung's config (num_layers 2, ladder_order [0, 1])"
+rl=(--set finetune.qat=false --quiet --set model.layers=2)
+vr=$("$LOOM" eval "$JOB" "${FT[@]}" "${rl[@]}" --ckpt R/ckpt 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+vm=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=Rm.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+vb=$("$LOOM" eval "$JOB" "${FT[@]}" "${rl[@]}" 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+awk -v a="$vr" -v m="$vm" -v b="$vb" 'BEGIN { d = a - m; if (d < 0) d = -d; e = a - b; if (e < 0) e = -e;
+  exit !(a != "" && m != "" && d <= 2e-4 && e > 100 * 2e-4) }' ||
+  fail "merged rung: val loss $vm, R with its adapters $vr, the rung alone $vb (want the first two within 2e-4)"
+ft 1 RZ --set checkpoint.every=0 --set train.lr=0 --set finetune.epochs=1 --set finetune.eval_base=false --set model.layers=2 ||
+  { tail RZ.log; fail "RZ (rung, lr 0)"; }
+"$LOOM" export needle RZ/ckpt RZ.safetensors --merge > /dev/null 2>&1 || fail "export --merge RZ"
+vz=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=RZ.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+[ -n "$vz" ] && [ "$vz" = "$vb" ] || fail "the rung merged from zero adapters: val loss '$vz', the rung of the base $vb"
+echo "ok: R (rung 2) trains to $last; its merge evaluates as R ($vm vs $vr), a zero merge as the rung ($vz)"
+
 # norms FILE: the logged gradient norms, one per line
 norms() { sed -nE 's/.*"grad_norm": *([-0-9.eE+]+).*/\1/p' "$1"; }
 # close_norms A B RTOL: the same count of norms, each |a-b| <= RTOL*|a|
@@ -129,6 +159,9 @@ refused 1 "cut.safetensors" finetune "$JOB" --out X "${FT[@]}" --set finetune.ba
 refused 1 "format_version" finetune "$JOB" --out X "${FT[@]}" --set finetune.base=$FIX/model_ref.safetensors
 refused 1 "finetune.lora_targets" finetune "$JOB" --out X "${FT[@]}" --set finetune.lora_targets=q,k,v
 refused 1 "finetune.lora_rank" finetune "$JOB" --out X "${FT[@]}" --set finetune.lora_rank=8 --resume B/ckpt
+refused 1 "train_base.safetensors.*2 to 3" finetune "$JOB" --out X "${FT[@]}" --set model.layers=4
+refused 1 "model.layers=0, the job has model.layers=2" finetune "$JOB" --out X "${FT[@]}" --set model.layers=2 --resume B/ckpt
+refused 1 "model.layers" train "$TINY" --set model.layers=2 --out X
 "$LOOM" train "$TINY" --set train.steps=1 --set train.warmup=0 --out T --quiet > T.log 2>&1 || { tail T.log; fail "T"; }
 refused 1 "not a Needle fine-tune" export needle T/ckpt out.safetensors
 refused 1 "not a Needle fine-tune" finetune "$JOB" --out X "${FT[@]}" --resume T/ckpt
