@@ -13,7 +13,8 @@ set(LOOM_METAL_SOURCES
   ${LOOM_METAL_DIR}/attention.metal
   ${LOOM_METAL_DIR}/xent.metal
   ${LOOM_METAL_DIR}/adamw.metal
-  ${LOOM_METAL_DIR}/needle.metal)
+  ${LOOM_METAL_DIR}/needle.metal
+  ${LOOM_METAL_DIR}/needle_mix.metal)
 
 # loom_metal_embed(OUT_C OUT_METAL): writes the concatenated source to OUT_METAL and a C file
 # defining loom_metal_source[] to OUT_C (both only rewritten when their content changes).

@@ -1,5 +1,5 @@
-/* metal_internal.h: state shared by metal_ops.c and metal_ops_nn.c (the op layer of the Metal
- * backend). Only those two files include it; devices see metal_ops.h alone.
+/* metal_internal.h: state shared by metal_launch.c and the op files metal_ops*.c (the op layer
+ * of the Metal backend). Only they include it; devices see metal_ops.h alone.
  * Scratch and tables only grow, so the step loop allocates nothing after its first pass. */
 #ifndef LOOM_METAL_INTERNAL_H
 #define LOOM_METAL_INTERNAL_H
@@ -46,5 +46,7 @@ void metal_colsum_plan(int N, int C, unsigned *nchunks, unsigned *chunk_rows);
 void metal_ops_nn_fill(backend_ops *ops);
 /* metal_ops_needle.c: fills the ops of Needle's layers. */
 void metal_ops_needle_fill(backend_ops *ops);
+/* metal_ops_needle_mix.c: fills Needle's mixing layers (the whole BACKEND_OP_NEEDLE_MIX group). */
+void metal_ops_needle_mix_fill(backend_ops *ops);
 
 #endif

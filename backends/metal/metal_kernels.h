@@ -57,7 +57,28 @@
     X(SCALAR_GATE_DX, loom_scalar_gate_dx)                                                         \
     X(CQ_W4, loom_cq_w4)                                                                           \
     X(A8_ROWSCALE, loom_a8_rowscale)                                                               \
-    X(A8_QUANT, loom_a8_quant)
+    X(A8_QUANT, loom_a8_quant)                                                                     \
+    X(MIX_KRON_LEFT, loom_mix_kron_left)                                                           \
+    X(MIX_PERMUTE, loom_mix_permute_cols)                                                          \
+    X(MIX_SCALE_COLS, loom_mix_scale_cols)                                                         \
+    X(MIX_SOFTMAX_STATS, loom_mix_softmax_stats)                                                   \
+    X(MIX_SOFTMAX, loom_mix_softmax_rows)                                                          \
+    X(MIX_SOFTMAX_DOT, loom_mix_softmax_dot)                                                       \
+    X(MIX_SOFTMAX_BACKWARD, loom_mix_softmax_backward)                                             \
+    X(MIX_HADA_FORWARD, loom_mix_hada_forward)                                                     \
+    X(MIX_HADA_BACKWARD, loom_mix_hada_backward)                                                   \
+    X(MIX_COEFFS_FORWARD, loom_mix_coeffs_forward)                                                 \
+    X(MIX_COEFFS_BACKWARD, loom_mix_coeffs_backward)                                               \
+    X(MIX_COLLAPSE, loom_mix_collapse)                                                             \
+    X(MIX_COLLAPSE_DX, loom_mix_collapse_dx)                                                       \
+    X(MIX_COLLAPSE_DH, loom_mix_collapse_dh)                                                       \
+    X(MIX_EXPAND, loom_mix_expand)                                                                 \
+    X(MIX_EXPAND_DX, loom_mix_expand_dx)                                                           \
+    X(MIX_EXPAND_DH, loom_mix_expand_dh)                                                           \
+    X(MIX_ENGRAM_GATE, loom_mix_engram_gate)                                                       \
+    X(MIX_ENGRAM_FORWARD, loom_mix_engram_forward)                                                 \
+    X(MIX_ENGRAM_COEF, loom_mix_engram_coef)                                                       \
+    X(MIX_ENGRAM_BACKWARD, loom_mix_engram_backward)
 
 #define METAL_KERNEL_ENUM_(id, fn) MK_##id,
 enum metal_kernel { METAL_KERNEL_LIST(METAL_KERNEL_ENUM_) MK_COUNT };

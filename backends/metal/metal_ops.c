@@ -241,6 +241,7 @@ backend *metal_backend_wrap(const char *name, const metal_device_ops *dev_ops, v
     o->bias_backward = metal_op_bias_backward;
     metal_ops_nn_fill(o);
     metal_ops_needle_fill(o);
+    metal_ops_needle_mix_fill(o);
     be->ops = o;
     if (cfg) be->cfg = *cfg;
     be->cfg.precision = BACKEND_FP32; /* every kernel computes fp32 (docs/precision.md) */

@@ -9,6 +9,9 @@
 #define METAL_ATT_DC_KV 32  /* dk/dv: two accumulators per thread */
 #define METAL_ATT_BK 16     /* keys scored per online-softmax block in the forward */
 
+/* mHC's Sinkhorn (docs/needle.md 2.3): 20 rounds of a row then a column normalisation. */
+#define METAL_MIX_SINK_STEPS 40u
+
 /* Elementwise ops on n items with up to two scalars. */
 typedef struct metal_p_vec {
     unsigned int n;
@@ -75,5 +78,12 @@ typedef struct metal_p_taps {
 typedef struct metal_p_quant {
     unsigned int rows, cols, gpr;
 } metal_p_quant;
+
+/* Needle's mixing layers on N rows: rows of n values (n_out after scale_cols' change of width);
+ * kron blocks a x b; mHC's L lanes of d, the layer's lane and h's row stride hs; flag: kron's
+ * transpose or the permutation's inverse. */
+typedef struct metal_p_mix {
+    unsigned int N, n, n_out, a, b, L, lane, hs, d, flag;
+} metal_p_mix;
 
 #endif

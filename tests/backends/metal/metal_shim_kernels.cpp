@@ -11,6 +11,7 @@ namespace loom_mk {
 #include "backends/metal/elementwise.metal"
 #include "backends/metal/embedding.metal"
 #include "backends/metal/needle.metal"
+#include "backends/metal/needle_mix.metal"
 #include "backends/metal/norm.metal"
 #include "backends/metal/rope.metal"
 #include "backends/metal/xent.metal"

@@ -3,6 +3,7 @@
  * CPU backend on the whole op suite; the embedded kernel source must be well formed for Metal
  * (names, argument indices, address spaces, bounds checks); the pointer map must be exact.
  * Nothing here touches Metal itself: what only a Mac can run is listed in docs/metal.md. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,62 @@ static void test_source(void)
     free(src);
 }
 
+/* n floats in [-1, 1) from a fixed LCG, into device memory of be (a new allocation). */
+static float *dev_rand(backend *be, size_t n, uint32_t seed)
+{
+    float *h = malloc(n * sizeof(float)), *d = backend_alloc(be, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        h[i] = (float)(seed >> 8) / 8388608.0f - 1.0f;
+    }
+    if (d) backend_copy_h2d(be, d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+/* Device buffer d (n floats) to the host (a new array). */
+static float *dev_read(backend *be, const float *d, size_t n)
+{
+    float *h = malloc(n * sizeof(float));
+    backend_copy_d2h(be, h, d, n * sizeof(float));
+    return h;
+}
+
+/* kron_apply and mhc_coeffs_backward take their per-row scratch for chunks of rows (16 MB:
+ * 4096 rows of 32 x 32, 6553 rows of Sinkhorn's trace at 4 lanes), more rows than the op suite
+ * gives them. Every row's arithmetic is its own, so a call over more rows than a chunk must
+ * equal, bit for bit, two calls over pieces of at most one chunk that split it elsewhere. */
+static void test_mix_chunks(backend *be)
+{
+    const int N = 4101, a = 32, b = 32, cut = 3000; /* chunks 4096 + 5; pieces 3000 + 1101 */
+    const size_t ab = (size_t)a * b;
+    float *z = dev_rand(be, (size_t)N * ab, 1), *A = dev_rand(be, ab, 2), *B = dev_rand(be, ab, 3);
+    float *o1 = backend_alloc(be, (size_t)N * ab * 4), *o2 = backend_alloc(be, (size_t)N * ab * 4);
+    backend_kron_apply(be, o1, z, A, B, N, a, b, 1);
+    backend_kron_apply(be, o2, z, A, B, cut, a, b, 1);
+    backend_kron_apply(be, o2 + cut * ab, z + cut * ab, A, B, N - cut, a, b, 1);
+    float *h1 = dev_read(be, o1, (size_t)N * ab), *h2 = dev_read(be, o2, (size_t)N * ab);
+    check_equal_f32("kron_apply N4101 32x32 (2 chunks) == 2 calls", h1, h2, (size_t)N * ab);
+    free(h1), free(h2);
+    backend_free(be, z), backend_free(be, A), backend_free(be, B), backend_free(be, o1);
+    backend_free(be, o2);
+
+    const int M = 6557, L = 4, lane = 1, mcut = 4000; /* chunks 6553 + 4; pieces 4000 + 2557 */
+    const size_t K = 2 * (size_t)L + (size_t)L * L, nk = (size_t)M * K;
+    float *zz = dev_rand(be, nk, 4), *dh = dev_rand(be, nk, 5), *bias = dev_rand(be, K, 6);
+    float *alpha = dev_rand(be, 3, 7);
+    float *d1 = backend_alloc(be, nk * 4), *d2 = backend_alloc(be, nk * 4);
+    backend_mhc_coeffs_backward(be, d1, dh, zz, alpha, bias, M, L, lane);
+    backend_mhc_coeffs_backward(be, d2, dh, zz, alpha, bias, mcut, L, lane);
+    backend_mhc_coeffs_backward(be, d2 + mcut * K, dh + mcut * K, zz + mcut * K, alpha, bias,
+                                M - mcut, L, lane);
+    float *g1 = dev_read(be, d1, nk), *g2 = dev_read(be, d2, nk);
+    check_equal_f32("mhc_coeffs_backward N6557 (2 chunks) == 2 calls", g1, g2, nk);
+    free(g1), free(g2);
+    backend_free(be, zz), backend_free(be, dh), backend_free(be, bias), backend_free(be, alpha);
+    backend_free(be, d1), backend_free(be, d2);
+}
+
 int main(void)
 {
     log_set_quiet(1);
@@ -158,6 +215,7 @@ int main(void)
               backend_name(shim));
         int bad = op_suite_run(shim, cpu, CHECK_U_FP32, 1);
         CHECK(bad == 0, "op suite: %d failing checks", bad);
+        test_mix_chunks(shim);
     }
     if (shim) backend_destroy(shim);
     if (cpu) backend_destroy(cpu);
