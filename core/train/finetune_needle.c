@@ -543,6 +543,10 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
              cfg->model.layers ? " (its ladder rung, model.layers)" : "", nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
              cfg->finetune.qat ? "Needle's QAT (W4 STE of the merged weights, A8, KV8; finetune.qat)" : "float32",
              c->size, t->mb, t->T);
+    if (cfg->parallel.zero_stage > 0 && c->size > 1)
+        log_info("parallel.zero_stage %d: nothing to shard, a Needle base's trainable state (adapters, gradients, "
+                 "moments: %.1f MB) is replicated on every rank and the frozen base mapped from its file",
+                 cfg->parallel.zero_stage, 4.0 * 4.0 * (double)t->state_elems / 1e6);
     session_out_dir(cfg, t->out_dir, sizeof t->out_dir);
     session_ckpt_dir_of(cfg, t->out_dir, t->ckpt_dir, sizeof t->ckpt_dir);
     if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume, train)) return -1;

@@ -10,7 +10,7 @@
 #     adapters `loom export needle` writes from A and C are the same bytes;
 #  G  finetune.qat=false: trains, and its losses are not A's (the switch reaches the numerics);
 #  D  2 ranks (with MPIRUN), float: G's losses and gradient norms within rtol 1e-5 (the same global
-#     batches, the gradients summed in another order); Q, 2 ranks under QAT: A's first step; E (2
+#     batches, the gradients summed in another order), and D4 the same on 4 ranks with ZeRO-3 asked; Q, 2 ranks under QAT: A's first step; E (2
 #     ranks, float) saved at K and F resumed on 1 rank: G's losses; M, 1 rank accumulating
 #     micro-batches of one row: G's losses and norms;
 #  R  the ladder rung model.layers=2 (layers 0 and 2 of the 3): trains (loss falls); `export needle`
@@ -143,6 +143,14 @@ if [ ${#MPIRUN[@]} -gt 0 ]; then
   ft 2 D --set checkpoint.every=0 --set finetune.qat=false || { tail D.log; fail "D (2 ranks)"; }
   close_losses G/metrics.jsonl D/metrics.jsonl 1 "$N" 1e-5
   close_norms G/metrics.jsonl D/metrics.jsonl 1e-5
+  # 4 ranks of one row each, ZeRO-3 asked, one epoch: G1's losses and norms (1 rank, the same
+  # schedule and global batches)
+  ft 4 D4 --set checkpoint.every=0 --set finetune.qat=false --set parallel.zero_stage=3 --set train.warmup=2 \
+    --set finetune.epochs=1 || { tail D4.log; fail "D4 (4 ranks)"; }
+  grep -q "zero_stage 3: nothing to shard" D4.log || fail "D4: no line on what ZeRO shards"
+  ft 1 G1 --set checkpoint.every=0 --set finetune.qat=false --set train.warmup=2 --set finetune.epochs=1 || { tail G1.log; fail "G1"; }
+  close_losses G1/metrics.jsonl D4/metrics.jsonl 1 "$spe" 1e-5
+  close_norms G1/metrics.jsonl D4/metrics.jsonl 1e-5
   ft 2 Q --set checkpoint.every=0 || { tail Q.log; fail "Q (2 ranks, QAT)"; }
   close_losses A/metrics.jsonl Q/metrics.jsonl 1 1 1e-6
   awk -v a="$(norms A/metrics.jsonl | head -1)" -v b="$(norms Q/metrics.jsonl | head -1)" \
