@@ -76,12 +76,18 @@ echo "ok: loom eval: A's checkpoint val loss $got as logged, the base's $got0"
 # the base alone; a run that never moved its adapters (lr 0) merges back into the base, byte for byte
 "$LOOM" export needle A/ckpt merged.safetensors --merge > /dev/null 2>&1 || fail "export --merge A"
 fl=(--set finetune.qat=false --quiet)
-va=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --ckpt A/ckpt 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-vm=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=merged.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-vb=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-awk -v a="$va" -v m="$vm" -v b="$vb" 'BEGIN { d = a - m; if (d < 0) d = -d; e = a - b; if (e < 0) e = -e;
-  exit !(a != "" && m != "" && d <= 2e-4 && e > 100 * 2e-4) }' ||
-  fail "merged base: val loss $vm, A with its adapters $va, the base alone $vb (want the first two within 2e-4)"
+# val_loss ARGS...: loom eval's validation loss of the job with ARGS (float)
+val_loss() { "$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" "$@" 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p'; }
+# merged_as WHAT CKPT MERGED ARGS...: MERGED alone evaluates as CKPT with its adapters (within 2e-4)
+# and far from the base (or rung) alone
+merged_as() {
+  local what=$1 ck=$2 mf=$3; shift 3
+  va=$(val_loss "$@" --ckpt "$ck") vm=$(val_loss --set finetune.base="$mf") vb=$(val_loss "$@")
+  awk -v a="$va" -v m="$vm" -v b="$vb" 'BEGIN { d = a - m; if (d < 0) d = -d; e = a - b; if (e < 0) e = -e;
+    exit !(a != "" && m != "" && d <= 2e-4 && e > 100 * 2e-4) }' ||
+    fail "$what: val loss $vm, $ck with its adapters $va, without them $vb (want the first two within 2e-4)"
+}
+merged_as "merged base" A/ckpt merged.safetensors
 echo "ok: export --merge: val loss $vm, A with its adapters $va, the base alone $vb"
 ft 1 Z --set checkpoint.every=0 --set train.lr=0 --set finetune.epochs=1 --set finetune.eval_base=false || { tail Z.log; fail "Z (lr 0)"; }
 "$LOOM" export needle Z/ckpt Z.safetensors --merge > /dev/null 2>&1 || fail "export --merge Z"
@@ -108,19 +114,13 @@ grep -a -q '"lora/stack/layers/block/self_attn/q_proj/kernel/A":{"dtype":"F32","
 "$LOOM" export needle R/ckpt Rm.safetensors --merge > /dev/null 2>&1 || fail "export --merge R"
 grep -a -q 'num_layers\\": 2' Rm.safetensors && grep -a -q 'ladder_order\\": \[0, 1\]' Rm.safetensors ||
   fail "Rm.safetensors: want the rung's config (num_layers 2, ladder_order [0, 1])"
-rl=(--set finetune.qat=false --quiet --set model.layers=2)
-vr=$("$LOOM" eval "$JOB" "${FT[@]}" "${rl[@]}" --ckpt R/ckpt 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-vm=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=Rm.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-vb=$("$LOOM" eval "$JOB" "${FT[@]}" "${rl[@]}" 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
-awk -v a="$vr" -v m="$vm" -v b="$vb" 'BEGIN { d = a - m; if (d < 0) d = -d; e = a - b; if (e < 0) e = -e;
-  exit !(a != "" && m != "" && d <= 2e-4 && e > 100 * 2e-4) }' ||
-  fail "merged rung: val loss $vm, R with its adapters $vr, the rung alone $vb (want the first two within 2e-4)"
+merged_as "merged rung" R/ckpt Rm.safetensors --set model.layers=2
 ft 1 RZ --set checkpoint.every=0 --set train.lr=0 --set finetune.epochs=1 --set finetune.eval_base=false --set model.layers=2 ||
   { tail RZ.log; fail "RZ (rung, lr 0)"; }
 "$LOOM" export needle RZ/ckpt RZ.safetensors --merge > /dev/null 2>&1 || fail "export --merge RZ"
-vz=$("$LOOM" eval "$JOB" "${FT[@]}" "${fl[@]}" --set finetune.base=RZ.safetensors 2> /dev/null | sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p')
+vz=$(val_loss --set finetune.base=RZ.safetensors)
 [ -n "$vz" ] && [ "$vz" = "$vb" ] || fail "the rung merged from zero adapters: val loss '$vz', the rung of the base $vb"
-echo "ok: R (rung 2) trains to $last; its merge evaluates as R ($vm vs $vr), a zero merge as the rung ($vz)"
+echo "ok: R (rung 2) trains to $last; its merge evaluates as R ($vm vs $va), a zero merge as the rung ($vz)"
 
 # norms FILE: the logged gradient norms, one per line
 norms() { sed -nE 's/.*"grad_norm": *([-0-9.eE+]+).*/\1/p' "$1"; }
