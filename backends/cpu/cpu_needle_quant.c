@@ -7,6 +7,51 @@
 #include "backends/cpu/cpu_needle.h"
 #include "backends/needle_quant.h"
 
+/* needle_quant.h's cq_group, the same operations on the same values in the same order (so the same
+ * bits: test_cpu_needle checks it), laid out for the vector units: the butterflies of a stage as
+ * runs of h adjacent pairs instead of a test of every index, the code search as 16 passes of
+ * compares over the whole group instead of 16 compares an element. */
+static inline void cpu_cq_fwht(float *v)
+{
+    for (int h = 1; h < CQ_GROUP; h <<= 1)
+        for (int i0 = 0; i0 < CQ_GROUP; i0 += 2 * h)
+            for (int j = i0; j < i0 + h; j++) {
+                const float a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+}
+
+static inline void cpu_cq_group(float *v, const float *cb)
+{
+    cpu_cq_fwht(v);
+    for (int k = 0; k < CQ_GROUP; k++) v[k] *= CQ_HS;
+    float p[32]; /* cq_sumsq: lane l's ((r0^2 + r1^2) + r2^2) + r3^2, then the xor butterfly */
+    for (int l = 0; l < 32; l++) {
+        const float *q = v + 4 * l;
+        p[l] = ((q[0] * q[0] + q[1] * q[1]) + q[2] * q[2]) + q[3] * q[3];
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float t[32];
+        for (int l = 0; l < 32; l++) t[l] = p[l] + p[l ^ off];
+        for (int l = 0; l < 32; l++) p[l] = t[l];
+    }
+    const float nu = sqrtf(p[0]);
+    const float den = nu > 1e-12f ? nu : 1e-12f, nu16 = cq_round_fp16(nu);
+    float u[CQ_GROUP];
+    int pos[CQ_GROUP];
+    for (int k = 0; k < CQ_GROUP; k++) u[k] = v[k] / den, pos[k] = 0;
+    for (int c = 0; c < CQ_CODES; c++) /* cq_code: pos = #{c : cb[c] < u}, clipped to [1, 15] */
+        for (int k = 0; k < CQ_GROUP; k++) pos[k] += cb[c] < u[k];
+    for (int k = 0; k < CQ_GROUP; k++) {
+        const int q = pos[k] < 1 ? 1 : pos[k] > CQ_CODES - 1 ? CQ_CODES - 1 : pos[k];
+        const int code = fabsf(u[k] - cb[q - 1]) <= fabsf(u[k] - cb[q]) ? q - 1 : q;
+        v[k] = cb[code] * nu16;
+    }
+    cpu_cq_fwht(v);
+    for (int k = 0; k < CQ_GROUP; k++) v[k] *= CQ_HS;
+}
+
 /* Groups [g0, g1) of rows of cols values, gpr groups a row; out may be w (a group is copied
  * before its outputs are written). */
 CPU_CLONES static void cpu_k_cq(float *out, const float *w, const float *cb, size_t g0, size_t g1,
@@ -20,7 +65,7 @@ CPU_CLONES static void cpu_k_cq(float *out, const float *w, const float *cb, siz
         const float *wg = w + row * cols + c0;
         float *og = out + row * cols + c0;
         for (int k = 0; k < CQ_GROUP; k++) v[k] = k < len ? wg[k] : 0.0f;
-        cq_group(v, cb);
+        cpu_cq_group(v, cb);
         for (int k = 0; k < len; k++) og[k] = nq_ste(wg[k], v[k]);
     }
 }

@@ -6,6 +6,7 @@
  * double reference (with Needle's own codebook; ties, padding, fp16 subnormal norms, zero rows).
  * Accumulated gradients start non-zero so += is checked. */
 #include "cpu_test.h"
+#include "backends/needle_quant.h"
 #include "tests/backends/needle_quant_ref.h"
 
 typedef struct {
@@ -235,6 +236,17 @@ static void test_cq(backend *be, int rows, int cols, double scale, int zero_row)
     float *y = fcopy(w, n);
     backend_cq_w4_quant(be, y, y, cb, rows, cols);
     check_equal("  cq_w4 in place (out = w)", y, out, n);
+    /* the CPU's vectorised layout of the arithmetic is needle_quant.h's, bit for bit (the other
+     * backends run the header's; this file builds without contraction, as the CPU's) */
+    for (int r = 0; r < rows; r++)
+        for (int c0 = 0; c0 < cols; c0 += CQ_GROUP) {
+            float v[CQ_GROUP];
+            const int len = cols - c0 < CQ_GROUP ? cols - c0 : CQ_GROUP;
+            for (int k = 0; k < CQ_GROUP; k++) v[k] = k < len ? w[(size_t)r * cols + c0 + k] : 0.0f;
+            cq_group(v, cb);
+            for (int k = 0; k < len; k++) y[(size_t)r * cols + c0 + k] = nq_ste(w[(size_t)r * cols + c0 + k], v[k]);
+        }
+    check_equal("  cq_w4 = needle_quant.h's cq_group bit for bit", out, y, n);
     free(w), free(out), free(want), free(bound), free(y);
 }
 
