@@ -9,6 +9,7 @@
 
 #include "backends/cuda/cuda_internal.h"
 #include "backends/cuda/cuda_needle.h"
+#include "backends/cuda/cuda_needle_mix.h"
 
 #define CUDA_BLAS_WS_BYTES (32u << 20) /* cuBLAS workspace: NVIDIA's recommendation for Hopper */
 
@@ -382,6 +383,22 @@ static const backend_ops cuda_ops = {
     .scalar_gate_backward = cuda_scalar_gate_backward,
     .cq_w4_quant = cuda_cq_w4_quant,
     .fake_quant_a8 = cuda_fake_quant_a8,
+    /* Needle's mixing layers (BACKEND_OP_NEEDLE_MIX: all of them), cuda_needle_mix.cu */
+    .kron_apply = cuda_kron_apply,
+    .permute_cols = cuda_permute_cols,
+    .scale_cols = cuda_scale_cols,
+    .softmax_rows = cuda_softmax_rows,
+    .softmax_rows_backward = cuda_softmax_rows_backward,
+    .hada_mid_forward = cuda_hada_mid_forward,
+    .hada_mid_backward = cuda_hada_mid_backward,
+    .mhc_coeffs_forward = cuda_mhc_coeffs_forward,
+    .mhc_coeffs_backward = cuda_mhc_coeffs_backward,
+    .mhc_collapse = cuda_mhc_collapse,
+    .mhc_collapse_backward = cuda_mhc_collapse_backward,
+    .mhc_expand = cuda_mhc_expand,
+    .mhc_expand_backward = cuda_mhc_expand_backward,
+    .engram_gate_forward = cuda_engram_gate_forward,
+    .engram_gate_backward = cuda_engram_gate_backward,
     .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
 };
