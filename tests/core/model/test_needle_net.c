@@ -2,7 +2,11 @@
  * tests/fixtures/needle/make_model_fixtures.py): the fixture's base and adapter loaded and run on
  * its batch on the CPU backend; logits, the per-layer hidden states, the loss and every LoRA
  * gradient in float, and logits, loss and gradients under the fine-tune numerics (W4 + A8 + KV8);
- * greedy decoding token for token with run.generate's, float and with W4 weights.
+ * greedy decoding token for token with run.generate's, float and with W4 weights. Arguments: the
+ * fixtures folder and the fixture's prefix: "model" (the small config, 4 layers of d 96) or
+ * "model_d768" (the default config's widths on one layer, weights in bf16; its greedy decode only
+ * repeats the prompt's last token, as a random tied model at these widths does, so decoding is
+ * really checked on the small one).
  *
  * Tolerances. Float: the logits and hidden states are 4 layers deep through matmuls, norms and
  * attention of a few hundred terms; each op's fp32 error is sqrt(K) u relative to its inputs'
@@ -19,8 +23,9 @@
  * an AMD EPYC gives QAT loss 6.5090437 against the committed 6.5090542, and 3 positions' logits
  * off by up to 0.0077, while its float logits agree to 1.2e-6), and how many flips loom meets
  * depends on its build (an -fsanitize build, with other code generation, meets two here where the
- * Release build meets one: 46 and 49 of 64 positions within the float rule). So the check is: a
- * quarter of all positions within the float rule (a missing or misplaced fake-quant moves every
+ * Release build meets one: 46 and 49 of 64 positions within the float rule; the default-width
+ * fixture, model_d768, meets one in each sequence early: 20 of 64). So the check is: an eighth of
+ * all positions within the float rule (a missing or misplaced fake-quant moves every
  * position: none is, as removing the A8 before out_proj or the KV8 of v shows), and every logit
  * within a tenth of the QAT numerics' own effect on the logits (Needle's QAT logits against its
  * float ones), the reach of a flipped level. */
@@ -95,20 +100,19 @@ static void check_qat(const float *got, const float *want, const float *flt, int
             flipped |= !ok;
         }
     }
-    CHECK(exact * 4 >= B * T, "QAT logits: %d of %d positions within the float rule", exact, B * T);
+    CHECK(exact * 8 >= B * T, "QAT logits: %d of %d positions within the float rule", exact, B * T);
     CHECK(worst <= 0.1 * effect, "QAT logits: worst difference %.3g above a tenth of QAT's effect %.3g", worst, effect);
     printf("%s needle QAT logits vs Needle: %d of %d positions within the float rule (atol %.2g + rtol %.2g), "
            "worst elsewhere %.3g = %.3f of QAT's own effect %.3g\n",
-           exact * 4 >= B * T && worst <= 0.1 * effect ? "ok  " : "FAIL", exact, B * T, t.atol, t.rtol,
+           exact * 8 >= B * T && worst <= 0.1 * effect ? "ok  " : "FAIL", exact, B * T, t.atol, t.rtol,
            worst, worst / effect, effect);
 }
 
 static const char *const targets[5] = {"q_proj", "k_proj", "v_proj", "gate_proj", "out_proj"};
 
 /* Loss and every LoRA gradient (mode "float" or "qat") against Needle's jax.value_and_grad. */
-/* model_ref.json's float.loss and qat.loss: the loss Needle's step reports. */
-#define NEEDLE_FLOAT_LOSS 6.505792140960693
-#define NEEDLE_QAT_LOSS 6.509054183959961
+/* The fixture's PREFIX_ref.json float.loss and qat.loss: the loss Needle's step reports (read in main). */
+static double needle_float_loss, needle_qat_loss;
 
 /* |got - want|_2 / |want|_2 */
 static double rel_l2(const float *got, const float *want, size_t n)
@@ -136,7 +140,7 @@ static void check_grads(needle_net *n, st_file *rf, int qat, const int32_t *tok,
     CHECK(rc == 0, "needle_net_grad: %s", loom_error());
     if (rc) return;
     const int L = needle_net_config(n)->num_layers;
-    const double lq = NEEDLE_QAT_LOSS, lf = NEEDLE_FLOAT_LOSS;
+    const double lq = needle_qat_loss, lf = needle_float_loss;
     if (qat)
         CHECK(fabs(loss - lq) <= 0.25 * fabs(lf - lq), "QAT loss %.9g vs Needle's %.9g (QAT's effect %.3g)", loss, lq, lf - lq);
     else
@@ -310,13 +314,14 @@ static void check_fresh_adapter(backend *be, const char *base, const int32_t *to
 static void check_save(backend *be, const char *base, const char *lora, const int32_t *tok, const float *mask,
                        int B, int T)
 {
+    const char *slash = strrchr(base, '/'), *base_name = slash ? slash + 1 : base; /* as the adapter names it */
     char out[] = "/tmp/test_needle_net_XXXXXX";
     int fd = mkstemp(out);
     CHECK(fd >= 0, "mkstemp");
     if (fd < 0) return;
     close(fd);
     needle_net *n = needle_net_open(be, base, 0, lora, NEEDLE_NUM_QAT);
-    CHECK(n && needle_net_save_adapter(n, out, "model_base.safetensors", 0) == 0, "save: %s", loom_error());
+    CHECK(n && needle_net_save_adapter(n, out, base_name, 0) == 0, "save: %s", loom_error());
     /* the same metadata values and tensor bytes (the header's key order is Python's hash order,
      * which differs between two runs of Needle itself) */
     needle_adapter *a = needle_adapter_open(lora), *b = needle_adapter_open(out);
@@ -337,7 +342,7 @@ static void check_save(backend *be, const char *base, const char *lora, const in
     const needle_adamw o = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
                             .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
     CHECK(n && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0 && needle_net_step(n, &o, NULL) == 0 &&
-          needle_net_save_adapter(n, out, "model_base.safetensors", -1) == 0, "step and save: %s", loom_error());
+          needle_net_save_adapter(n, out, base_name, -1) == 0, "step and save: %s", loom_error());
     needle_net *m = needle_net_open(be, base, 0, out, NEEDLE_NUM_QAT);
     CHECK(m != NULL, "reopen the saved adapter: %s", loom_error());
     for (int t = 0; n && m && t < 5; t++) {
@@ -406,13 +411,34 @@ static void check_decode(backend *be, const char *base, const char *lora, const 
     free(text);
 }
 
+/* A number of the fixture's json, "float" / "qat" . "loss". */
+static double json_loss(const char *json_path, const char *mode)
+{
+    FILE *f = fopen(json_path, "rb");
+    char *text = f ? malloc(1 << 20) : NULL;
+    size_t len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    if (f) fclose(f);
+    cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+    const cJSON *x = cJSON_GetObjectItem(cJSON_GetObjectItem(root, mode), "loss");
+    const double v = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+    CHECK(isfinite(v), "%s: no %s.loss", json_path, mode);
+    cJSON_Delete(root);
+    free(text);
+    return v;
+}
+
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : "tests/fixtures/needle";
+    /* the fixture: PREFIX_base / _lora / _ref.* ("model": the small config; "model_d768": the
+     * default config's widths on one layer) */
+    const char *dir = argc > 1 ? argv[1] : "tests/fixtures/needle", *pre = argc > 2 ? argv[2] : "model";
     char base[512], lora[512], ref[512];
-    snprintf(base, sizeof base, "%s/model_base.safetensors", dir);
-    snprintf(lora, sizeof lora, "%s/model_lora.safetensors", dir);
-    snprintf(ref, sizeof ref, "%s/model_ref.safetensors", dir);
+    snprintf(base, sizeof base, "%s/%s_base.safetensors", dir, pre);
+    snprintf(lora, sizeof lora, "%s/%s_lora.safetensors", dir, pre);
+    snprintf(ref, sizeof ref, "%s/%s_ref.safetensors", dir, pre);
+    char json[512];
+    snprintf(json, sizeof json, "%s/%s_ref.json", dir, pre);
+    needle_float_loss = json_loss(json, "float"), needle_qat_loss = json_loss(json, "qat");
     backend *be = backend_select("cpu", NULL, NULL, 0);
     st_file *rf = st_open(ref);
     CHECK(be && rf, "cpu backend and %s: %s", ref, loom_error());
@@ -453,8 +479,6 @@ int main(int argc, char **argv)
     }
     check_fresh_adapter(be, base, tok, mask, B, T);
     check_save(be, base, lora, tok, mask, B, T);
-    char json[512];
-    snprintf(json, sizeof json, "%s/model_ref.json", dir);
     check_decode(be, base, lora, json);
     free(tf), free(want), free(want_h), free(want_q), free(mask), free(tok);
     st_close(rf);
