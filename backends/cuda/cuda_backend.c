@@ -276,8 +276,10 @@ static int cuda_init_device(backend *be)
 
 static const backend_ops cuda_ops;
 
-static backend *cuda_create(const backend_config *cfg)
+static backend *cuda_create(const backend_config *cfg_in)
 {
+    const backend_config none = {0}; /* backend_select's cfg may be NULL: device 0, fp32 */
+    const backend_config *cfg = cfg_in ? cfg_in : &none;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count <= 0) {

@@ -439,7 +439,7 @@ int main(int argc, char **argv)
     char json[512];
     snprintf(json, sizeof json, "%s/%s_ref.json", dir, pre);
     needle_float_loss = json_loss(json, "float"), needle_qat_loss = json_loss(json, "qat");
-    backend *be = backend_select("cpu", NULL, NULL, 0);
+    backend *be = backend_select(argc > 3 ? argv[3] : "cpu", NULL, NULL, 0);
     st_file *rf = st_open(ref);
     CHECK(be && rf, "cpu backend and %s: %s", ref, loom_error());
     if (!be || !rf) return 1;

@@ -39,6 +39,16 @@ $CXX $EXTRA -o "$OUT/test_cuda_ops_emu" "$OUT"/obj/*.o "$OUT/test_cuda_ops.o" \
   "$LIBS/base/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm
 echo "built $OUT/test_cuda_ops_emu"
 
+# The needle family on the emulated backend (tests/core/model/test_needle_net.c, its 3rd argument
+# "cuda"): run by hand, minutes long (docs in emu/README.md); only where the tree has built it.
+if [ -f "$LIBS/core/libloom_model.a" ]; then
+  $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/core/model/test_needle_net.c" -o "$OUT/test_needle_net.o"
+  $CXX $EXTRA -o "$OUT/test_needle_net_emu" "$OUT"/obj/*.o "$OUT/test_needle_net.o" "$LIBS/core/libloom_model.a" \
+    "$LIBS/checkpoints/libloom_ckpt.a" "$LIBS/core/libloom_config.a" "$LIBS/backends/cpu/libloom_cpu.a" \
+    "$LIBS/base/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm -ldl
+  echo "built $OUT/test_needle_net_emu"
+fi
+
 # The nccl transport over the emulated NCCL (MPI on host memory), with test_nccl.c.
 command -v mpicc > /dev/null || { echo "no mpicc: test_nccl_emu not built"; exit 0; }
 MPIC=$(mpicc --showme:compile); MPIL=$(mpicc --showme:link)
