@@ -92,6 +92,7 @@ struct needle_net {
     int nsites;
     char *arena;          /* the last pass's activations, kept for the next (fresh pages cost a */
     size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
+    size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
@@ -114,7 +115,7 @@ static float *nn_alloc(needle_net *n, size_t floats)
         n->owned = p, n->capowned = cap;
     }
     float *p = backend_alloc(n->be, (floats ? floats : 1) * sizeof(float));
-    if (p) n->owned[n->nowned++] = p;
+    if (p) n->owned[n->nowned++] = p, n->owned_bytes += (floats ? floats : 1) * sizeof(float);
     return p;
 }
 
@@ -1129,6 +1130,11 @@ int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const in
     free(batch), free(pos), free(lg);
     nn_dec_free(n, &dc);
     return rc;
+}
+
+void needle_net_bytes(const needle_net *n, size_t *held, size_t *activations)
+{
+    *held = n->owned_bytes, *activations = n->arena_bytes;
 }
 
 double needle_net_step_flops(const needle_net *n, int B, int T)

@@ -274,6 +274,10 @@ int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float
  * hand (matmuls only, attention dense over T as Needle computes it, the merge and the adapters'
  * gradients; not the whole-layer recompute): 1.402 TFLOP at the default config, B 16, T 256, r 16. */
 double needle_net_step_flops(const needle_net *n, int B, int T);
+/* Device bytes the net holds: *held its tensors (the frozen base in loom's layout with its W4
+ * copies, the merged targets, adapters, their gradients and moments), *activations the largest
+ * pass's arena so far. */
+void needle_net_bytes(const needle_net *n, size_t *held, size_t *activations);
 /* Greedy decoding (run.generate's, without its cache-less cost in memory): B rows of cap tokens,
  * row b's prompt its first lens[b] (> 0); up to max_new[b] tokens appended after it, stopping
  * after eos (-1: none) or at cap; made[b] the count. -1 + loom_fail. */

@@ -585,7 +585,7 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
     if (rc == 0 && eval && (rc = nf_accuracy(t, "fine-tuned", &ev)) == 0)
         rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds, rep.eval_examples = ev.examples;
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
-    rep.state_bytes = 3 * t->state_elems * sizeof(float);
+    needle_net_bytes(t->net, &rep.state_bytes, &rep.activation_bytes); /* the frozen base included */
     if (report) *report = rep;
     nf_close(t);
     free(t);
