@@ -137,6 +137,40 @@ static int sample_batch(session *s, const chat_template *ct, const sample_args *
     return rc;
 }
 
+/* A Needle base (finetune.base NAME.safetensors): its own decoder (finetune_needle_sample), the
+ * prompt after Needle's BOS as run.generate puts it; the continuations printed as sample_batch does. */
+static int sample_needle(const job_config *cfg, comm *c, const char *ckpt, const sample_args *sa)
+{
+    tokenizer *tok = tokenizer_open(cfg->model.tokenizer);
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, "needle")) return tokenizer_free(tok), -1;
+    const int T = 4096, R = sa->batch;
+    int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *out = malloc((size_t)R * sa->max_new * sizeof(int32_t));
+    int *made = malloc((size_t)R * sizeof(int));
+    char *text = malloc((size_t)sa->max_new * 16 + 1);
+    int rc = tokens && out && made && text ? 0 : loom_fail("sample: out of host memory"), n = 0;
+    if (rc == 0 && sa->prompt) { /* raw text: [BOS] + its ids, as run.generate */
+        tokens[0] = ct.bos;
+        long m = tokenizer_encode(tok, sa->prompt, strlen(sa->prompt), tokens + 1, (size_t)T - 1);
+        n = m < 0 ? -1 : 1 + (m > T - 1 ? T - 1 : (int)m);
+    } else if (rc == 0) {
+        n = sample_prompt(sa, &ct, tokens, T);
+    }
+    if (rc == 0 && n <= 0) rc = -1;
+    if (rc == 0)
+        rc = finetune_needle_sample(cfg, c, ckpt, &ct, tokens, n, R, sa->max_new, sa->temperature, sa->top_k, sa->seed,
+                                    out, made);
+    for (int r = 0; rc == 0 && r < R && c->rank == 0; r++) {
+        size_t len = tokenizer_decode(tok, out + (size_t)r * sa->max_new, (size_t)made[r], text, (size_t)sa->max_new * 16 + 1, 0);
+        if ((R > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
+            fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+            rc = loom_fail("cannot write the sample to stdout: %s", strerror(errno));
+    }
+    free(tokens), free(out), free(made), free(text);
+    tokenizer_free(tok);
+    return rc;
+}
+
 int cmd_sample(int argc, char **argv)
 {
     sample_args sa = {.temperature = 0.0f, .top_k = 0, .max_new = 200, .seed = 1, .batch = 1};
@@ -146,6 +180,11 @@ int cmd_sample(int argc, char **argv)
         return cli_fail();
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
+    if (finetune_needle_base(cfg.finetune.base)) {
+        if (sample_needle(&cfg, c, a.ckpt, &sa)) return cli_job_failed(c);
+        comm_destroy(c);
+        return 0;
+    }
     int T = cfg.model.max_seq;
     int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);

@@ -1074,8 +1074,22 @@ static int nn_dec_alloc(needle_net *n, nn_dec *dc, int B, int cap)
 /* KV-cached greedy decoding (needle_net_generate): one prefill pass over the prompts (right-
  * padded: a row never sees the positions after its end), then one pass of B rows of one token a
  * step, every row at its own position; a row that is done steps along unread at its last position. */
+/* Row b's next token from its device logits row (copied to host lg): pick's, or argmax. */
+static int32_t nn_pick(const needle_net *n, const float *row, float *lg, needle_pick_fn pick, void *ctx, int b, int k)
+{
+    if (!pick) return nn_argmax(n, row, lg);
+    backend_copy_d2h(n->be, lg, row, (size_t)n->Vout * sizeof(float));
+    return pick(ctx, b, k, lg, n->Vout);
+}
+
 int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
                         int *made)
+{
+    return needle_net_sample(n, tokens, B, cap, lens, max_new, eos, NULL, NULL, made);
+}
+
+int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                      needle_pick_fn pick, void *ctx, int *made)
 {
     nn_dec dc;
     if (nn_dec_alloc(n, &dc, B, cap)) return -1;
@@ -1099,7 +1113,7 @@ int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const in
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
         for (int b = 0; rc == 0 && b < B; b++)
             if (nn_row_open(tokens, b, cap, lens, max_new, eos, made))
-                tokens[(size_t)b * cap + lens[b]] = nn_argmax(n, p.logits + ((size_t)b * T + lens[b] - 1) * n->Vout, lg), made[b]++;
+                tokens[(size_t)b * cap + lens[b]] = nn_pick(n, p.logits + ((size_t)b * T + lens[b] - 1) * n->Vout, lg, pick, ctx, b, 0), made[b]++;
         nn_pass_free(n, &p);
     }
     dc.prefill = 0, dc.hist_tok = tokens;
@@ -1122,7 +1136,7 @@ int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const in
         for (int b = 0; rc == 0 && b < B; b++) /* a row's state changes only after its own check */
             if (nn_row_open(tokens, b, cap, lens, max_new, eos, made)) {
                 const int len = lens[b] + made[b];
-                tokens[(size_t)b * cap + len] = nn_argmax(n, p.logits + (size_t)b * n->Vout, lg);
+                tokens[(size_t)b * cap + len] = nn_pick(n, p.logits + (size_t)b * n->Vout, lg, pick, ctx, b, made[b]);
                 made[b]++;
             }
         nn_pass_free(n, &p);

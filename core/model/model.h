@@ -288,6 +288,12 @@ int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int 
  * tokens are needle_net_greedy's (the same math, sums in another order). -1 + loom_fail. */
 int needle_net_generate(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
                         int *made);
+/* needle_net_generate with another choice of each token: pick(ctx, b, k, logits, V) returns row b's
+ * k-th new token (k = 0, 1, ...) from its logits (host, V = out_vocab or vocab_size); NULL: argmax
+ * (needle_net_generate). -1 + loom_fail. */
+typedef int32_t (*needle_pick_fn)(void *ctx, int b, int k, const float *logits, int V);
+int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int *lens, const int *max_new, int eos,
+                      needle_pick_fn pick, void *ctx, int *made);
 /* Needle's fine-tune loss on B rows of T tokens (position i's next-token loss counts where
  * weights[i + 1], host (B, T), is non-zero: the mask of Needle's rows), divided by denom (> 0; a
  * data-parallel step passes the whole global batch's count) or else by this batch's count, into

@@ -105,8 +105,7 @@ int evaluate_loss(session *s, const sft_data *d, double *val_loss)
     return 0;
 }
 
-/* The next token from logits: argmax over the tokenizer's ids, or a seeded top-k sample. */
-static int32_t evaluate_pick(const float *logits, int V, float temperature, int top_k, uint64_t seed,
+int32_t evaluate_pick(const float *logits, int V, float temperature, int top_k, uint64_t seed,
                              uint64_t counter)
 {
     int32_t best = 0;

@@ -43,6 +43,11 @@ int evaluate_generate_batch(session *s, const chat_template *ct, int R,
                             float temperature, int top_k, uint64_t seed, int32_t *const *out,
                             int *made);
 
+/* The next token from logits over ids [0, V): argmax at temperature 0 (the first on a tie), else
+ * a sample at that temperature among the top_k (0 = all) largest, drawn with rng_uniform(seed,
+ * counter) (evaluate_generate_batch's counter is the token's position). */
+int32_t evaluate_pick(const float *logits, int V, float temperature, int top_k, uint64_t seed, uint64_t counter);
+
 /* One prompt: the batch of one above; returns the count of new tokens (-1 on error). */
 int evaluate_generate(session *s, const chat_template *ct, const int32_t *prompt, int n, int max_new,
                       float temperature, int top_k, uint64_t seed, int32_t *out);

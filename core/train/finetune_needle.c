@@ -318,8 +318,10 @@ static int nf_resume(nf *t, const char *path, int train)
     if (rc == 0) {
         t->step = st.step;
         t->adam_count = (int)st.adam_step;
-        log_info("%s %s: step %lld of %d, AdamW step %d, saved by %d rank(s) on %s", train ? "resumed" : "loaded", file, (long long)st.step,
-                 t->cfg.train.steps, t->adam_count, st.world_size, st.backend ? st.backend : "?");
+        char of[32] = ""; /* the run's length is known to a training job only */
+        if (train) snprintf(of, sizeof of, " of %d", t->cfg.train.steps);
+        log_info("%s %s: step %lld%s, AdamW step %d, saved by %d rank(s) on %s", train ? "resumed" : "loaded", file,
+                 (long long)st.step, of, t->adam_count, st.world_size, st.backend ? st.backend : "?");
     }
     free(host);
     ckpt_state_free(&st);
@@ -504,8 +506,9 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
     return nf_maybe_save(t, 1);
 }
 
-/* train 0 (loom eval): no checkpoint lock, no metrics, nothing written. */
-static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt, int train)
+/* The backend, the net (numerics qat) and a fresh adapter on each target: what training, evaluation
+ * and sampling share. */
+static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat)
 {
     t->cfg = *cfg;
     t->c = c;
@@ -518,19 +521,25 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     needle_close(f);
     if (tokenizer_hash_of(cfg->model.tokenizer, &t->tok_hash)) t->tok_hash = 0;
     if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
-    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, cfg->model.layers, NULL, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0))) return -1;
+    if (!(t->net = needle_net_open(t->be, cfg->finetune.base, cfg->model.layers, NULL, qat))) return -1;
     t->L = needle_net_config(t->net)->num_layers;
-    if (nf_load_data(t)) return -1;
+    if (needle_net_lora_init(t->net, cfg->finetune.lora_rank, cfg->finetune.lora_alpha, cfg->train.seed)) return -1;
+    t->nad = NEEDLE_LORA_TARGETS; /* lora_init puts one on each */
+    needle_net_lora_info(t->net, 0, NULL, NULL, &t->rank, &t->scale);
+    t->state_elems = finetune_needle_table(needle_net_config(t->net), t->rank, t->table, t->names);
+    return 0;
+}
+
+/* train 0 (loom eval): no checkpoint lock, no metrics, nothing written. */
+static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt, int train)
+{
+    if (nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0) || nf_load_data(t)) return -1;
     const train_config *tc = &t->cfg.train;
     t->mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch_size / c->size;
     if (t->mb < 1 || tc->batch_size % (t->mb * c->size) != 0)
         return loom_fail("train.batch_size %d must be a multiple of micro_batch (%d) x ranks (%d)", tc->batch_size,
                          t->mb, c->size);
     t->accum = tc->batch_size / (t->mb * c->size);
-    if (needle_net_lora_init(t->net, cfg->finetune.lora_rank, cfg->finetune.lora_alpha, tc->seed)) return -1;
-    t->nad = NEEDLE_LORA_TARGETS; /* lora_init puts one on each */
-    needle_net_lora_info(t->net, 0, NULL, NULL, &t->rank, &t->scale);
-    t->state_elems = finetune_needle_table(needle_net_config(t->net), t->rank, t->table, t->names);
     size_t n = (size_t)t->mb * t->T;
     t->tokens = malloc(n * sizeof(int32_t)), t->targets = malloc(n * sizeof(int32_t));
     t->weights = malloc(n * sizeof(float));
@@ -585,7 +594,7 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
     if (rc == 0 && eval && (rc = nf_accuracy(t, "fine-tuned", &ev)) == 0)
         rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds, rep.eval_examples = ev.examples;
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
-    needle_net_bytes(t->net, &rep.state_bytes, &rep.activation_bytes); /* the frozen base included */
+    if (t->net) needle_net_bytes(t->net, &rep.state_bytes, &rep.activation_bytes); /* the frozen base included */
     if (report) *report = rep;
     nf_close(t);
     free(t);
@@ -604,6 +613,50 @@ int finetune_needle_eval(const job_config *cfg, comm *c, const char *ckpt, doubl
     if (rc == 0 && t->sft.val.n == 0) rc = loom_fail("%s: no held-out examples to evaluate (data.val, data.val_split)", cfg->data.train);
     if (rc == 0) rc = nf_validate(t, val_loss);
     if (rc == 0) rc = nf_accuracy(t, ckpt && ckpt[0] ? "checkpoint" : "base model", res);
+    nf_close(t);
+    free(t);
+    return rc;
+}
+
+/* --- loom sample --- */
+
+typedef struct nf_pick {
+    float temperature;
+    int top_k, V;          /* the tokenizer's ids: never a padded vocabulary row */
+    uint64_t seed;
+    int n;                 /* the prompt's length: a token's position is n + k */
+} nf_pick;
+
+static int32_t nf_pick_token(void *ctx, int b, int k, const float *logits, int V)
+{
+    const nf_pick *p = ctx;
+    return evaluate_pick(logits, p->V < V ? p->V : V, p->temperature, p->top_k, p->seed + (uint64_t)b,
+                         (uint64_t)(p->n + k));
+}
+
+int finetune_needle_sample(const job_config *cfg, comm *c, const char *ckpt, const chat_template *ct,
+                           const int32_t *prompt, int n, int R, int max_new, float temperature, int top_k,
+                           uint64_t seed, int32_t *out, int *made)
+{
+    nf *t = calloc(1, sizeof *t);
+    if (!t) return loom_fail("sample: out of host memory");
+    int rc = nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_W4 : 0);
+    if (rc == 0 && ckpt && ckpt[0]) rc = nf_resume(t, ckpt, 0);
+    const int maxlen = rc == 0 ? needle_net_config(t->net)->max_seq_len : 0;
+    if (rc == 0 && n >= maxlen) rc = loom_fail("sample: a prompt of %d tokens leaves no room in the model's %d", n, maxlen);
+    const int cap = n + max_new < maxlen ? n + max_new : maxlen;
+    int32_t *rows = rc == 0 ? malloc((size_t)R * cap * sizeof(int32_t)) : NULL;
+    int *lens = rc == 0 ? malloc((size_t)R * 2 * sizeof(int)) : NULL;
+    if (rc == 0 && (!rows || !lens)) rc = loom_fail("sample: out of host memory");
+    for (int r = 0; rc == 0 && r < R; r++) {
+        memcpy(rows + (size_t)r * cap, prompt, (size_t)n * sizeof(int32_t));
+        lens[r] = n, lens[R + r] = max_new;
+    }
+    nf_pick p = {temperature, top_k, tokenizer_vocab(ct->tok), seed, n};
+    if (rc == 0) rc = needle_net_sample(t->net, rows, R, cap, lens, lens + R, ct->eot, nf_pick_token, &p, made);
+    for (int r = 0; rc == 0 && r < R; r++)
+        memcpy(out + (size_t)r * max_new, rows + (size_t)r * cap + n, (size_t)made[r] * sizeof(int32_t));
+    free(rows), free(lens);
     nf_close(t);
     free(t);
     return rc;

@@ -53,5 +53,13 @@ int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train
  * none), as Needle scores a fine-tune. 0, or -1 + loom_fail. */
 int finetune_needle_base(const char *path);
 int finetune_needle_eval(const job_config *cfg, comm *c, const char *ckpt, double *val_loss, eval_result *res);
+/* `loom sample` on a Needle base: R continuations of prompt (n tokens, BOS first) with the adapters
+ * of checkpoint ckpt (NULL or "": the base alone), decoded together with the KV cache on W4 weights
+ * as Needle deploys them (float weights with finetune.qat=false): greedy at temperature 0, else
+ * seeded top-k (0 = all) sampling over ct's tokenizer ids, row r from seed + r; each row stops
+ * after ct's end of turn, max_new tokens or the model's max_seq_len. out (R, max_new), made[R]. */
+int finetune_needle_sample(const job_config *cfg, comm *c, const char *ckpt, const chat_template *ct,
+                           const int32_t *prompt, int n, int R, int max_new, float temperature, int top_k,
+                           uint64_t seed, int32_t *out, int *made);
 
 #endif

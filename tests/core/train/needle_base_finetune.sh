@@ -71,6 +71,19 @@ grep -q "Needle's exact-call" eval.out && grep -q "tool-call exact match" eval.o
 got0=$(sed -n 's/.*| val loss \([0-9.]*\) |.*/\1/p' eval0.out)
 [ -n "$got0" ] && [ "$got0" != "$got" ] || fail "loom eval of the base: val loss '$got0' (A's: $got)"
 echo "ok: loom eval: A's checkpoint val loss $got as logged, the base's $got0"
+# loom sample of A's checkpoint: greedy is the same text every time and in every row of a batch;
+# a seeded sample repeats, and row 0 of a batch is the batch of one
+tools='[{"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]'
+smp() { "$LOOM" sample "$JOB" "${FT[@]}" --ckpt A/ckpt --query "weather in Paris?" --tools "$tools" --max-new 24 "$@" 2> sample.log; }
+g1=$(smp) && g2=$(smp) && g3=$(smp --batch 3) || { cat sample.log; fail "loom sample"; }
+[ -n "$g1" ] && [ "$g1" = "$g2" ] || fail "loom sample: greedy gave '$g1' then '$g2'"
+[ "$(grep -c . <<<"$g3")" -ge 3 ] && [ "$(grep -v '^--- sample' <<<"$g3" | sort -u)" = "$g1" ] ||
+  fail "loom sample --batch 3 (greedy): '$g3', want '$g1' three times"
+s1=$(smp --temperature 1 --seed 7 --batch 2) && s2=$(smp --temperature 1 --seed 7 --batch 2) && s0=$(smp --temperature 1 --seed 7) ||
+  { cat sample.log; fail "loom sample --temperature 1"; }
+[ "$s1" = "$s2" ] && [ "$(sed -n 2p <<<"$s1")" = "$s0" ] && [ "$s0" != "$g1" ] ||
+  fail "loom sample: seeded samples '$s1' / '$s2' / '$s0' (greedy '$g1')"
+echo "ok: loom sample: greedy '$g1'; seeded '$s0'"
 # --merge: the base with A's adapters folded in; evaluated alone (float) it is A evaluated with its
 # adapters (the same W + s A B, summed in another order: 1e-7 relative on the weights), and far from
 # the base alone; a run that never moved its adapters (lr 0) merges back into the base, byte for byte
