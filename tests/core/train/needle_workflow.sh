@@ -19,7 +19,7 @@ ln -s "$FIX/needle.model" tokenizer.model
 # the doc's commands, continuation lines joined, comments dropped
 cmds=$(sed -n '/<!-- needle-workflow: begin/,/<!-- needle-workflow: end/p' "$SRC/docs/needle.md" |
        sed -e '/^```/d' -e '/^<!--/d' -e '/^#/d' -e '/^ *$/d' | sed -e ':a' -e '/\\$/N; s/\\\n *//; ta')
-[ "$(grep -c '^loom \|^mpirun ' <<<"$cmds")" -ge 8 ] || fail "docs/needle.md: the workflow block is missing or shorter than 8 commands"
+[ "$(grep -c '^loom \|^mpirun ' <<<"$cmds")" -ge 9 ] || fail "docs/needle.md: the workflow block is missing or shorter than 9 commands"
 extra=(--set finetune.epochs=1 --set train.lr=1e-2 --set parallel.threads=1 --set train.batch_size=4)
 n=0
 while IFS= read -r line; do
@@ -35,7 +35,7 @@ while IFS= read -r line; do
     loom\ *) rest=${line#loom }; np=1 ;;
     *) fail "docs/needle.md: line $n is neither loom nor mpirun: $line" ;;
     esac
-    read -r -a args <<<"$rest"
+    eval "args=($rest)" # the doc's own quoting (a query, a JSON tools list)
     case ${args[0]} in finetune | eval) args+=("${extra[@]}") ;; esac
     [ ${#fault[@]} -gt 0 ] && args+=(--set checkpoint.every=2)
     echo "+ ${line:0:160}" >>log.txt
@@ -53,6 +53,8 @@ grep -q "^resumed runs/needle-4/ckpt/step_00000002.h5: step 2 of" log.txt || fai
 steps=$(sed -nE 's/.* ([0-9]+) steps per epoch.*/\1/p' log.txt | head -1)
 [ "$(cat runs/needle-4/ckpt/latest)" = "$(printf 'step_%08d.h5' "$steps")" ] || fail "the resumed run did not end at step $steps"
 [ "$(grep -c "| val loss [0-9.]* |" log.txt)" -ge 1 ] && grep -q "Needle's exact-call" log.txt || fail "loom eval: no loss or accuracy lines"
+grep -q "^+ loom sample" log.txt && [ "$(sed -n '/^+ loom sample/,/^+ /p' log.txt | grep -c '^loaded runs/needle-finetune')" -eq 1 ] ||
+    fail "loom sample did not load the checkpoint"
 grep -a -q '"rank":"16"' needle_lora.safetensors && grep -a -q 'lora/stack/layers/block/self_attn/q_proj/kernel/A' needle_lora.safetensors ||
     fail "needle_lora.safetensors: not Needle's adapter (rank 16, lora/<path>/A)"
 grep -a -q 'num_layers\\": 2' needle_rung8.safetensors || fail "needle_rung8.safetensors: not the rung's base"
