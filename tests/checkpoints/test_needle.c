@@ -271,8 +271,9 @@ static void check_ladder(void)
     for (int depth = 2; depth <= 20; depth++) {
         int sel[NEEDLE_MAX_LIST], want[20], k = 0;
         CHECK(needle_ladder_layers(&c, depth, sel) == 0, "rung %d of 20", depth);
-        for (int l = 0; l < 20; l++)
-            for (int j = 0; j < depth; j++) want[k] = l, k += order20[j] == l;
+        for (int l = 0; l < 20; l++) /* the first depth of the order, ascending */
+            for (int j = 0; j < depth; j++)
+                if (order20[j] == l) want[k++] = l;
         for (int j = 0; j < depth; j++) CHECK(sel[j] == want[j], "rung %d of 20: layer %d is %d, not %d", depth, j, sel[j], want[j]);
     }
     int sel[NEEDLE_MAX_LIST];
