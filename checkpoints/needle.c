@@ -111,6 +111,17 @@ static int needle_check_tensors(needle_file *f, const needle_shape *ex, int nex)
     return rc;
 }
 
+/* needle_check_tensors against the tensors f's config implies. */
+static int needle_check_config_tensors(needle_file *f)
+{
+    needle_shape *ex;
+    int nex;
+    if (needle_expected(&f->cfg, &ex, &nex)) return -1;
+    int rc = needle_check_tensors(f, ex, nex);
+    free(ex);
+    return rc;
+}
+
 static int needle_open_checks(needle_file *f)
 {
     const char *p = f->st->path;
@@ -125,12 +136,7 @@ static int needle_open_checks(needle_file *f)
     if (!f->idx) return loom_fail("out of memory");
     for (int i = 0; i < f->st->ntensors; i++)
         if (strncmp(f->st->t[i].name, "mtp_", 4) != 0) f->idx[f->n++] = i;   /* run.py:39 */
-    needle_shape *ex;
-    int nex;
-    if (needle_expected(&f->cfg, &ex, &nex)) return -1;
-    int rc = needle_check_tensors(f, ex, nex);
-    free(ex);
-    return rc;
+    return needle_check_config_tensors(f);
 }
 
 needle_file *needle_open(const char *path)
@@ -302,13 +308,7 @@ static int needle_rung_cut(needle_file *f, int depth)
     for (int k = 0; k < f->nmeta; k++)
         if (!strcmp(f->mkey[k], "config")) free(f->mval[k]), f->mval[k] = json, json = NULL;
     free(json);
-    /* the cut against the rung's config: what ladder_slice leaves must be the rung's tensors */
-    needle_shape *ex;
-    int nex;
-    if (needle_expected(&f->cfg, &ex, &nex)) return -1;
-    int bad = needle_check_tensors(f, ex, nex);
-    free(ex);
-    return bad;
+    return needle_check_config_tensors(f); /* what ladder_slice leaves must be the rung's tensors */
 }
 
 needle_file *needle_open_rung(const char *path, int depth)
