@@ -70,6 +70,10 @@ typedef struct ckpt_state {
                                     * order: what a resume on the same machines adopts to multiply
                                     * bitwise as the saved run did; "" or NULL = none (optional:
                                     * read as "" when absent) */
+    const char *source;            /* what a converter recorded of the file the checkpoint was
+                                    * imported from (JSON; `loom import` of a Needle base: its
+                                    * metadata, dtypes and digest, checkpoints/needle_ckpt.c); ""
+                                    * or NULL = none, and then not written (optional: read as "") */
 } ckpt_state;
 
 /* Save into directory `dir` as `dir/step_<step>.h5` and point `dir/latest` at it; keep the newest
@@ -92,6 +96,9 @@ typedef struct ckpt_reader ckpt_reader;
 /* Open and validate: the whole-file seal first (a CRC32C over the file, checked before HDF5 reads
  * anything), then format version and completeness. NULL + loom_fail naming the file. */
 ckpt_reader *ckpt_open(const char *file);
+/* ckpt_open for a look before the load (what kind of checkpoint a base is): the next sealed open
+ * of the same unchanged file in this process, and only that one, does not read it all again. */
+ckpt_reader *ckpt_open_peek(const char *file);
 /* Fill *state (strings malloc'd) and range-check it (ckpt_state_check): -1 + one loom_fail line
  * naming the file and the attribute. A version 1 file's adam_step comes from its rng_counter. */
 int ckpt_read_state(ckpt_reader *r, ckpt_state *state);

@@ -37,16 +37,43 @@ int ckpt_resolve(const char *dir_or_file, char *path_out, size_t path_len)
     return 0;
 }
 
+/* The file whose seal ckpt_open_peek saw hold, by identity, size and times, for the next sealed
+ * open only: a job opens its base twice at start (needle_is_base looks inside any loom checkpoint
+ * for a Needle import's record, then the load), and reading a base of tens of GB twice only to
+ * check the same bytes again would double the start. Kept for one open (the load right after),
+ * never for later ones, so a file damaged in place later is checked again whatever its times. */
+static struct { dev_t dev; ino_t ino; off_t size; time_t mtime, ctime; int set; } seal_last;
+
+/* Whether st is the file the peek saw sealed; forgets it either way (one use). */
+static int seal_seen(const struct stat *st)
+{
+    const int seen = seal_last.set && seal_last.dev == st->st_dev && seal_last.ino == st->st_ino &&
+                     seal_last.size == st->st_size && seal_last.mtime == st->st_mtime &&
+                     seal_last.ctime == st->st_ctime;
+    seal_last.set = 0;
+    return seen;
+}
+
+static void seal_remember(const struct stat *st)
+{
+    seal_last.dev = st->st_dev, seal_last.ino = st->st_ino, seal_last.size = st->st_size;
+    seal_last.mtime = st->st_mtime, seal_last.ctime = st->st_ctime, seal_last.set = 1;
+}
+
 /* Open the HDF5 file, saying "not HDF5" or what HDF5 found wrong (e.g. truncated). With
  * `sealed`, the whole-file seal is checked first: HDF5 1.10 crashes on some damaged files, so it
- * must only ever see bytes that are exactly what loom wrote. */
+ * must only ever see bytes that are exactly what loom wrote (unless a peek just checked it:
+ * seal_last); `sealed` 2 (a peek) remembers the file whose seal held. */
 static hid_t open_h5(const char *file, int sealed)
 {
     struct stat st;
     if (stat(file, &st) != 0) return loom_fail("%s: cannot open checkpoint (%s)", file, strerror(errno));
     if (S_ISDIR(st.st_mode)) return loom_fail("%s: is a directory, not a checkpoint file", file);
     if (!S_ISREG(st.st_mode)) return loom_fail("%s: not a regular file, not a checkpoint", file);
-    if (sealed && ckpt_seal_verify(file, NULL) != 0) return -1;
+    if (sealed && !seal_seen(&st)) {
+        if (ckpt_seal_verify(file, NULL) != 0) return -1;
+        if (sealed == 2) seal_remember(&st);
+    }
     htri_t is = H5Fis_hdf5(file);
     if (is == 0) return loom_fail("%s: not an HDF5 file (%lld bytes)", file, (long long)st.st_size);
     hid_t fapl = ckpt_h5_fapl();
@@ -119,6 +146,8 @@ ckpt_reader *ckpt_open(const char *file) { return open_reader(file, 1); }
 
 ckpt_reader *ckpt_open_unsealed(const char *file) { return open_reader(file, 0); }
 
+ckpt_reader *ckpt_open_peek(const char *file) { return open_reader(file, 2); }
+
 void ckpt_state_free(ckpt_state *s)
 {
     if (!s) return;
@@ -126,7 +155,8 @@ void ckpt_state_free(ckpt_state *s)
     free((char *)s->job_config_json);
     free((char *)s->backend);
     free((char *)s->tuning);
-    s->model_config_json = s->job_config_json = s->backend = s->tuning = NULL;
+    free((char *)s->source);
+    s->model_config_json = s->job_config_json = s->backend = s->tuning = s->source = NULL;
 }
 
 /* Version 2 keeps the AdamW step in `adam_step`; version 1 kept it in `rng_counter` (and had no
@@ -209,17 +239,20 @@ int ckpt_read_state(ckpt_reader *r, ckpt_state *s)
     s->model_config_json = vals[0];
     s->job_config_json = vals[1];
     s->backend = vals[2];
-    /* optional (files before it have none): absent reads as "" */
-    char *tuning = NULL;
-    int rc = ckpt_attr_read_str(r->fid, "tuning", &tuning);
-    if (rc < 0) {
-        ckpt_state_free(s);
-        return loom_fail("%s: unreadable attribute tuning", r->path);
-    }
-    s->tuning = tuning ? tuning : calloc(1, 1);
-    if (!s->tuning) {
-        ckpt_state_free(s);
-        return loom_fail("%s: out of memory", r->path);
+    /* optional (files before them have none, only an import has a source): absent reads as "" */
+    const char *opt[2] = {"tuning", "source"};
+    const char **dst[2] = {&s->tuning, &s->source};
+    for (int i = 0; i < 2; i++) {
+        char *v = NULL;
+        if (ckpt_attr_read_str(r->fid, opt[i], &v) < 0) {
+            ckpt_state_free(s);
+            return loom_fail("%s: unreadable attribute %s", r->path, opt[i]);
+        }
+        *dst[i] = v ? v : calloc(1, 1);
+        if (!*dst[i]) {
+            ckpt_state_free(s);
+            return loom_fail("%s: out of memory", r->path);
+        }
     }
     if (ckpt_state_check(s, r->path) == 0) return 0;
     ckpt_state_free(s);

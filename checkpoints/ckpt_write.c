@@ -116,6 +116,8 @@ static int write_state(hid_t fid, const ckpt_state *s, const ckpt_group *groups,
     };
     for (size_t i = 0; i < sizeof str / sizeof str[0]; i++)
         if (ckpt_attr_write_str(fid, str[i].name, str[i].val, what)) return -1;
+    /* only an import has one: every other checkpoint's bytes stay as they were */
+    if (s->source && s->source[0] && ckpt_attr_write_str(fid, "source", s->source, what)) return -1;
     char *list = manifest(groups, ngroups);
     if (!list) return loom_fail("%s: out of memory for the tensor manifest", what);
     int rc = ckpt_attr_write_str(fid, "tensors", list, what);

@@ -1,6 +1,7 @@
 /* needle.c: reading Needle's base checkpoints and LoRA adapters (see needle.h): the safetensors
  * metadata, format_version and config checked as run.py:load_checkpoint does, mtp_* tensors dropped,
- * every other tensor matched to the config's shapes; an adapter's A/B pairs and its metadata.
+ * every other tensor matched to the config's shapes; an adapter's A/B pairs and its metadata. A
+ * base `loom import` made a loom checkpoint of is read through needle_ckpt.c and checked the same.
  * Must never accept a tensor it cannot place, nor let a lying file crash it. */
 #include "checkpoints/needle.h"
 
@@ -11,26 +12,7 @@
 
 #include "base/error.h"
 #include "checkpoints/ckpt_crc.h"
-
-/* A tensor of a rung (needle_open_rung): the stored tensor `src` cut along `axis`. */
-typedef struct needle_cut {
-    st_tensor t;      /* the rung's name (owned), shape and numel; begin/end unused */
-    int axis;         /* -1: the stored tensor whole; else the rows rows[0 .. nrows) of this axis */
-    int nrows;
-    const int *rows;  /* the file's sel or hrows */
-    void *bytes;      /* the cut's bytes once needle_file_bytes asked (owned) */
-} needle_cut;
-
-struct needle_file {
-    st_file *st;
-    needle_config cfg;
-    int n;            /* kept tensors */
-    int *idx;         /* their st indices, in file order */
-    int nmeta;
-    char **mkey, **mval;
-    needle_cut *cut;  /* a rung: one per kept tensor; NULL: the file as stored */
-    int sel[NEEDLE_MAX_LIST], hrows[NEEDLE_MAX_LIST + 1]; /* kept layers; the heads' kept rows */
-};
+#include "checkpoints/needle_internal.h"
 
 /* The header's __metadata__ strings in file order into *keys / *vals (malloc'd). */
 static int needle_meta_read(const st_file *st, int *n, char ***keys, char ***vals)
@@ -122,10 +104,10 @@ static int needle_check_config_tensors(needle_file *f)
     return rc;
 }
 
+/* The metadata (read by the caller: the file's header, or the import's record) and the tensors. */
 static int needle_open_checks(needle_file *f)
 {
     const char *p = f->st->path;
-    if (needle_meta_read(f->st, &f->nmeta, &f->mkey, &f->mval)) return -1;
     const char *v = needle_file_meta(f, "format_version");
     if (!needle_version_ok(v))
         return loom_fail("%s: metadata format_version: %s%s%s, not 2 (not a Needle 3 checkpoint; run.py:27)", p,
@@ -143,7 +125,10 @@ needle_file *needle_open(const char *path)
 {
     needle_file *f = calloc(1, sizeof *f);
     if (!f) { loom_fail("out of memory"); return NULL; }
-    if (!(f->st = st_open(path)) || needle_open_checks(f)) {
+    f->whole_i = -1;
+    int rc = needle_ckpt_is(path) ? needle_ckpt_open(f, path)
+             : !(f->st = st_open(path)) ? -1 : needle_meta_read(f->st, &f->nmeta, &f->mkey, &f->mval);
+    if (rc || needle_open_checks(f)) {
         needle_close(f);
         return NULL;
     }
@@ -159,6 +144,10 @@ void needle_close(needle_file *f)
     free(f->idx);
     for (int i = 0; f->cut && i < f->n; i++) free(f->cut[i].t.name), free(f->cut[i].bytes);
     free(f->cut);
+    for (int j = 0; f->own && j < f->st->ntensors; j++) free(f->own[j]);
+    free(f->own);
+    free(f->whole);
+    needle_ckpt_close(f->ck);
     st_close(f->st);
     free(f);
 }
@@ -182,6 +171,7 @@ void needle_lora_dims(const needle_geometry *g, int d_model, int t, int *in, int
 
 uint64_t needle_file_digest(const needle_file *f)
 {
+    if (f->ck) return needle_ckpt_digest(f->ck); /* the imported file's: the same base */
     /* CRC32C of the whole mapped file (header with its config, every byte of data: mtp_ tensors
      * too, they are part of the file the user named), its length in the high half */
     uint32_t crc = ckpt_crc32c(0, f->st->map, f->st->size);
@@ -217,37 +207,93 @@ static void needle_cut_dims(const needle_file *f, int i, size_t *outer, int64_t 
     for (int d = ax + 1; d < s->ndim; d++) *inner *= (size_t)s->shape[d];
 }
 
+/* Stored tensor j (of f->st) whole as fp32: from the mapped file, or from the checkpoint. */
+static int needle_src_read(needle_file *f, int j, float *out, size_t numel)
+{
+    return f->ck ? needle_ckpt_read(f->ck, j, out, numel) : st_read_f32(f->st, j, out, numel);
+}
+
+/* Stored tensor j's bytes in its dtype: the mapping, or (an imported checkpoint) a copy narrowed
+ * from its fp32 values, kept until needle_close. NULL + loom_fail. */
+static const uint8_t *needle_src_bytes(needle_file *f, int j)
+{
+    const st_tensor *t = &f->st->t[j];
+    if (!f->ck) return f->st->map + f->st->data_start + t->begin;
+    if (!f->own && !(f->own = calloc((size_t)f->st->ntensors + 1, sizeof *f->own)))
+        return loom_fail("%s: out of memory", f->st->path), NULL;
+    if (f->own[j]) return f->own[j];
+    float *x = malloc(t->numel ? t->numel * sizeof(float) : 1);
+    void *b = malloc(t->end > t->begin ? (size_t)(t->end - t->begin) : 1);
+    int rc = x && b ? 0 : loom_fail("%s: tensor %s: out of memory", f->st->path, t->name);
+    if (rc == 0) rc = needle_ckpt_read(f->ck, j, x, t->numel);
+    if (rc == 0) rc = needle_ckpt_narrow(x, t->numel, t->dtype, b, f->st->path, t->name);
+    free(x);
+    if (rc) return free(b), NULL;
+    return f->own[j] = b;
+}
+
 int needle_file_read(needle_file *f, int i, float *out, size_t numel)
 {
     if (i < 0 || i >= f->n) return loom_fail("%s: no tensor %d", f->st->path, i);
-    if (!f->cut || f->cut[i].axis < 0) return st_read_f32(f->st, f->idx[i], out, numel);
+    if (!f->cut || f->cut[i].axis < 0) return needle_src_read(f, f->idx[i], out, numel);
     const needle_cut *c = &f->cut[i];
+    const st_tensor *s = &f->st->t[f->idx[i]];
     if (numel != c->t.numel) return loom_fail("%s: tensor %s: read of %zu values, it has %zu", f->st->path, c->t.name, numel, c->t.numel);
     size_t outer, inner;
     int64_t rows;
     needle_cut_dims(f, i, &outer, &rows, &inner);
-    for (size_t o = 0; o < outer; o++)
-        for (int j = 0; j < c->nrows; j++, out += inner)
-            if (st_read_f32_range(f->st, f->idx[i], (o * (size_t)rows + (size_t)c->rows[j]) * inner, inner, out)) return -1;
+    /* a checkpoint's tensor is read whole (its reader goes front to back), a mapped one by rows */
+    float *all = f->ck ? malloc(s->numel ? s->numel * sizeof(float) : 1) : NULL;
+    if (f->ck && !all) return loom_fail("%s: tensor %s: out of memory", f->st->path, s->name);
+    int rc = f->ck ? needle_src_read(f, f->idx[i], all, s->numel) : 0;
+    for (size_t o = 0; rc == 0 && o < outer; o++)
+        for (int j = 0; rc == 0 && j < c->nrows; j++, out += inner) {
+            const size_t e0 = (o * (size_t)rows + (size_t)c->rows[j]) * inner;
+            if (all) memcpy(out, all + e0, inner * sizeof(float));
+            else rc = st_read_f32_range(f->st, f->idx[i], e0, inner, out);
+        }
+    free(all);
+    return rc;
+}
+
+int needle_file_read_range(needle_file *f, int i, size_t e0, size_t n, float *out)
+{
+    if (i < 0 || i >= f->n) return loom_fail("%s: no tensor %d", f->st->path, i);
+    const st_tensor *t = needle_file_tensor(f, i);
+    if (e0 > t->numel || n > t->numel - e0)
+        return loom_fail("%s: tensor %s: elements [%zu, %zu) past its %zu", f->st->path, t->name, e0, e0 + n, t->numel);
+    if (!f->ck && (!f->cut || f->cut[i].axis < 0)) return st_read_f32_range(f->st, f->idx[i], e0, n, out);
+    if (f->whole_i != i) {
+        free(f->whole);
+        f->whole_i = -1;
+        if (!(f->whole = malloc(t->numel ? t->numel * sizeof(float) : 1)))
+            return loom_fail("%s: tensor %s: out of memory", f->st->path, t->name);
+        if (needle_file_read(f, i, f->whole, t->numel)) return -1;
+        f->whole_i = i;
+    }
+    memcpy(out, f->whole + e0, n * sizeof(float));
+    if (e0 + n == t->numel) free(f->whole), f->whole = NULL, f->whole_i = -1; /* read to its end: released */
     return 0;
 }
 
 const void *needle_file_bytes(needle_file *f, int i, size_t *nbytes)
 {
     const st_tensor *t = &f->st->t[f->idx[i]];
-    const uint8_t *src = f->st->map + f->st->data_start + t->begin;
     *nbytes = (size_t)(t->end - t->begin);
-    if (!f->cut || f->cut[i].axis < 0) return src;
-    needle_cut *c = &f->cut[i];
-    size_t outer, inner;
-    int64_t rows;
-    needle_cut_dims(f, i, &outer, &rows, &inner);
+    needle_cut *c = f->cut && f->cut[i].axis >= 0 ? &f->cut[i] : NULL;
+    size_t outer = 1, inner = 1;
+    int64_t rows = 0;
+    if (c) needle_cut_dims(f, i, &outer, &rows, &inner);
     const size_t row = inner * st_dtype_size(t->dtype);
-    *nbytes = outer * (size_t)c->nrows * row;
-    if (!c->bytes && !(c->bytes = malloc(*nbytes ? *nbytes : 1))) return loom_fail("%s: out of memory", f->st->path), NULL;
+    if (c) *nbytes = outer * (size_t)c->nrows * row;
+    if (c && c->bytes) return c->bytes;
+    const uint8_t *src = needle_src_bytes(f, f->idx[i]);
+    if (!src || !c) return src;
+    if (!(c->bytes = malloc(*nbytes ? *nbytes : 1))) return loom_fail("%s: out of memory", f->st->path), NULL;
     uint8_t *dst = c->bytes;
     for (size_t o = 0; o < outer; o++)
         for (int j = 0; j < c->nrows; j++, dst += row) memcpy(dst, src + (o * (size_t)rows + (size_t)c->rows[j]) * row, row);
+    if (f->ck) free(f->own[f->idx[i]]), f->own[f->idx[i]] = NULL; /* the cut is what the caller keeps */
     return c->bytes;
 }
 

@@ -90,12 +90,15 @@ typedef struct needle_file needle_file;
 
 /* Open `path`: a safetensors file whose metadata has format_version "2" and a config Needle 3
  * loads; mtp_* tensors dropped (run.py:39); every other tensor one of needle_expected()'s with
- * its shape, none missing. NULL + loom_fail naming the file and the field or tensor. */
+ * its shape, none missing. Or the loom checkpoint (folder or file) `loom import` made of such a
+ * file (below), checked the same and read as that file. NULL + loom_fail naming the file and the
+ * field or tensor. */
 needle_file *needle_open(const char *path);
 void needle_close(needle_file *f);
 const needle_config *needle_file_config(const needle_file *f);
 /* The file's identity for a LoRA checkpoint trained on it (ckpt_state.base_digest): a digest of
- * every byte of the file, never 0. */
+ * every byte of the file, never 0. An imported checkpoint's is its file's (recorded at import), so
+ * adapters trained on either resume and export with the other. */
 uint64_t needle_file_digest(const needle_file *f);
 /* Metadata string `key` ("format_version", "config", "step", "run") as stored; NULL if absent. */
 const char *needle_file_meta(const needle_file *f, const char *key);
@@ -109,9 +112,31 @@ const char *needle_file_meta_at(const needle_file *f, int i, const char **value)
 int needle_file_find(const needle_file *f, const char *path);
 /* Tensor i (kept index) converted to fp32 into out[0 .. numel). */
 int needle_file_read(needle_file *f, int i, float *out, size_t numel);
+/* Elements [e0, e0 + n) of tensor i as fp32: a mapped file's read in place; a rung's cut tensor
+ * or an imported checkpoint's read whole once, held until its last element is asked for. */
+int needle_file_read_range(needle_file *f, int i, size_t e0, size_t n, float *out);
 /* Tensor i's stored bytes (little-endian, its dtype), borrowed from the mapping (a rung's cut
- * tensor: from a copy the file keeps until needle_close). NULL + loom_fail (out of memory). */
+ * tensor, or any of an imported checkpoint: from a copy the file keeps until needle_close).
+ * NULL + loom_fail (out of memory; a checkpoint value the dtype cannot hold). */
 const void *needle_file_bytes(needle_file *f, int i, size_t *nbytes);
+
+/* --- a base as a loom checkpoint (`loom import`, needle_ckpt.c; docs/needle.md section 11) ---
+ * Group "model" holds each kept tensor as logical fp32 under its flax path with '/' written '.'
+ * (needle_ckpt_name), in Needle's layout and the file's order; model_config is the file's config
+ * string; the root attribute `source` (ckpt_state.source) holds the rest as JSON: format "needle",
+ * file (the path imported), digest (16 hex digits: the file's needle_file_digest), meta ([key,
+ * value] in the file's order), tensors ([flax path, dtype, shape] in the file's order), dropped
+ * (the mtp_ paths). needle_open presents such a checkpoint as the file: the same config, tensors,
+ * dtypes, metadata, digest, and needle_file_bytes the stored bytes bitwise (F32, BF16, F16 ->
+ * fp32 is exact, and back). */
+void needle_ckpt_name(const char *path, char *out, size_t cap);
+/* Write base f (opened from `src`: a file, not a rung or a checkpoint) as that checkpoint into the
+ * folder dir (ckpt_save_pieces: dir/step_00000000.h5 and dir/latest), a piece at a time. -1 +
+ * loom_fail naming the file or tensor; nothing left under its final name. */
+int needle_ckpt_save(needle_file *f, const char *src, const char *dir);
+/* 1 if `path` is a Needle base: a regular file NAME.safetensors (not opened), or a loom checkpoint
+ * holding a Needle source (opened: its seal is read). 0 for anything else, whatever is wrong. */
+int needle_is_base(const char *path);
 
 /* --- the ladder (architecture.py:131-224; finetune.py:293-303, what `needle build --layers N`
  * cuts) --- */
@@ -173,6 +198,8 @@ typedef struct needle_meta {
  * alignment then name, the header's metadata first, padded with spaces to 8 bytes), through a
  * temporary name renamed into place. -1 + loom_fail. */
 int needle_write(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm);
+/* needle_write with the tensors in the order given (a file given back: its own order), not sorted. */
+int needle_write_ordered(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm);
 /* A base checkpoint as write_checkpoint writes it (checkpoints.py:313-323): metadata
  * format_version "2", config (needle_config_json(c) when config_json is NULL), step ("" when
  * step < 0), run (JSON text; "{}" when NULL). */

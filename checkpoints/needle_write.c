@@ -122,7 +122,8 @@ static int wfile(const char *path, const char *tmp, const wbuf *h, const needle_
     return 0;
 }
 
-int needle_write(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm)
+/* needle_write, the tensors sorted as the library sorts them or in the order given. */
+static int needle_write_in(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm, int sorted)
 {
     for (int k = 0; k < n; k++) {
         if (!t[k].name || (!t[k].data && wbytes(&t[k])) || t[k].ndim < 0 || t[k].ndim > ST_MAX_DIMS)
@@ -133,7 +134,7 @@ int needle_write(const char *path, const needle_wtensor *t, int n, const needle_
     const needle_wtensor **order = malloc(((size_t)n + 1) * sizeof *order);
     if (!order) return loom_fail("out of memory");
     for (int k = 0; k < n; k++) order[k] = &t[k];
-    qsort(order, (size_t)n, sizeof *order, wcmp);
+    if (sorted) qsort(order, (size_t)n, sizeof *order, wcmp);
     wbuf h = {0};
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
@@ -143,6 +144,16 @@ int needle_write(const char *path, const needle_wtensor *t, int n, const needle_
     free(h.s);
     free(order);
     return rc;
+}
+
+int needle_write(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm)
+{
+    return needle_write_in(path, t, n, m, nm, 1);
+}
+
+int needle_write_ordered(const char *path, const needle_wtensor *t, int n, const needle_meta *m, int nm)
+{
+    return needle_write_in(path, t, n, m, nm, 0);
 }
 
 int needle_write_base(const char *path, const needle_config *c, const char *config_json, int64_t step,

@@ -49,6 +49,7 @@ static void info_state(void *ctx, const char *file, const char *format, const ck
     }
     printf("model_config   %s\n", s->model_config_json[0] ? s->model_config_json : "(none)");
     printf("job_config     %zu bytes of JSON\n", strlen(s->job_config_json));
+    if (s->source[0]) printf("source         %zu bytes of JSON (what `loom import` recorded of its file)\n", strlen(s->source));
 }
 
 static void info_listed(void *ctx, const char *const *found, size_t nfound, const char *const *missing,

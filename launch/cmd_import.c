@@ -1,6 +1,8 @@
-/* cmd_import.c: `loom import HF_DIR OUT`: a Hugging Face folder -> a loom checkpoint (folder OUT
- * or the one file OUT.h5); the work is core/train/import.c's, this file parses and prints. */
+/* cmd_import.c: `loom import HF_DIR|NEEDLE.safetensors OUT`: a Hugging Face folder, or a Needle base
+ * file, -> a loom checkpoint (folder OUT or the one file OUT.h5); the work is core/train/import.c's
+ * and import_needle.c's, this file parses and prints. */
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "core/train/train.h"
 #include "launch/cli.h"
@@ -8,11 +10,16 @@
 int cmd_import(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: loom import HF_DIR OUT_DIR|OUT.h5   (a Hugging Face model folder -> a loom checkpoint)\n");
+        fprintf(stderr, "usage: loom import HF_DIR|NEEDLE.safetensors OUT_DIR|OUT.h5   (a Hugging Face model folder "
+                        "or a Needle base file -> a loom checkpoint)\n");
         return 2;
     }
-    const char *dir = argv[2], *out = argv[3];
-    if (import_hf(dir, out)) return cli_fail();
-    printf("%s -> %s\n", dir, out);
+    const char *src = argv[2], *out = argv[3];
+    /* a Hugging Face model is a folder; a single file can only be a Needle base (needle_open says
+     * in one line why one is not) */
+    struct stat st;
+    int needle = stat(src, &st) == 0 && !S_ISDIR(st.st_mode);
+    if (needle ? import_needle(src, out) : import_hf(src, out)) return cli_fail();
+    printf("%s -> %s\n", src, out);
     return 0;
 }

@@ -607,10 +607,12 @@ int config_validate(const job_config *cfg)
         return loom_fail("field 'name' must be a non-empty name without '/', got \"%s\"",
                          cfg->name);
     if (validate_model(&cfg->model) || validate_train(&cfg->train, &cfg->model)) return -1;
-    const size_t nb = strlen(cfg->finetune.base);
-    if (cfg->model.layers && (nb < 12 || strcmp(cfg->finetune.base + nb - 12, ".safetensors") != 0))
-        return loom_fail("model.layers (%d): a ladder rung of a Needle base (finetune.base NAME.safetensors); "
-                         "other models take their depth from the base or model.n_layer", cfg->model.layers);
+    /* which bases are Needle's (a .safetensors file, or a loom checkpoint imported from one) the
+     * runs tell when they open them: here only a job with no base at all is sure to have none */
+    if (cfg->model.layers && !cfg->finetune.base[0])
+        return loom_fail("model.layers (%d): a ladder rung of a Needle base (finetune.base NAME.safetensors or "
+                         "its `loom import`); other models take their depth from the base or model.n_layer",
+                         cfg->model.layers);
     if (strcmp(cfg->parallel.comm, "nccl") == 0 && cfg->backend[0] &&
         strcmp(cfg->backend, "cuda") != 0)
         return loom_fail("parallel.comm = nccl needs backend cuda, got backend \"%s\"",

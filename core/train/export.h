@@ -37,7 +37,8 @@ int export_hf(const export_options *o);
  * itself with the adapters folded into its five kernels (W + s A B in float32, stored in the
  * kernel's dtype), every other tensor and the metadata as the base has them, which Needle's
  * read_checkpoint and `needle run` load (the base must be the one trained on, unless
- * allow_other_base). 0, or -1 + loom_fail. */
+ * allow_other_base). A Needle base `loom import` made (no adapters; merge or not): that base's
+ * file again, every tensor and metadata string bitwise in the file's order. 0, or -1 + loom_fail. */
 int export_needle(const char *ckpt, const char *out, int merge, int allow_other_base);
 
 #endif

@@ -5,7 +5,8 @@
  * and trained zero steps has that adapter's bytes. A ladder rung's adapters (model.layers) go out
  * at the base's full depth with zeros on the layers the rung drops, so that Needle's own `needle
  * build --lora OUT --layers N` (merge into the base, then cut the rung) gives the rung trained;
- * --merge writes the rung itself, cut as Needle cuts it with the adapters folded in. */
+ * --merge writes the rung itself, cut as Needle cuts it with the adapters folded in. A checkpoint
+ * `loom import` made of a Needle base goes out as that base's file again. */
 #include "core/train/export.h"
 
 #include <stdint.h>
@@ -54,9 +55,6 @@ static void *export_needle_fold(needle_file *f, int i, const float *A, const flo
     return o;
 }
 
-/* The base with every adapter folded in, the other tensors' bytes as the base stores them, and the
- * base's metadata (format_version, config, step, run, as stored): what Needle's read_checkpoint
- * loads. */
 /* The base the adapters were trained on (its rung when model.layers): the digest checked. */
 static needle_file *export_needle_base(const char *file, const ckpt_state *st, const job_config *job, int layers,
                                        int allow_other_base)
@@ -71,41 +69,63 @@ static needle_file *export_needle_base(const char *file, const ckpt_state *st, c
     return f;
 }
 
+/* Base f into `out`: every tensor's bytes as f stores them (a LoRA target's replaced by fold[t]
+ * when fold is given) and the metadata strings as stored, in their order (the safetensors library
+ * writes its hash map's order, which varies between Needle's runs). sorted: the tensors in the
+ * order Needle's writer puts them (a rung renames engram sites), else in f's own. */
+static int export_needle_write(needle_file *f, const char *out, void *const *fold, int sorted)
+{
+    int rc = 0, n = needle_file_count(f), nm = needle_file_meta_count(f);
+    needle_wtensor *w = calloc((size_t)n + 1, sizeof *w);
+    needle_meta *m = calloc((size_t)nm + 1, sizeof *m);
+    if (!w || !m) rc = loom_fail("export: out of host memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const st_tensor *x = needle_file_tensor(f, i);
+        int t = 0;
+        while (fold && t < NEEDLE_LORA_TARGETS && strcmp(x->name, needle_lora_path(t))) t++;
+        size_t nb;
+        w[i] = (needle_wtensor){x->name, x->dtype, x->ndim, {0}, fold && t < NEEDLE_LORA_TARGETS ? fold[t] : NULL};
+        if (!w[i].data && !(w[i].data = needle_file_bytes(f, i, &nb))) rc = -1;
+        for (int k = 0; k < x->ndim; k++) w[i].shape[k] = x->shape[k];
+    }
+    for (int k = 0; rc == 0 && k < nm; k++) m[k].key = needle_file_meta_at(f, k, &m[k].value);
+    if (rc == 0) rc = sorted ? needle_write(out, w, n, m, nm) : needle_write_ordered(out, w, n, m, nm);
+    free(m);
+    free(w);
+    return rc;
+}
+
+/* The base with every adapter folded in, the other tensors and the metadata as the base stores
+ * them: what Needle's read_checkpoint loads (zero adapters: the base file back, byte for byte). */
 static int export_needle_merged(const char *file, const ckpt_state *st, const job_config *job, const float *data,
                                 const ckpt_tensor *table, const char *out, int allow_other_base)
 {
     needle_file *f = export_needle_base(file, st, job, job->model.layers, allow_other_base);
     if (!f) return -1;
-    int rc = 0, n = needle_file_count(f);
-    needle_wtensor *w = calloc((size_t)n, sizeof *w);
-    void *own[NEEDLE_LORA_TARGETS] = {0};
-    if (rc == 0 && !w) rc = loom_fail("export: out of host memory");
+    int rc = 0;
+    void *fold[NEEDLE_LORA_TARGETS] = {0};
     const float scale = (float)((double)job->finetune.lora_alpha / job->finetune.lora_rank);
-    for (int i = 0; rc == 0 && i < n; i++) {
-        const st_tensor *x = needle_file_tensor(f, i);
-        int t = 0;
-        while (t < NEEDLE_LORA_TARGETS && strcmp(x->name, needle_lora_path(t))) t++;
-        size_t nb;
-        w[i] = (needle_wtensor){x->name, x->dtype, x->ndim, {0}, needle_file_bytes(f, i, &nb)};
-        if (!w[i].data) rc = -1;
-        for (int k = 0; k < x->ndim; k++) w[i].shape[k] = x->shape[k];
-        if (t < NEEDLE_LORA_TARGETS) {
-            own[t] = export_needle_fold(f, i, data + table[2 * t].offset, data + table[2 * t + 1].offset,
-                                        job->finetune.lora_rank, scale);
-            if (!own[t]) rc = -1;
-            w[i].data = own[t];
-        }
+    for (int t = 0; rc == 0 && t < NEEDLE_LORA_TARGETS; t++) {
+        const int i = needle_file_find(f, needle_lora_path(t));
+        if (i < 0) rc = loom_fail("%s: no tensor %s", job->finetune.base, needle_lora_path(t));
+        else if (!(fold[t] = export_needle_fold(f, i, data + table[2 * t].offset, data + table[2 * t + 1].offset,
+                                                job->finetune.lora_rank, scale)))
+            rc = -1;
     }
-    /* the base's metadata strings as stored, in its order (the safetensors library writes its
-     * hash map's order, which varies between Needle's runs): a zero adapter gives the file back */
-    const int nm = needle_file_meta_count(f);
-    needle_meta *m = calloc((size_t)(nm > 0 ? nm : 1), sizeof *m);
-    if (rc == 0 && !m) rc = loom_fail("export: out of host memory");
-    for (int k = 0; rc == 0 && k < nm; k++) m[k].key = needle_file_meta_at(f, k, &m[k].value);
-    if (rc == 0) rc = needle_write(out, w, n, m, nm);
-    free(m);
-    for (int t = 0; t < NEEDLE_LORA_TARGETS; t++) free(own[t]);
-    free(w);
+    if (rc == 0) rc = export_needle_write(f, out, fold, 1);
+    for (int t = 0; t < NEEDLE_LORA_TARGETS; t++) free(fold[t]);
+    needle_close(f);
+    return rc;
+}
+
+/* A Needle base `loom import` made (no adapters): its file again, tensors and metadata bitwise in
+ * the file's order (mtp_ tensors, dropped at import, are not in it). */
+static int export_needle_imported(const char *file, const char *out)
+{
+    needle_file *f = needle_open(file);
+    if (!f) return -1;
+    int rc = export_needle_write(f, out, NULL, 0);
+    if (rc == 0) log_info("export: %s -> %s (the imported Needle base, as its file held it)", file, out);
     needle_close(f);
     return rc;
 }
@@ -149,6 +169,11 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
     size_t total = 0;
     float *data = NULL, *padded = NULL;
     int rc = ckpt_read_state(r, &st);
+    if (rc == 0 && st.source[0] && !ckpt_has_group(r, "lora")) { /* an import: the base it holds */
+        ckpt_state_free(&st);
+        ckpt_close(r);
+        return export_needle_imported(file, out);
+    }
     if (rc == 0 && (!ckpt_has_group(r, "lora") || !ckpt_has_group(r, "optimizer/lora_m")))
         rc = loom_fail("%s: not a Needle fine-tune's checkpoint (no Needle config and adapters); `loom export hf` "
                        "and `peft` take the others", file);

@@ -79,13 +79,9 @@ static double nf_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A regular file named *.safetensors: an HF model is a folder, a loom checkpoint a folder or .h5. */
-int finetune_needle_base(const char *path)
-{
-    size_t n = strlen(path);
-    struct stat st;
-    return n > 12 && strcmp(path + n - 12, ".safetensors") == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
+/* A regular file named *.safetensors (an HF model is a folder), or a loom checkpoint `loom import`
+ * made of one (needle_is_base opens a loom checkpoint to tell: its seal is read once more). */
+int finetune_needle_base(const char *path) { return needle_is_base(path); }
 
 /* What a Needle fine-tune takes of the job config, checked before anything loads. */
 static int nf_check_config(const job_config *cfg)

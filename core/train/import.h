@@ -1,10 +1,15 @@
-/* import.h: other projects' model files in as loom checkpoints. Reads through checkpoints/hf.h and
- * writes through checkpoints/ckpt.h; never starts a backend or a session. */
+/* import.h: other projects' model files in as loom checkpoints. Reads through checkpoints/hf.h (and
+ * needle.h) and writes through checkpoints/ckpt.h; never starts a backend or a session. */
 #ifndef LOOM_IMPORT_H
 #define LOOM_IMPORT_H
 
 /* A Hugging Face folder `dir` -> a loom checkpoint: the folder `out`, or the one file `out` when it
  * ends in .h5 (side files beside it). 0, or -1 + loom_fail naming the file or field. */
 int import_hf(const char *dir, const char *out);
+/* A Needle base checkpoint (a .safetensors file Needle's write_checkpoint wrote) -> a loom
+ * checkpoint, the folder `out` or the file `out` ending in .h5, that needle_open reads as the file
+ * (checkpoints/needle.h; mtp_ tensors dropped). Nothing is written unless the whole file opens as
+ * a Needle base, and a failure leaves no checkpoint. 0, or -1 + loom_fail naming file and field. */
+int import_needle(const char *src, const char *out);
 
 #endif

@@ -74,6 +74,14 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     session *s = calloc(1, sizeof *s);
     if (!s) { loom_fail("out of host memory"); return NULL; }
     s->ckpt_lock_fd = -1;
+    /* a Needle base never gets here (finetune_needle_base hands it over first) */
+    if (cfg->model.layers) {
+        free(s);
+        loom_fail("model.layers (%d): a ladder rung of a Needle base, and finetune.base '%s' is not one (a "
+                  "NAME.safetensors file or its `loom import`); other models take their depth from the base or "
+                  "model.n_layer", cfg->model.layers, cfg->finetune.base);
+        return NULL;
+    }
     s->cfg = cfg;
     s->comm = c;
     s->mode = mode;

@@ -47,8 +47,8 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
  * (train.steps is derived from them); LoRA or full per finetune.method. */
 int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
 
-/* Needle bases (finetune.base a Needle .safetensors; core/train/finetune_needle.c): 1 when path
- * is one (finetune_run hands those jobs over by itself); and `loom eval` of one: the validation
+/* Needle bases (finetune.base a Needle .safetensors or its `loom import`; core/train/finetune_needle.c):
+ * 1 when path is one (finetune_run hands those jobs over by itself); and `loom eval` of one: the validation
  * loss and the held-out tool-call accuracy of the base with the adapters of checkpoint ckpt (NULL:
  * none), as Needle scores a fine-tune. 0, or -1 + loom_fail. */
 int finetune_needle_base(const char *path);

@@ -115,6 +115,7 @@ void tc_make(test_ckpt *c, unsigned seed, long long step)
     /* two ranks' lines, as session_save joins them */
     s->tuning = dup_str("cpu GenuineIntel-6-143-8/SkylakeX | chosen=openblas rival=onednn forced=0 "
                         "shapes=576,576,9,0,1,0,2=onednn\n-");
+    s->source = dup_str("{\"format\": \"test\", \"file\": \"t\\u00e9st.safetensors\"}");
 }
 
 void tc_make_empty(test_ckpt *c)
@@ -137,7 +138,7 @@ static int compare(const test_ckpt *got, const test_ckpt *want)
               a->format_version != CKPT_FORMAT_VERSION ||
               a->world_size != b->world_size || a->zero_stage != b->zero_stage ||
               strcmp(a->model_config_json, b->model_config_json) || strcmp(a->job_config_json, b->job_config_json) ||
-              strcmp(a->backend, b->backend) || strcmp(a->tuning, b->tuning);
+              strcmp(a->backend, b->backend) || strcmp(a->tuning, b->tuning) || strcmp(a->source, b->source);
     if (bad) fprintf(stderr, "state differs (step %lld vs %lld)\n", (long long)a->step, (long long)b->step);
     for (int g = 0; g < TC_NGROUPS; g++) {
         for (int k = 0; k < want->groups[g].ntensors; k++) {

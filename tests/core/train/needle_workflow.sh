@@ -6,7 +6,8 @@
 # learning rate, one thread a rank; the 4-rank run is interrupted after its step 2 (its checkpoint)
 # so the resume line resumes it; the rung of 8 layers becomes the fixture's rung of 2. Without
 # MPIRUN the mpirun line runs on 1 rank. Checks each command's result: the checkpoints, the resume,
-# the evaluation lines, the exported adapter and merged base (which loom then evaluates).
+# the evaluation lines, the exported adapter and merged base (which loom then evaluates), the imported
+# base given back as its file.
 LOOM=$1; shift
 MPIRUN=("$@")
 source "$(dirname "$0")/../../checkpoints/resume_lib.sh" || { echo "FAIL: cannot read resume_lib.sh"; exit 1; }
@@ -58,6 +59,7 @@ grep -q "^+ loom sample" log.txt && [ "$(sed -n '/^+ loom sample/,/^+ /p' log.tx
 grep -a -q '"rank":"16"' needle_lora.safetensors && grep -a -q 'lora/stack/layers/block/self_attn/q_proj/kernel/A' needle_lora.safetensors ||
     fail "needle_lora.safetensors: not Needle's adapter (rank 16, lora/<path>/A)"
 grep -a -q 'num_layers\\": 2' needle_rung8.safetensors || fail "needle_rung8.safetensors: not the rung's base"
+cmp -s needle_base.safetensors needle_base_again.safetensors || fail "needle_base_again.safetensors: not the imported base's file"
 for f in needle_merged needle_rung8; do # each merged base is a Needle base loom evaluates
     "$LOOM" eval configs/needle-finetune.json --set finetune.base=$f.safetensors --set data.train=data.jsonl \
         --set model.tokenizer=tokenizer.model "${extra[@]}" --quiet > $f.eval 2>&1 || { cat $f.eval; fail "loom eval of $f"; }

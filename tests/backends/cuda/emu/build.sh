@@ -4,7 +4,8 @@
 # usage: build.sh SRC_ROOT LIB_BUILD_DIR OUT_DIR [extra compiler flags, e.g. -fsanitize=thread]
 # LIB_BUILD_DIR is a cmake build of this tree with loom_cpu, loom_op_suite and loom_util built.
 # Runs: OUT_DIR/test_cuda_ops_emu [fp32|tf32|bf16], and under mpirun OUT_DIR/test_nccl_emu [own]
-# with EMU_DEVICES=<ranks per node> (the emulator pretends that many GPUs).
+# with EMU_DEVICES=<ranks per node> (the emulator pretends that many GPUs). EMU_LIBS: the libraries
+# loom_ckpt needs (HDF5), for test_needle_net_emu.
 set -eu
 PIDS=""
 bg() { "$@" & PIDS="$PIDS $!"; }
@@ -45,7 +46,7 @@ if [ -f "$LIBS/core/libloom_model.a" ]; then
   $CC -std=c11 -O1 -g $WARN $DEFS $INC $EXTRA -c "$SRC/tests/core/model/test_needle_net.c" -o "$OUT/test_needle_net.o"
   $CXX $EXTRA -o "$OUT/test_needle_net_emu" "$OUT"/obj/*.o "$OUT/test_needle_net.o" "$LIBS/core/libloom_model.a" \
     "$LIBS/checkpoints/libloom_ckpt.a" "$LIBS/core/libloom_config.a" "$LIBS/backends/cpu/libloom_cpu.a" \
-    "$LIBS/base/libloom_util.a" -lopenblas -lcjson -fopenmp -lpthread -lm -ldl
+    "$LIBS/base/libloom_util.a" ${EMU_LIBS:-} -lopenblas -lcjson -fopenmp -lpthread -lm -ldl
   echo "built $OUT/test_needle_net_emu"
 fi
 
