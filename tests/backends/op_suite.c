@@ -802,27 +802,42 @@ static void suite_adamw(suite *s)
     pair_free(s, &p), pair_free(s, &m), pair_free(s, &v);
 }
 
-int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
+int op_suite_run_parts(backend *test, backend *ref, double u_dot, int verbose, unsigned parts)
 {
     suite s = {test, ref, u_dot > 0 ? u_dot : 0.0, verbose, 0, 0x2545F4914F6CDD1Dull};
-    suite_dense(&s);
-    suite_vector(&s);
-    suite_bias(&s);
-    suite_embedding(&s);
-    suite_norms(&s);
-    suite_activations(&s);
-    suite_rope(&s);
-    suite_rope_freqs(&s);
-    suite_qk_norm(&s);
-    suite_attention(&s);
-    suite_attention_window(&s);
-    suite_attention_decode(&s);
-    suite_decode_rows(&s);
-    suite_xent(&s);
-    suite_adamw(&s);
-    suite_needle(&s);
-    suite_needle_mix(&s);
+    if (parts & OP_SUITE_PRODUCTS) suite_dense(&s);
+    if (parts & OP_SUITE_REST) {
+        suite_vector(&s);
+        suite_bias(&s);
+        suite_embedding(&s);
+        suite_norms(&s);
+        suite_activations(&s);
+        suite_rope(&s);
+        suite_rope_freqs(&s);
+        suite_qk_norm(&s);
+    }
+    if (parts & OP_SUITE_PRODUCTS) {
+        suite_attention(&s);
+        suite_attention_window(&s);
+    }
+    if (parts & OP_SUITE_REST) {
+        suite_attention_decode(&s);
+        suite_decode_rows(&s);
+        suite_xent(&s);
+        suite_adamw(&s);
+        suite_needle(&s);
+        suite_needle_mix(&s);
+    }
+    if ((parts & OP_SUITE_ALL) != OP_SUITE_ALL)
+        printf("op_suite: %s only (left out: %s)\n",
+               parts & OP_SUITE_PRODUCTS ? "matmul and attention" : "the ops other than matmul and attention",
+               parts & OP_SUITE_PRODUCTS ? "every other op" : "matmul and attention");
     printf("op_suite: %s vs %s: %d failing check%s\n", backend_description(test),
            backend_description(ref), s.failed, s.failed == 1 ? "" : "s");
     return s.failed;
+}
+
+int op_suite_run(backend *test, backend *ref, double u_dot, int verbose)
+{
+    return op_suite_run_parts(test, ref, u_dot, verbose, OP_SUITE_ALL);
 }

@@ -15,4 +15,13 @@
  * failure always. Returns the number of failing checks (0 = pass). */
 int op_suite_run(backend *test, backend *ref, double u_dot, int verbose);
 
+/* The suite's two parts, for a backend whose precision mode changes the arithmetic of some ops
+ * only: the products (matmul; attention forward and backward, plain and windowed) and the rest
+ * (every other op, the decode-time attention ops included). */
+enum { OP_SUITE_PRODUCTS = 1, OP_SUITE_REST = 2, OP_SUITE_ALL = 3 };
+
+/* op_suite_run on the parts in the mask `parts` only (and says what it left out). The inputs are
+ * drawn in sequence from one seed, so a case after a left-out one sees other random values. */
+int op_suite_run_parts(backend *test, backend *ref, double u_dot, int verbose, unsigned parts);
+
 #endif

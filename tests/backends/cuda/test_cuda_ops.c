@@ -23,20 +23,32 @@ extern const backend_entry cpu_backend_entry;
  *   own reordering, so 4. (Host emulation of the kernels: worst op 8e-7 relative.)
  * - TF32: cuBLAS rounds matmul inputs to 10 mantissa bits (unit roundoff 2^-11 = 4.9e-4 when
  *   rounded to nearest, 2^-10 when truncated). With emulated round-to-nearest TF32 the worst
- *   matmul in the suite is 4.1e-4 relative; 300 gives 3e-3, room for truncating hardware. Only
- *   matmul changes (attention and elementwise ops stay fp32) but the suite scales every op.
+ *   matmul in the suite is 4.1e-4 relative; 300 gives 3e-3, room for truncating hardware. Matmul
+ *   and attention (its tensor-core kernels) change; the suite loosens only those.
  * - BF16: matmul inputs rounded to 8 mantissa bits (2^-8 = 3.9e-3), fp32 accumulate: the worst
  *   emulated matmul is 5.3e-3 relative; 2000 gives 2e-2. */
+
+/* Which op_suite parts each mode runs. In backends/cuda the mode (be->cfg) is read only by
+ * cuda_matmul.c (cuBLAS compute type; bf16 casts, registered bf16 weights), cuda_attention.cu's
+ * att_pick (the TF32 WMMA or bf16 mma.sync kernels for attention forward/backward) and the
+ * description strings; backend_ops.c only forwards. Every other op, attention_decode(_rows)
+ * and kron_apply (a plain fp32 kernel) included, runs the same fp32 kernel on the same seeded
+ * inputs in every mode, bitwise reproducibly (no atomics), and the suite's tolerance for it does
+ * not depend on u_dot except to loosen it (kron_apply): rerunning it in tf32 or bf16 can only
+ * repeat the fp32 run's verdict. So tf32 and bf16 run the products (matmul, attention) and the
+ * mode's own checks below; "full" on the command line runs every part in every mode. An op that
+ * starts reading the precision mode must join OP_SUITE_PRODUCTS (tests/backends/op_suite.c). */
 typedef struct {
     const char *key, *name;
     int precision, allow_tf32;
-    double u_dot; /* unit roundoff of its matmul/attention inner products (tests/check.h) */
+    double u_dot;   /* unit roundoff of its matmul/attention inner products (tests/check.h) */
+    unsigned parts; /* of the op suite: OP_SUITE_ALL, or the products only (above) */
 } cuda_mode;
 
 static const cuda_mode modes[] = {
-    {"fp32", "fp32 (TF32 off)", BACKEND_FP32, 0, CHECK_U_FP32},
-    {"tf32", "fp32 (TF32 on)", BACKEND_FP32, 1, CHECK_U_TF32},
-    {"bf16", "bf16", BACKEND_BF16, 0, CHECK_U_BF16},
+    {"fp32", "fp32 (TF32 off)", BACKEND_FP32, 0, CHECK_U_FP32, OP_SUITE_ALL},
+    {"tf32", "fp32 (TF32 on)", BACKEND_FP32, 1, CHECK_U_TF32, OP_SUITE_PRODUCTS},
+    {"bf16", "bf16", BACKEND_BF16, 0, CHECK_U_BF16, OP_SUITE_PRODUCTS},
 };
 
 /* --- determinism: the gradient ops must give the same bits on every run (no float atomics) --- */
@@ -339,7 +351,8 @@ static int check_uploads(backend *be)
     return bad;
 }
 
-/* usage: test_cuda_ops [fp32|tf32|bf16]... (default: all three modes) */
+/* usage: test_cuda_ops [fp32|tf32|bf16]... [full] (default: all three modes; full: the whole op
+ * suite in every mode, not only the parts the mode can change) */
 int main(int argc, char **argv)
 {
     backend_prepare_process(argv); /* the CPU reference on this CPU's BLAS kernel, not a generic one */
@@ -354,9 +367,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: cpu backend: %s\n", loom_error());
         return 1;
     }
-    int failed_modes = 0, ran = 0;
+    int failed_modes = 0, ran = 0, full = 0, named = 0;
+    for (int a = 1; a < argc; a++) {
+        full |= strcmp(argv[a], "full") == 0;
+        named |= strcmp(argv[a], "full") != 0;
+    }
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        int wanted = argc < 2;
+        int wanted = !named;
         for (int a = 1; a < argc; a++) wanted |= strcmp(argv[a], modes[i].key) == 0;
         if (!wanted) continue;
         ran++;
@@ -370,7 +387,7 @@ int main(int argc, char **argv)
         }
         printf("== %s: %s, inner products at u = %g\n", modes[i].name, backend_description(gpu),
                modes[i].u_dot);
-        int bad = op_suite_run(gpu, cpu, modes[i].u_dot, 1);
+        int bad = op_suite_run_parts(gpu, cpu, modes[i].u_dot, 1, full ? OP_SUITE_ALL : modes[i].parts);
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
         bad += check_uploads(gpu);
@@ -383,7 +400,7 @@ int main(int argc, char **argv)
     }
     backend_destroy(cpu);
     if (ran == 0) {
-        fprintf(stderr, "FAIL: no mode matches the arguments (known: fp32 tf32 bf16)\n");
+        fprintf(stderr, "FAIL: no mode matches the arguments (known: fp32 tf32 bf16, and full)\n");
         return 1;
     }
     if (failed_modes) return 1;

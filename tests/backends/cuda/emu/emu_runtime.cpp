@@ -1,11 +1,15 @@
 /* emu_runtime.cpp: executes the CUDA backend's kernels on the host for testing without a GPU.
- * Each block runs with blockDim real threads (so __syncthreads and warp shuffles really
- * synchronise, and ThreadSanitizer can see shared-memory races); blocks run one after another.
- * Divergent barriers (a __syncthreads some threads skip, a shuffle some lanes skip) and launch
- * configurations a GPU would reject stop the program with a message. Test-only. */
+ * Each block runs with blockDim threads of its own stack (so __syncthreads and warp shuffles
+ * really synchronise); blocks run one after another. Threads are fibers on the calling thread
+ * (switched at barriers only, in ascending or descending threadIdx order, alternating by launch),
+ * or real threads under a sanitizer or EMU_THREADS=1 (so ThreadSanitizer can see shared-memory
+ * races). Divergent barriers (a __syncthreads some threads skip, a shuffle some lanes skip) and
+ * launch configurations a GPU would reject stop the program with a message. Test-only. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdarg.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,48 @@ static void emu_die(const char *fmt, ...)
     abort();
 }
 
+/* ---------------- fibers ---------------- */
+/* Real threads are what ThreadSanitizer checks; a sanitizer build keeps them (ASan would need
+ * every stack switch annotated). Elsewhere fibers: a barrier costs a user-space context switch
+ * per thread instead of a futex wake-up and a reschedule of up to 1024 OS threads on a few
+ * cores (which made most of the emulator's time). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define EMU_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define EMU_SANITIZED 1
+#endif
+#endif
+#ifndef EMU_SANITIZED
+#define EMU_SANITIZED 0
+#endif
+
+static int emu_fibers(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("EMU_THREADS");
+        on = !EMU_SANITIZED && !(v && *v && strcmp(v, "0") != 0);
+    }
+    return on;
+}
+
+struct EmuBarrier;
+struct EmuFiber {
+    ucontext_t uc;
+    char *stack = nullptr;
+    int tid = 0, done = 0;
+    const EmuBarrier *wait = nullptr; /* blocked in this barrier until its gen moves on */
+    unsigned wait_gen = 0;
+    const char *what = nullptr;
+    uint3 tidx, bidx; /* its thread-local state while another fiber runs */
+    dim3 bdim, gdim;
+};
+static thread_local ucontext_t g_sched; /* the launching thread's context: the scheduler */
+static thread_local EmuFiber *g_fcur;   /* the running fiber, or none (a real thread) */
+
+static void emu_fiber_block(const EmuBarrier *b, unsigned gen, const char *what);
+
 /* ---------------- barriers ---------------- */
 enum { KIND_SYNC = 1, KIND_SHFL = 2, KIND_EXIT = 3 };
 
@@ -47,12 +93,19 @@ struct EmuBarrier {
 
     void arrive(int k, const char *what)
     {
+        if (g_fcur) { /* one fiber runs at a time: no lock; wait in the scheduler */
+            check_kind(k, what);
+            if (++count == n) {
+                count = 0;
+                gen++;
+                if (k == KIND_EXIT && on_exit_complete) on_exit_complete();
+                return;
+            }
+            emu_fiber_block(this, gen, what);
+            return;
+        }
         std::unique_lock<std::mutex> l(m);
-        if (count == 0) kind = k;
-        else if (kind != k)
-            emu_die("divergent barrier in a %s: some threads at kind %d, this one (%s) at kind %d "
-                    "(block %u,%u thread %u,%u)", what, kind, what, k, blockIdx.x, blockIdx.y,
-                    threadIdx.x, threadIdx.y);
+        check_kind(k, what);
         if (++count == n) {
             count = 0;
             gen++;
@@ -64,6 +117,15 @@ struct EmuBarrier {
         if (!cv.wait_for(l, std::chrono::seconds(60), [&] { return gen != g; }))
             emu_die("deadlock: %d of %d threads waited 60 s in a %s (block %u,%u)", count, n, what,
                     blockIdx.x, blockIdx.y);
+    }
+
+    void check_kind(int k, const char *what)
+    {
+        if (count == 0) kind = k;
+        else if (kind != k)
+            emu_die("divergent barrier in a %s: some threads at kind %d, this one (%s) at kind %d "
+                    "(block %u,%u thread %u,%u)", what, kind, what, k, blockIdx.x, blockIdx.y,
+                    threadIdx.x, threadIdx.y);
     }
 };
 
@@ -239,6 +301,80 @@ static void emu_pool_grow(int n)
     pthread_attr_destroy(&attr);
 }
 
+/* Fibers, one per threadIdx, each with a 1 MB stack (as the pool's threads) over a guard page,
+ * kept for the next launch: fiber i runs thread i of every block, as worker i does. */
+enum { EMU_STACK = 1 << 20, EMU_GUARD = 1 << 16 };
+static thread_local std::vector<EmuFiber *> g_fibers;
+static thread_local unsigned g_fiber_launches;
+
+/* The running fiber waits in barrier b until its generation moves on past gen. */
+static void emu_fiber_block(const EmuBarrier *b, unsigned gen, const char *what)
+{
+    EmuFiber *f = g_fcur;
+    f->wait = b, f->wait_gen = gen, f->what = what;
+    swapcontext(&f->uc, &g_sched);
+}
+
+static void emu_fiber_main(void)
+{
+    emu_run_blocks(g_cur, g_fcur->tid);
+    g_fcur->done = 1; /* returns to g_sched (uc_link) */
+}
+
+/* Runs the launch's nt fibers to the end: round robin over the runnable ones, in ascending
+ * threadIdx order on even launches and descending on odd ones (a missing barrier shows either
+ * way round). Each fiber's thread-local state (threadIdx, ...) is swapped in and out with it. */
+static void emu_fibers_run(EmuLaunch *L, int nt)
+{
+    static thread_local ucontext_t tmpl;
+    if (g_fibers.empty() && getcontext(&tmpl) != 0) emu_die("getcontext failed");
+    while ((int)g_fibers.size() < nt) {
+        EmuFiber *f = new EmuFiber();
+        void *m = mmap(nullptr, EMU_STACK + EMU_GUARD, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED || mprotect(m, EMU_GUARD, PROT_NONE) != 0) emu_die("fiber stack: out of memory");
+        f->stack = (char *)m;
+        f->tid = (int)g_fibers.size();
+        g_fibers.push_back(f);
+    }
+    for (int i = 0; i < nt; i++) {
+        EmuFiber *f = g_fibers[i];
+        f->done = 0, f->wait = nullptr;
+        f->tidx = f->bidx = uint3{0, 0, 0};
+        f->uc = tmpl;
+        f->uc.uc_stack.ss_sp = f->stack + EMU_GUARD;
+        f->uc.uc_stack.ss_size = EMU_STACK;
+        f->uc.uc_link = &g_sched;
+        makecontext(&f->uc, emu_fiber_main, 0);
+    }
+    const int rev = g_fiber_launches++ & 1;
+    for (int live = nt; live > 0;) {
+        int ran = 0;
+        for (int j = 0; j < nt; j++) {
+            EmuFiber *f = g_fibers[rev ? nt - 1 - j : j];
+            if (f->done || (f->wait && f->wait->gen == f->wait_gen)) continue;
+            f->wait = nullptr;
+            t_launch = L, t_tid = f->tid, threadIdx = f->tidx, blockIdx = f->bidx;
+            blockDim = L->block, gridDim = L->grid;
+            g_fcur = f;
+            if (swapcontext(&g_sched, &f->uc) != 0) emu_die("swapcontext failed");
+            g_fcur = nullptr;
+            f->tidx = threadIdx, f->bidx = blockIdx;
+            ran = 1;
+            live -= f->done;
+        }
+        if (!ran) {
+            int waiting = 0;
+            const EmuFiber *w = nullptr;
+            for (int i = 0; i < nt; i++)
+                if (!g_fibers[i]->done) waiting++, w = w ? w : g_fibers[i];
+            emu_die("deadlock: %d of %d threads wait forever, thread %d in a %s (block %u,%u)",
+                    waiting, nt, w->tid, w->what, w->bidx.x, w->bidx.y);
+        }
+    }
+    t_launch = nullptr;
+}
+
 void emu_run(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
              const std::function<void()> &body)
 {
@@ -276,11 +412,15 @@ void emu_run(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_
         L.warps.emplace_back(new EmuWarp());
         L.warps.back()->bar.n = (int)(nt - 32 * (unsigned)w < 32 ? nt - 32 * (unsigned)w : 32);
     }
-    emu_pool_grow((int)nt);
     g_cur = &L;
-    for (unsigned i = 0; i < nt; i++) sem_post(&g_pool[i]->start);
-    for (unsigned i = 0; i < nt; i++)
-        while (sem_wait(&g_done) != 0) {}
+    if (emu_fibers()) {
+        emu_fibers_run(&L, (int)nt);
+    } else {
+        emu_pool_grow((int)nt);
+        for (unsigned i = 0; i < nt; i++) sem_post(&g_pool[i]->start);
+        for (unsigned i = 0; i < nt; i++)
+            while (sem_wait(&g_done) != 0) {}
+    }
     g_cur = nullptr;
     free(L.dyn_mem);
 }
