@@ -13,6 +13,7 @@
 #include "backends/backend.h"
 #include "base/error.h"
 #include "core/model/model.h"
+#include "bench/bench_prof.h"
 
 static double now(void)
 {
@@ -40,6 +41,7 @@ int main(int argc, char **argv)
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
     needle_net *n = be ? needle_net_open(be, argv[1], 0, NULL, qat ? NEEDLE_NUM_QAT : 0) : NULL;
     if (n && needle_net_lora_init(n, 16, 32.0f, 0)) needle_net_close(n), n = NULL;
+    const double opened = now() - t0;
     if (!n || B <= 0 || T <= 0 || steps <= 0) {
         fprintf(stderr, "bench_needle: %s\n", loom_error() ? loom_error() : "bad arguments");
         return 1;
@@ -50,12 +52,16 @@ int main(int argc, char **argv)
     double *dt = malloc((size_t)steps * sizeof(double));
     srand(1);
     for (size_t i = 0; i < (size_t)B * T; i++) tok[i] = 3 + rand() % (V - 3), w[i] = 1.0f;
-    double loss0 = 0, first = 0;
+    double loss0 = 0, first = 0, grad0 = 0;
+    const int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     for (int s = 0; s < steps; s++) {
+        if (profile && s == 1) prof_threads = backend_cfg(be)->threads, prof_install_needle(be); /* the first step pays the page faults */
         double a = now(), loss = 0;
         needle_adamw o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
                           .clip = 1.0f, .grad_mult = 1.0f, .count = s + 1};
-        if (needle_net_grad(n, tok, w, B, T, 0, 0, &loss) || needle_net_step(n, &o, NULL)) {
+        int bad = needle_net_grad(n, tok, w, B, T, 0, 0, &loss);
+        if (s == 0) grad0 = now() - a;
+        if (bad || needle_net_step(n, &o, NULL)) {
             fprintf(stderr, "bench_needle: %s\n", loom_error());
             return 1;
         }
@@ -67,10 +73,11 @@ int main(int argc, char **argv)
         qsort(dt + 1, (size_t)steps - 1, sizeof *dt, cmp_double);
         med = dt[1 + (steps - 1) / 2];
     }
+    if (profile && steps > 1) prof_print(steps - 1, med);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"first_step_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"model_gflop\": %.4f, "
-           "\"backend\": \"%s\"}\n", first, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0,
+    printf("{\"first_step_s\": %.3f, \"open_s\": %.3f, \"first_grad_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"model_gflop\": %.4f, "
+           "\"backend\": \"%s\"}\n", first, opened, grad0, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0,
            needle_net_step_flops(n, B, T) / 1e9, backend_name(be));
     needle_net_close(n);
     backend_destroy(be);

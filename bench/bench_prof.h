@@ -121,6 +121,49 @@ static void prof_install(backend *be)
     be->ops = &prof;
 }
 
+/* Needle's layers and mixing ops (bench_needle): one wrapper each, timed under the op's name. */
+#define PROF_WRAP(op, params, args) \
+    static void p_##op params { double t0 = prof_now(be); real.op args; prof_add(#op, prof_now(be) - t0, 0); }
+PROF_WRAP(conv_taps_forward, (backend *be, float *o, const float *x, const float *w, int B, int T, int C, int K, int dil), (be, o, x, w, B, T, C, K, dil))
+PROF_WRAP(conv_taps_backward, (backend *be, float *dx, float *dw, const float *d, const float *x, const float *w, int B, int T, int C, int K, int dil), (be, dx, dw, d, x, w, B, T, C, K, dil))
+PROF_WRAP(sigmoid_gate_forward, (backend *be, float *o, const float *x, const float *g, size_t n), (be, o, x, g, n))
+PROF_WRAP(sigmoid_gate_backward, (backend *be, float *dx, float *dg, const float *d, const float *x, const float *g, size_t n), (be, dx, dg, d, x, g, n))
+PROF_WRAP(scalar_gate_forward, (backend *be, float *o, const float *x, const float *sc, size_t n), (be, o, x, sc, n))
+PROF_WRAP(scalar_gate_backward, (backend *be, float *dx, float *ds, const float *d, const float *x, const float *sc, size_t n), (be, dx, ds, d, x, sc, n))
+PROF_WRAP(cq_w4_quant, (backend *be, float *o, const float *w, const float *cb, int r, int c), (be, o, w, cb, r, c))
+PROF_WRAP(fake_quant_a8, (backend *be, float *o, const float *x, int r, int c), (be, o, x, r, c))
+PROF_WRAP(kron_apply, (backend *be, float *o, const float *z, const float *A, const float *Bm, int N, int a, int b, int t), (be, o, z, A, Bm, N, a, b, t))
+PROF_WRAP(permute_cols, (backend *be, float *o, const float *x, const int32_t *p, int N, int n, int inv), (be, o, x, p, N, n, inv))
+PROF_WRAP(scale_cols, (backend *be, float *o, const float *x, const float *d, int N, int ni, int no), (be, o, x, d, N, ni, no))
+PROF_WRAP(softmax_rows, (backend *be, float *o, const float *x, int N, int n), (be, o, x, N, n))
+PROF_WRAP(softmax_rows_backward, (backend *be, float *dx, const float *d, const float *sm, int N, int n), (be, dx, d, sm, N, n))
+PROF_WRAP(hada_mid_forward, (backend *be, float *o, const float *z1, const float *c, const float *d2, const float *b2, int N, int n), (be, o, z1, c, d2, b2, N, n))
+PROF_WRAP(hada_mid_backward, (backend *be, float *dz1, float *dc, const float *d, const float *z1, const float *c, const float *d2, const float *b2, int N, int n), (be, dz1, dc, d, z1, c, d2, b2, N, n))
+PROF_WRAP(mhc_coeffs_forward, (backend *be, float *h, const float *z, const float *al, const float *bi, int N, int L, int l), (be, h, z, al, bi, N, L, l))
+PROF_WRAP(mhc_coeffs_backward, (backend *be, float *dz, const float *dh, const float *z, const float *al, const float *bi, int N, int L, int l), (be, dz, dh, z, al, bi, N, L, l))
+PROF_WRAP(mhc_collapse, (backend *be, float *u, const float *X, const float *h, int hs, int N, int L, int d), (be, u, X, h, hs, N, L, d))
+PROF_WRAP(mhc_collapse_backward, (backend *be, float *dX, float *dh, const float *du, const float *X, const float *h, int hs, int N, int L, int d), (be, dX, dh, du, X, h, hs, N, L, d))
+PROF_WRAP(mhc_expand, (backend *be, float *Xo, const float *X, const float *h, const float *y, int N, int L, int d), (be, Xo, X, h, y, N, L, d))
+PROF_WRAP(mhc_expand_backward, (backend *be, float *dX, float *dh, float *dy, const float *g, const float *X, const float *h, const float *y, int N, int L, int d), (be, dX, dh, dy, g, X, h, y, N, L, d))
+PROF_WRAP(engram_gate_forward, (backend *be, float *o, const float *u, const float *k, const float *v, int N, int d), (be, o, u, k, v, N, d))
+PROF_WRAP(engram_gate_backward, (backend *be, float *du, const float *d, const float *u, const float *k, const float *v, int N, int dd), (be, du, d, u, k, v, N, dd))
+#undef PROF_WRAP
+
+static inline void prof_install_needle(backend *be)
+{
+    prof_install(be);
+#define PROF_SET(op) if (real.op) prof.op = p_##op
+    PROF_SET(conv_taps_forward); PROF_SET(conv_taps_backward); PROF_SET(sigmoid_gate_forward);
+    PROF_SET(sigmoid_gate_backward); PROF_SET(scalar_gate_forward); PROF_SET(scalar_gate_backward);
+    PROF_SET(cq_w4_quant); PROF_SET(fake_quant_a8); PROF_SET(kron_apply); PROF_SET(permute_cols);
+    PROF_SET(scale_cols); PROF_SET(softmax_rows); PROF_SET(softmax_rows_backward);
+    PROF_SET(hada_mid_forward); PROF_SET(hada_mid_backward); PROF_SET(mhc_coeffs_forward);
+    PROF_SET(mhc_coeffs_backward); PROF_SET(mhc_collapse); PROF_SET(mhc_collapse_backward);
+    PROF_SET(mhc_expand); PROF_SET(mhc_expand_backward); PROF_SET(engram_gate_forward);
+    PROF_SET(engram_gate_backward);
+#undef PROF_SET
+}
+
 static int prof_cmp(const void *a, const void *b)
 {
     double x = ((const prof_entry *)a)->s, y = ((const prof_entry *)b)->s;
