@@ -2,12 +2,14 @@
  * docs/needle.md 2.3, 2.4, 2.6): the Kronecker-factored products, column permutations and
  * scales, row softmax, the Hadamard MLP's SiLU middle, mHC's coefficients (Sinkhorn), collapse and
  * expand, and the engram gate, each with its input gradient. fp32, rows in parallel, each row's
- * arithmetic independent of the thread count. exp and log are libm's expf/logf (within an ulp,
- * like the f32 model's), never cpu_expf's approximation. The only memory taken is the per-thread
- * scratch (cpu_scratch.c), so any lanes count works. */
+ * arithmetic independent of the thread count. exp and log are cpu_expf_cr / cpu_logf_cr
+ * (cpu_exp.h: rounded once from double, libm's expf and logf but nearer where they differ, and
+ * vectorised where libm's are scalar calls), never cpu_expf's 2-ulp approximation. The only
+ * memory taken is the per-thread scratch (cpu_scratch.c), so any lanes count works. */
 #include <math.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_exp.h"
 #include "backends/cpu/cpu_needle_mix.h"
 
 /* Sinkhorn's rounds (docs/needle.md 2.3): each a row then a column normalisation. */
@@ -19,7 +21,7 @@ static int mix_threads(backend *be, size_t N, size_t width)
     return N < 2 || N * width < CPU_PAR_MIN ? 1 : cpu_st(be)->threads;
 }
 
-static inline float mix_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float mix_sigmoid(float x) { return 1.0f / (1.0f + cpu_expf_cr(-x)); }
 
 /* --- Kronecker-factored products --- */
 
@@ -187,11 +189,9 @@ static void mix_softmax(float *o, const float *x, int n)
 {
     float mx = x[0], sum = 0.0f;
     for (int c = 1; c < n; c++) mx = x[c] > mx ? x[c] : mx;
-    for (int c = 0; c < n; c++) {
-        float e = expf(x[c] - mx);
-        o[c] = e;
-        sum += e;
-    }
+#pragma omp simd
+    for (int c = 0; c < n; c++) o[c] = cpu_expf_cr(x[c] - mx);
+    for (int c = 0; c < n; c++) sum += o[c];
     for (int c = 0; c < n; c++) o[c] = o[c] / sum;
 }
 
@@ -237,6 +237,21 @@ void cpu_softmax_rows_backward(backend *be, float *dx, const float *dout, const 
 /* --- the Hadamard MLP's middle --- */
 
 /* u = (d2 cond) z1 + b2, out = u sigmoid(u); out may be z1 (each element read, then written) */
+CPU_CLONES static void mix_k_hada_fwd(float *out, const float *z1, const float *cond,
+                                      const float *d2, const float *b2, size_t r0, size_t r1,
+                                      int n)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const float *zr = z1 + r * n, *cr = cond + r * n;
+        float *o = out + r * n;
+#pragma omp simd
+        for (int c = 0; c < n; c++) {
+            const float u = (d2[c] * cr[c]) * zr[c] + b2[c];
+            o[c] = u * mix_sigmoid(u);
+        }
+    }
+}
+
 void cpu_hada_mid_forward(backend *be, float *out, const float *z1, const float *cond,
                           const float *d2, const float *b2, int N, int n)
 {
@@ -246,18 +261,28 @@ void cpu_hada_mid_forward(backend *be, float *out, const float *z1, const float 
     {
         size_t lo, hi;
         cpu_split((size_t)N, &lo, &hi);
-        for (size_t r = lo; r < hi; r++) {
-            const float *zr = z1 + r * n, *cr = cond + r * n;
-            float *o = out + r * n;
-            for (int c = 0; c < n; c++) {
-                float u = (d2[c] * cr[c]) * zr[c] + b2[c];
-                o[c] = u * mix_sigmoid(u);
-            }
-        }
+        mix_k_hada_fwd(out, z1, cond, d2, b2, lo, hi, n);
     }
 }
 
 /* du = dout sigmoid(u) (1 + u (1 - sigmoid(u))), dz1 = (d2 cond) du, dcond = d2 (z1 du) */
+CPU_CLONES static void mix_k_hada_bwd(float *dz1, float *dcond, const float *dout,
+                                      const float *z1, const float *cond, const float *d2,
+                                      const float *b2, size_t r0, size_t r1, int n)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const size_t o = r * n;
+#pragma omp simd
+        for (int c = 0; c < n; c++) {
+            const float dc = d2[c] * cond[o + c];
+            const float u = dc * z1[o + c] + b2[c], s = mix_sigmoid(u);
+            const float du = dout[o + c] * (s * (1.0f + u * (1.0f - s)));
+            dz1[o + c] = dc * du;
+            dcond[o + c] = d2[c] * (z1[o + c] * du);
+        }
+    }
+}
+
 void cpu_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *dout,
                            const float *z1, const float *cond, const float *d2, const float *b2,
                            int N, int n)
@@ -268,42 +293,74 @@ void cpu_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *d
     {
         size_t lo, hi;
         cpu_split((size_t)N, &lo, &hi);
-        for (size_t r = lo; r < hi; r++) {
-            const size_t o = r * n;
-            for (int c = 0; c < n; c++) {
-                const float dc = d2[c] * cond[o + c];
-                const float u = dc * z1[o + c] + b2[c], s = mix_sigmoid(u);
-                const float du = dout[o + c] * (s * (1.0f + u * (1.0f - s)));
-                dz1[o + c] = dc * du;
-                dcond[o + c] = d2[c] * (z1[o + c] * du);
-            }
-        }
+        mix_k_hada_bwd(dz1, dcond, dout, z1, cond, d2, b2, lo, hi, n);
     }
 }
 
 /* --- mHC: coefficients --- */
 
-/* logsumexp of n values at stride `st`: max + log(sum exp(z - max)) */
-static float mix_lse(const float *z, int st, int n)
+/* Rows a block: Sinkhorn runs on MIX_RB rows at once, each matrix entry an array of MIX_RB values
+ * (one a row), so every exp and log is a loop over the block's rows, vectorised (8 rows fill an
+ * AVX2 clone's float vectors) where one row's 16 entries in 4 lines would not be. Each row gets
+ * the row-at-a-time arithmetic (the same operations in the same order), so its bits do not depend
+ * on its block or lane, nor on the thread split. */
+#define MIX_RB 8
+
+/* Entry (i, j) of line i in a block's matrix (axis 0: lines are rows, 1: columns) */
+#define MIX_AT(Z, L, axis, i, j) \
+    ((Z) + ((axis) ? (size_t)(j) * (L) + (i) : (size_t)(i) * (L) + (j)) * MIX_RB)
+
+/* Line i of block Z: m = its max, e[j] = exp(Z(i, j) - m), per row. e: L x MIX_RB. */
+static inline void mix_line_exps(float *e, float *m, const float *Z, int L, int axis, int i)
 {
-    float mx = z[0], sum = 0.0f;
-    for (int i = 1; i < n; i++) mx = z[(size_t)i * st] > mx ? z[(size_t)i * st] : mx;
-    for (int i = 0; i < n; i++) sum += expf(z[(size_t)i * st] - mx);
-    return mx + logf(sum);
+    const float *z0 = MIX_AT(Z, L, axis, i, 0);
+    for (int r = 0; r < MIX_RB; r++) m[r] = z0[r];
+    for (int j = 1; j < L; j++) {
+        const float *zj = MIX_AT(Z, L, axis, i, j);
+        for (int r = 0; r < MIX_RB; r++) m[r] = zj[r] > m[r] ? zj[r] : m[r];
+    }
+    for (int j = 0; j < L; j++) {
+        const float *zj = MIX_AT(Z, L, axis, i, j);
+        float *ej = e + (size_t)j * MIX_RB;
+#pragma omp simd
+        for (int r = 0; r < MIX_RB; r++) ej[r] = cpu_expf_cr(zj[r] - m[r]);
+    }
 }
 
-/* Sinkhorn's steps on the L x L matrix Z in place: even steps subtract every row's logsumexp,
- * odd steps every column's. With `trace`, step t's input is kept at trace + t L^2 first. */
-static void mix_sinkhorn(float *Z, int L, float *trace)
+/* One Sinkhorn step on block Z in place: every line's logsumexp (max + log(sum exp(z - max)),
+ * the sum in line order) subtracted from it. w: (L + 2) MIX_RB floats of scratch. */
+static inline void mix_sinkhorn_step(float *Z, int L, int axis, float *w)
 {
-    const size_t LL = (size_t)L * L;
-    for (int t = 0; t < MIX_SINKHORN_STEPS; t++) {
-        if (trace) memcpy(trace + (size_t)t * LL, Z, LL * sizeof(float));
-        const size_t along = t % 2 ? (size_t)L : 1, across = t % 2 ? 1 : (size_t)L;
-        for (int i = 0; i < L; i++) {
-            float *line = Z + i * across;
-            const float lse = mix_lse(line, (int)along, L);
-            for (int j = 0; j < L; j++) line[j * along] -= lse;
+    float *e = w, *m = e + (size_t)L * MIX_RB, *lse = m + MIX_RB;
+    for (int i = 0; i < L; i++) {
+        mix_line_exps(e, m, Z, L, axis, i);
+        for (int r = 0; r < MIX_RB; r++) lse[r] = 0.0f;
+        for (int j = 0; j < L; j++)
+            for (int r = 0; r < MIX_RB; r++) lse[r] += e[(size_t)j * MIX_RB + r];
+#pragma omp simd
+        for (int r = 0; r < MIX_RB; r++) lse[r] = m[r] + cpu_logf_cr(lse[r]);
+        for (int j = 0; j < L; j++) {
+            float *zj = MIX_AT(Z, L, axis, i, j);
+            for (int r = 0; r < MIX_RB; r++) zj[r] -= lse[r];
+        }
+    }
+}
+
+/* The backward of one step, dZ in place: step input `in` gives, along the step's lines,
+ * din = dout - softmax(in) sum(dout). w: (L + 3) MIX_RB floats of scratch. */
+static inline void mix_sinkhorn_step_backward(float *dZ, const float *in, int L, int axis, float *w)
+{
+    float *e = w, *m = e + (size_t)L * MIX_RB, *sum = m + MIX_RB, *gs = sum + MIX_RB;
+    for (int i = 0; i < L; i++) {
+        mix_line_exps(e, m, in, L, axis, i);
+        for (int r = 0; r < MIX_RB; r++) sum[r] = 0.0f, gs[r] = 0.0f;
+        for (int j = 0; j < L; j++) {
+            const float *g = MIX_AT(dZ, L, axis, i, j);
+            for (int r = 0; r < MIX_RB; r++) sum[r] += e[(size_t)j * MIX_RB + r], gs[r] += g[r];
+        }
+        for (int j = 0; j < L; j++) {
+            float *g = MIX_AT(dZ, L, axis, i, j);
+            for (int r = 0; r < MIX_RB; r++) g[r] -= (e[(size_t)j * MIX_RB + r] / sum[r]) * gs[r];
         }
     }
 }
@@ -317,19 +374,45 @@ static inline float mix_gate_arg(const float *z, const float *alpha, const float
     return (alpha[1] * z[k] + bias[k]) - (k - L != lane ? 4.0f : 0.0f);
 }
 
-/* Row r: h_pre = sigmoid(.), h_post = 2 sigmoid(.), H = exp(Sinkhorn(alpha2 z_res + b_res));
- * Z: L^2 scratch */
-static void mix_coeffs_row(float *h, const float *z, const float *alpha, const float *bias,
-                           float *Z, int L, int lane)
+/* Block Z (L^2 x MIX_RB) = alpha2 z_res + b_res of rows b0 .. b0 + nb - 1 (K floats apart); the
+ * block's missing rows (nb < MIX_RB) repeat its last, computed and never written. */
+static inline void mix_block_load(float *Z, const float *z, const float *alpha, const float *bias,
+                                  size_t b0, int nb, int L)
 {
-    for (int k = 0; k < 2 * L; k++) {
-        const float s = mix_sigmoid(mix_gate_arg(z, alpha, bias, k, L, lane));
-        h[k] = k < L ? s : 2.0f * s;
+    const size_t K = 2 * (size_t)L + (size_t)L * L, LL = (size_t)L * L;
+    for (size_t q = 0; q < LL; q++)
+        for (int r = 0; r < MIX_RB; r++) {
+            const size_t row = b0 + (size_t)(r < nb ? r : nb - 1);
+            Z[q * MIX_RB + r] = alpha[2] * z[row * K + 2 * L + q] + bias[2 * L + q];
+        }
+}
+
+/* Rows [r0, r1): h_pre = sigmoid(.), h_post = 2 sigmoid(.), H = exp(Sinkhorn(alpha2 z_res +
+ * b_res)), MIX_RB rows at a time. w: (L^2 + L + 2) MIX_RB floats of scratch. */
+CPU_CLONES static void mix_k_coeffs(float *h, const float *z, const float *alpha,
+                                    const float *bias, float *w, size_t r0, size_t r1, int L,
+                                    int lane)
+{
+    const size_t K = 2 * (size_t)L + (size_t)L * L, LL = (size_t)L * L;
+    float *Z = w, *sw = Z + LL * MIX_RB;
+    for (size_t b0 = r0; b0 < r1; b0 += MIX_RB) {
+        const int nb = r1 - b0 < MIX_RB ? (int)(r1 - b0) : MIX_RB;
+        for (int r = 0; r < nb; r++) {
+            const float *zr = z + (b0 + r) * K;
+            float *hr = h + (b0 + r) * K;
+            for (int k = 0; k < 2 * L; k++) {
+                const float s = mix_sigmoid(mix_gate_arg(zr, alpha, bias, k, L, lane));
+                hr[k] = k < L ? s : 2.0f * s;
+            }
+        }
+        mix_block_load(Z, z, alpha, bias, b0, nb, L);
+        for (int t = 0; t < MIX_SINKHORN_STEPS; t++) mix_sinkhorn_step(Z, L, t % 2, sw);
+        for (size_t q = 0; q < LL; q++) {
+#pragma omp simd
+            for (int r = 0; r < MIX_RB; r++) sw[r] = cpu_expf_cr(Z[q * MIX_RB + r]);
+            for (int r = 0; r < nb; r++) h[(b0 + r) * K + 2 * L + q] = sw[r];
+        }
     }
-    const int LL = L * L;
-    for (int q = 0; q < LL; q++) Z[q] = alpha[2] * z[2 * L + q] + bias[2 * L + q];
-    mix_sinkhorn(Z, L, NULL);
-    for (int q = 0; q < LL; q++) h[2 * L + q] = expf(Z[q]);
 }
 
 void cpu_mhc_coeffs_forward(backend *be, float *h, const float *z, const float *alpha,
@@ -337,60 +420,54 @@ void cpu_mhc_coeffs_forward(backend *be, float *h, const float *z, const float *
 {
     if (N <= 0 || lanes <= 0) return;
     cpu_state *st = cpu_st(be);
-    const size_t L = (size_t)lanes, K = 2 * L + L * L;
-    if (cpu_scratch_reserve(st, L * L) != 0) return;
+    const size_t L = (size_t)lanes;
+    if (cpu_scratch_reserve(st, (L * L + L + 2) * MIX_RB) != 0) return;
     /* ~ 40 L^2 exps per row */
     int nt = mix_threads(be, (size_t)N, 40 * 8 * L * L);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         size_t lo, hi;
         cpu_split((size_t)N, &lo, &hi);
-        float *Z = st->scratch[CPU_TID()];
-        for (size_t r = lo; r < hi; r++)
-            mix_coeffs_row(h + r * K, z + r * K, alpha, bias, Z, lanes, lane);
+        mix_k_coeffs(h, z, alpha, bias, st->scratch[CPU_TID()], lo, hi, lanes, lane);
     }
 }
 
-/* dZ back through Sinkhorn's steps, last first: step t's input `in` (trace) gives, along the
- * step's axis, din = dout - softmax(in) sum(dout); p: L floats of scratch */
-static void mix_sinkhorn_backward(float *dZ, const float *trace, float *p, int L)
+/* Rows [r0, r1)'s dz from dh: the gates' sigmoid' (times 2 for post) times alpha; the Sinkhorn
+ * part from dZ_final = dH H, back through the recomputed steps (their inputs traced), times
+ * alpha2; MIX_RB rows at a time. w: ((40 + 2) L^2 + L + 3) MIX_RB floats of scratch. */
+CPU_CLONES static void mix_k_coeffs_bwd(float *dz, const float *dh, const float *z,
+                                        const float *alpha, const float *bias, float *w,
+                                        size_t r0, size_t r1, int L, int lane)
 {
-    const size_t LL = (size_t)L * L;
-    for (int t = MIX_SINKHORN_STEPS - 1; t >= 0; t--) {
-        const float *in = trace + (size_t)t * LL;
-        const size_t along = t % 2 ? (size_t)L : 1, across = t % 2 ? 1 : (size_t)L;
-        for (int i = 0; i < L; i++) {
-            const float *x = in + i * across;
-            float *g = dZ + i * across, mx = x[0], sum = 0.0f, gs = 0.0f;
-            for (int j = 1; j < L; j++) mx = x[j * along] > mx ? x[j * along] : mx;
-            for (int j = 0; j < L; j++) {
-                p[j] = expf(x[j * along] - mx);
-                sum += p[j];
-                gs += g[j * along];
+    const size_t K = 2 * (size_t)L + (size_t)L * L, LL = (size_t)L * L, blk = LL * MIX_RB;
+    float *trace = w, *Z = trace + MIX_SINKHORN_STEPS * blk, *dZ = Z + blk, *sw = dZ + blk;
+    for (size_t b0 = r0; b0 < r1; b0 += MIX_RB) {
+        const int nb = r1 - b0 < MIX_RB ? (int)(r1 - b0) : MIX_RB;
+        for (int r = 0; r < nb; r++) {
+            const float *zr = z + (b0 + r) * K, *dhr = dh + (b0 + r) * K;
+            float *dzr = dz + (b0 + r) * K;
+            for (int k = 0; k < 2 * L; k++) {
+                const float s = mix_sigmoid(mix_gate_arg(zr, alpha, bias, k, L, lane));
+                const float dv = k < L ? dhr[k] * (s * (1.0f - s)) : dhr[k] * (2.0f * (s * (1.0f - s)));
+                dzr[k] = alpha[k < L ? 0 : 1] * dv;
             }
-            for (int j = 0; j < L; j++) g[j * along] -= (p[j] / sum) * gs;
         }
+        mix_block_load(Z, z, alpha, bias, b0, nb, L);
+        for (int t = 0; t < MIX_SINKHORN_STEPS; t++) {
+            memcpy(trace + (size_t)t * blk, Z, blk * sizeof(float));
+            mix_sinkhorn_step(Z, L, t % 2, sw);
+        }
+        for (size_t q = 0; q < LL; q++) {
+            float *dq = dZ + q * MIX_RB;
+            for (int r = 0; r < MIX_RB; r++) dq[r] = dh[(b0 + (size_t)(r < nb ? r : nb - 1)) * K + 2 * L + q];
+#pragma omp simd
+            for (int r = 0; r < MIX_RB; r++) dq[r] = dq[r] * cpu_expf_cr(Z[q * MIX_RB + r]);
+        }
+        for (int t = MIX_SINKHORN_STEPS - 1; t >= 0; t--)
+            mix_sinkhorn_step_backward(dZ, trace + (size_t)t * blk, L, t % 2, sw);
+        for (size_t q = 0; q < LL; q++)
+            for (int r = 0; r < nb; r++) dz[(b0 + r) * K + 2 * L + q] = alpha[2] * dZ[q * MIX_RB + r];
     }
-}
-
-/* Row r's dz from dh: the gates' sigmoid' (times 2 for post) times alpha; the Sinkhorn part
- * from dZ_final = dH H, back through the recomputed steps, times alpha2. w: scratch of
- * (40 + 2) L^2 + L floats. */
-static void mix_coeffs_bwd_row(float *dz, const float *dh, const float *z, const float *alpha,
-                               const float *bias, float *w, int L, int lane)
-{
-    const size_t LL = (size_t)L * L;
-    float *trace = w, *Z = trace + MIX_SINKHORN_STEPS * LL, *dZ = Z + LL, *p = dZ + LL;
-    for (int k = 0; k < 2 * L; k++) {
-        const float s = mix_sigmoid(mix_gate_arg(z, alpha, bias, k, L, lane));
-        const float dv = k < L ? dh[k] * (s * (1.0f - s)) : dh[k] * (2.0f * (s * (1.0f - s)));
-        dz[k] = alpha[k < L ? 0 : 1] * dv;
-    }
-    for (size_t q = 0; q < LL; q++) Z[q] = alpha[2] * z[2 * L + q] + bias[2 * L + q];
-    mix_sinkhorn(Z, L, trace);
-    for (size_t q = 0; q < LL; q++) dZ[q] = dh[2 * L + q] * expf(Z[q]);
-    mix_sinkhorn_backward(dZ, trace, p, L);
-    for (size_t q = 0; q < LL; q++) dz[2 * L + q] = alpha[2] * dZ[q];
 }
 
 void cpu_mhc_coeffs_backward(backend *be, float *dz, const float *dh, const float *z,
@@ -398,16 +475,14 @@ void cpu_mhc_coeffs_backward(backend *be, float *dz, const float *dh, const floa
 {
     if (N <= 0 || lanes <= 0) return;
     cpu_state *st = cpu_st(be);
-    const size_t L = (size_t)lanes, K = 2 * L + L * L;
-    if (cpu_scratch_reserve(st, (MIX_SINKHORN_STEPS + 2) * L * L + L) != 0) return;
+    const size_t L = (size_t)lanes;
+    if (cpu_scratch_reserve(st, ((MIX_SINKHORN_STEPS + 2) * L * L + L + 3) * MIX_RB) != 0) return;
     int nt = mix_threads(be, (size_t)N, 80 * 8 * L * L);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         size_t lo, hi;
         cpu_split((size_t)N, &lo, &hi);
-        float *w = st->scratch[CPU_TID()];
-        for (size_t r = lo; r < hi; r++)
-            mix_coeffs_bwd_row(dz + r * K, dh + r * K, z + r * K, alpha, bias, w, lanes, lane);
+        mix_k_coeffs_bwd(dz, dh, z, alpha, bias, st->scratch[CPU_TID()], lo, hi, lanes, lane);
     }
 }
 
