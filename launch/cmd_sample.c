@@ -109,6 +109,17 @@ static int sample_prompt(const sample_args *sa, const chat_template *ct, int32_t
     return n;
 }
 
+/* Continuation r of B on stdout, every byte (a generated 0x00 included: fwrite, not "%s"), under a
+ * "--- sample r ---" line when B > 1; logs go to stderr. text: cap bytes for the decoded text. */
+static int sample_print(const tokenizer *tok, int B, int r, const int32_t *ids, int made, char *text, size_t cap)
+{
+    size_t len = tokenizer_decode(tok, ids, (size_t)made, text, cap, 0);
+    if ((B > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
+        fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+        return loom_fail("cannot write the sample to stdout: %s", strerror(errno));
+    return 0;
+}
+
 /* sa->batch continuations of the prompt, decoded together; printed one after another. */
 static int sample_batch(session *s, const chat_template *ct, const sample_args *sa, const int32_t *tokens,
                         int n, int T, char *text)
@@ -125,14 +136,8 @@ static int sample_batch(session *s, const chat_template *ct, const sample_args *
     } else {
         loom_fail("sample: out of host memory");
     }
-    /* the continuations alone on stdout, every byte (a generated 0x00 included: fwrite, not
-     * "%s"); logs went to stderr */
-    for (int r = 0; rc == 0 && r < B && s->comm->rank == 0; r++) {
-        size_t len = tokenizer_decode(ct->tok, out[r], (size_t)made[r], text, (size_t)T * 16 + 1, 0);
-        if ((B > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
-            fputc('\n', stdout) == EOF || fflush(stdout) != 0)
-            rc = loom_fail("cannot write the sample to stdout: %s", strerror(errno));
-    }
+    for (int r = 0; rc == 0 && r < B && s->comm->rank == 0; r++)
+        rc = sample_print(ct->tok, B, r, out[r], made[r], text, (size_t)T * 16 + 1);
     free(prompts), free(lens), free(max_new), free(made), free(out), free(outs);
     return rc;
 }
@@ -144,7 +149,12 @@ static int sample_needle(const job_config *cfg, comm *c, const char *ckpt, const
     tokenizer *tok = tokenizer_open(cfg->model.tokenizer);
     chat_template ct;
     if (!tok || chat_template_init(&ct, tok, "needle")) return tokenizer_free(tok), -1;
-    const int T = 4096, R = sa->batch;
+    /* room for any prompt, never cut here (finetune_needle_sample refuses one the model's
+     * max_seq_len cannot hold): 3 tokens a byte at most (an invalid byte becomes U+FFFD, 3 bytes,
+     * each a byte-fallback token at worst), plus Needle's rendering around a query */
+    const size_t text_len = sa->prompt ? strlen(sa->prompt)
+                                       : strlen(sa->query ? sa->query : "") + strlen(sa->tools ? sa->tools : "");
+    const int T = 3 * (int)(text_len < 1u << 26 ? text_len : 1u << 26) + 1024, R = sa->batch;
     int32_t *tokens = malloc((size_t)T * sizeof(int32_t)), *out = malloc((size_t)R * sa->max_new * sizeof(int32_t));
     int *made = malloc((size_t)R * sizeof(int));
     char *text = malloc((size_t)sa->max_new * 16 + 1);
@@ -152,7 +162,7 @@ static int sample_needle(const job_config *cfg, comm *c, const char *ckpt, const
     if (rc == 0 && sa->prompt) { /* raw text: [BOS] + its ids, as run.generate */
         tokens[0] = ct.bos;
         long m = tokenizer_encode(tok, sa->prompt, strlen(sa->prompt), tokens + 1, (size_t)T - 1);
-        n = m < 0 ? -1 : 1 + (m > T - 1 ? T - 1 : (int)m);
+        n = m < 0 ? -1 : m > T - 1 ? loom_fail("sample: the prompt is %ld tokens, more than %d", m, T - 1) : 1 + (int)m;
     } else if (rc == 0) {
         n = sample_prompt(sa, &ct, tokens, T);
     }
@@ -160,12 +170,8 @@ static int sample_needle(const job_config *cfg, comm *c, const char *ckpt, const
     if (rc == 0)
         rc = finetune_needle_sample(cfg, c, ckpt, &ct, tokens, n, R, sa->max_new, sa->temperature, sa->top_k, sa->seed,
                                     out, made);
-    for (int r = 0; rc == 0 && r < R && c->rank == 0; r++) {
-        size_t len = tokenizer_decode(tok, out + (size_t)r * sa->max_new, (size_t)made[r], text, (size_t)sa->max_new * 16 + 1, 0);
-        if ((R > 1 && printf("--- sample %d ---\n", r) < 0) || fwrite(text, 1, len, stdout) != len ||
-            fputc('\n', stdout) == EOF || fflush(stdout) != 0)
-            rc = loom_fail("cannot write the sample to stdout: %s", strerror(errno));
-    }
+    for (int r = 0; rc == 0 && r < R && c->rank == 0; r++)
+        rc = sample_print(tok, R, r, out + (size_t)r * sa->max_new, made[r], text, (size_t)sa->max_new * 16 + 1);
     free(tokens), free(out), free(made), free(text);
     tokenizer_free(tok);
     return rc;
