@@ -87,13 +87,31 @@ void cpu_cq_w4_quant(backend *be, float *out, const float *w, const float *codeb
     }
 }
 
+/* max(|x[c]|) over c < n, from 0, a NaN never taken (the compare is false): the same value in any
+ * order, so eight running maxima (one vector) and then their max, where the one-at-a-time loop
+ * is a chain the compiler must not reorder (it cannot know the NaN rule makes order moot). */
+static inline float cpu_absmax(const float *x, int n)
+{
+    float m[8] = {0};
+    int c = 0;
+    for (; c + 8 <= n; c += 8)
+        for (int l = 0; l < 8; l++) {
+            const float a = fabsf(x[c + l]);
+            m[l] = a > m[l] ? a : m[l];
+        }
+    for (int l = 0; c + l < n; l++) m[l] = fabsf(x[c + l]) > m[l] ? fabsf(x[c + l]) : m[l];
+    float amax = 0.0f;
+    for (int l = 0; l < 8; l++) amax = m[l] > amax ? m[l] : amax;
+    return amax;
+}
+
 /* Rows [r0, r1): the row's absolute maximum (exact), its scale, each element's A8 value. */
 CPU_CLONES static void cpu_k_a8(float *out, const float *x, size_t r0, size_t r1, int cols)
 {
     for (size_t r = r0; r < r1; r++) {
         const float *xr = x + r * cols;
-        float *o = out + r * cols, amax = 0.0f;
-        for (int c = 0; c < cols; c++) amax = fabsf(xr[c]) > amax ? fabsf(xr[c]) : amax;
+        float *o = out + r * cols;
+        const float amax = cpu_absmax(xr, cols);
         const float s = a8_scale(amax);
         for (int c = 0; c < cols; c++) o[c] = a8_quant(xr[c], s);
     }

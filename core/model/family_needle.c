@@ -642,6 +642,14 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     return (size_t)(cur - base);
 }
 
+/* The attention output sliced to dv: a->opre, or at F == dv (the default's 64) a->att itself,
+ * never written after attention, so no copy. */
+static inline float *nn_opre(const nn_acts *a, int F, int dv) { return F != dv ? a->opre : a->att; }
+
+/* The block's input after the engram gate: a->x0 at a layer with an engram site, else u itself
+ * (never written after the collapse), so no copy. */
+static inline float *nn_x0(const nn_acts *a, const nn_layer *y) { return y->site >= 0 ? a->x0 : a->u; }
+
 static void nn_pass_free(const needle_net *n, nn_pass *p)
 {
     (void)n; /* p->base is n->arena, kept */
@@ -869,8 +877,7 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
             backend_copy_d2d(be, dc->vc[l] + (size_t)b * dc->cap * row, vf + (size_t)b * T * row, (size_t)T * row * sizeof(float));
         }
     if (F != dv) backend_scale_cols(be, a->opre, a->att, n->ones, (int)N * H, F, dv);
-    else backend_copy_d2d(be, a->opre, a->att, N * g->attn_dim * sizeof(float));
-    backend_sigmoid_gate_forward(be, a->og, a->opre, a->gt, N * (size_t)g->attn_dim);
+    backend_sigmoid_gate_forward(be, a->og, nn_opre(a, F, dv), a->gt, N * (size_t)g->attn_dim);
     nn_a8(n, a->og, N, g->attn_dim);
     nn_linear(n, a->ao, a->og, y->wo, N, g->attn_dim, d);
 }
@@ -913,14 +920,13 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     /* the block on u: engram gate, attention, MLP */
     if (y->site >= 0)
         backend_engram_gate_forward(be, a->x0, a->u, p->ek[y->site], p->ev[y->site], (int)N, n->d);
-    else
-        backend_copy_d2d(be, a->x0, a->u, N * d * sizeof(float));
-    backend_rmsnorm_forward(be, a->hq, a->r1, a->x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
+    const float *x0 = nn_x0(a, y);
+    backend_rmsnorm_forward(be, a->hq, a->r1, x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, a->hq, N, n->d);
     nn_attention(n, y, a, p->B, p->T, p->dec, l);
     backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
     backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
-    backend_add(be, a->x1, a->x0, a->ap, N * d);
+    backend_add(be, a->x1, x0, a->ap, N * d);
     backend_rmsnorm_forward(be, a->h2, a->r2, a->x1, y->ln2, (int)N, n->d, NEEDLE_EPS);
     nn_mlp(n, y, a, N, a->y);
     /* y = Block(u) - u = (x1 + mlp) - u, then the lanes mix: X' = H_res X + h_post y */
@@ -1189,7 +1195,7 @@ static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_act
     }
     /* ao = A8(opre sigmoid(gt)) Wo^T */
     nn_linear_backward(n, a->dog, dW[NN_O], a->dao, a->og, y->wo, N, O, d, 0);
-    backend_sigmoid_gate_backward(be, a->dopre, a->dgt, a->dog, a->opre, a->gt, N * (size_t)O);
+    backend_sigmoid_gate_backward(be, a->dopre, a->dgt, a->dog, nn_opre(a, F, dv), a->gt, N * (size_t)O);
     /* the heads' output sliced from F to dv, attention at F, the pads taken back */
     const float *datt = a->dopre, *kf = a->kn, *vf = a->vt;
     if (F != dv) backend_scale_cols(be, a->datt, a->dopre, n->ones, (int)N * H, dv, F), datt = a->datt;
@@ -1266,7 +1272,7 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
     backend_rmsnorm_backward(be, a->dao, NULL, a->dap, a->ao, y->post, a->rp, (int)N, n->d);
     nn_attention_backward(n, y, a, l, p->B, p->T);
     backend_copy_d2d(be, a->dx0, a->dx1, N * d * sizeof(float));
-    backend_rmsnorm_backward(be, a->dx0, NULL, a->dhq, a->x0, y->ln1, a->r1, (int)N, n->d);
+    backend_rmsnorm_backward(be, a->dx0, NULL, a->dhq, nn_x0(a, y), y->ln1, a->r1, (int)N, n->d);
     /* x0 = engram gate of u; the block's u also enters y with -1 */
     if (y->site >= 0)
         backend_engram_gate_backward(be, a->du, a->dx0, a->u, p->ek[y->site], p->ev[y->site], (int)N, n->d);
