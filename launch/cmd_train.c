@@ -51,8 +51,11 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
     int rc = finetune ? finetune_run(&cfg, c, &opt, &rep) : train_run(&cfg, c, &opt, &rep);
     if (rc) return cli_job_failed(c);
     /* the job's answer: stdout, kept under --quiet (progress and info lines went to stderr) */
-    log_result("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
-               rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
+    if (rep.steps_done == 0) /* a resume of a finished run: no loss, no speed to report */
+        log_result("done: no step left to run (the checkpoint had already reached the job's last step)");
+    else
+        log_result("done: %d steps, final loss %.4f, %.0f tokens/s (median), MFU %.1f%%", rep.steps_done,
+                   rep.last_loss, rep.tokens_per_s, 100.0 * rep.mfu);
     log_result("memory: %zu bytes (params + grads + optimizer %zu, activations %zu)",
                rep.state_bytes + rep.activation_bytes, rep.state_bytes, rep.activation_bytes);
     if (finetune && !isnan(rep.accuracy)) {
