@@ -9,7 +9,6 @@
 #include <semaphore.h>
 #include <stdarg.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
+#include "emu_ctx.h"
 
 thread_local uint3 threadIdx, blockIdx;
 thread_local dim3 blockDim, gridDim;
@@ -66,17 +66,15 @@ static int emu_fibers(void)
 }
 
 struct EmuBarrier;
-struct EmuFiber {
-    ucontext_t uc;
-    char *stack = nullptr;
-    int tid = 0, done = 0;
+struct EmuFiber { /* small (no ucontext inside): the scheduler walks an array of them */
     const EmuBarrier *wait = nullptr; /* blocked in this barrier until its gen moves on */
     unsigned wait_gen = 0;
-    const char *what = nullptr;
+    int done = 0, tid = 0;
     uint3 tidx, bidx; /* its thread-local state while another fiber runs */
-    dim3 bdim, gdim;
+    EmuCtx ctx;
+    const char *what = nullptr;
 };
-static thread_local ucontext_t g_sched; /* the launching thread's context: the scheduler */
+static thread_local EmuCtx g_sched;    /* the launching thread's context: the scheduler */
 static thread_local EmuFiber *g_fcur;   /* the running fiber, or none (a real thread) */
 
 static void emu_fiber_block(const EmuBarrier *b, unsigned gen, const char *what);
@@ -93,7 +91,7 @@ struct EmuBarrier {
 
     void arrive(int k, const char *what)
     {
-        if (g_fcur) { /* one fiber runs at a time: no lock; wait in the scheduler */
+        if (g_fcur) { /* one fiber runs at a time: no lock; the others run while it waits */
             check_kind(k, what);
             if (++count == n) {
                 count = 0;
@@ -131,7 +129,8 @@ struct EmuBarrier {
 
 struct EmuWarp {
     EmuBarrier bar;
-    uint64_t slots[32];
+    uint64_t slots[2][32]; /* the lanes' values, alternately for one shuffle and the next */
+    unsigned nshfl[32] = {}; /* shuffles each lane has made: which slots its next one uses */
     uint32_t mma_a[32][4], mma_b[32][2]; /* every lane's fragments of one mma.sync */
 };
 
@@ -158,11 +157,13 @@ uint64_t emu_shfl(unsigned mask, uint64_t bits, int arg, int is_xor, int width)
     EmuWarp *w = L->warps[t_tid / 32].get();
     int lane = t_tid % 32, src = is_xor ? (lane ^ arg) : arg;
     if (src < 0 || src >= 32) emu_die("shuffle source lane %d", src);
-    w->slots[lane] = bits;
+    /* One barrier: posts, then reads after every lane has posted. The slots alternate, so the
+     * next shuffle's posts cannot overwrite a value a slower lane has still to read: a lane
+     * posts there only after the next barrier, which every lane reaches after its read. */
+    const int p = w->nshfl[lane]++ & 1;
+    w->slots[p][lane] = bits;
     w->bar.arrive(KIND_SHFL, "warp shuffle");
-    uint64_t v = w->slots[src];
-    w->bar.arrive(KIND_SHFL, "warp shuffle");
-    return v;
+    return w->slots[p][src];
 }
 
 void *emu_dyn_smem(void) { return t_launch->dyn_bytes ? t_launch->dyn_mem : nullptr; }
@@ -302,75 +303,104 @@ static void emu_pool_grow(int n)
 }
 
 /* Fibers, one per threadIdx, each with a 1 MB stack (as the pool's threads) over a guard page,
- * kept for the next launch: fiber i runs thread i of every block, as worker i does. */
-enum { EMU_STACK = 1 << 20, EMU_GUARD = 1 << 16 };
-static thread_local std::vector<EmuFiber *> g_fibers;
+ * kept with its context for the next launch: fiber i runs thread i of every block of every
+ * launch, as worker i does. The stack tops are staggered by tid (a page and a cache line apart,
+ * within EMU_COLOR): tops a whole 1 MB apart would all fall into the same cache sets and evict
+ * each other on every switch. The fibers sit in one array (g_fibers[tid]) the passes walk. */
+enum { EMU_STACK = 1 << 20, EMU_GUARD = 1 << 16, EMU_COLOR = 1 << 16, EMU_MAX_THREADS = 1024 };
+static thread_local EmuFiber *g_fibers;
+static thread_local int g_nfibers;
 static thread_local unsigned g_fiber_launches;
+
+/* The pass over the launch's fibers in progress: the next position to look at, the order, and
+ * how many fibers have not finished the launch. */
+struct EmuPass {
+    EmuLaunch *L;
+    int nt, rev, pos, live;
+};
+static thread_local EmuPass g_pass;
+
+/* The next runnable fiber of the pass (its thread-local state swapped in), or none at its end. */
+static EmuFiber *emu_pass_next(void)
+{
+    EmuPass *P = &g_pass;
+    while (P->pos < P->nt) {
+        const int j = P->pos++;
+        EmuFiber *f = &g_fibers[P->rev ? P->nt - 1 - j : j];
+        if (f->done || (f->wait && f->wait->gen == f->wait_gen)) continue;
+        f->wait = nullptr;
+        t_launch = P->L, t_tid = f->tid, threadIdx = f->tidx, blockIdx = f->bidx;
+        blockDim = P->L->block, gridDim = P->L->grid;
+        g_fcur = f;
+        return f;
+    }
+    g_fcur = nullptr;
+    return nullptr;
+}
+
+/* The running fiber stops (blocked in a barrier, or done with the launch): the pass goes on in
+ * the next runnable fiber, switched to directly, or at its end in the scheduler. */
+static void emu_fiber_yield(void)
+{
+    EmuFiber *f = g_fcur;
+    f->tidx = threadIdx, f->bidx = blockIdx;
+    g_pass.live -= f->done;
+    EmuFiber *n = emu_pass_next();
+    emu_ctx_swap(&f->ctx, n ? &n->ctx : &g_sched);
+}
 
 /* The running fiber waits in barrier b until its generation moves on past gen. */
 static void emu_fiber_block(const EmuBarrier *b, unsigned gen, const char *what)
 {
     EmuFiber *f = g_fcur;
     f->wait = b, f->wait_gen = gen, f->what = what;
-    swapcontext(&f->uc, &g_sched);
+    emu_fiber_yield();
 }
 
 static void emu_fiber_main(void)
 {
-    emu_run_blocks(g_cur, g_fcur->tid);
-    g_fcur->done = 1; /* returns to g_sched (uc_link) */
+    for (;;) { /* one launch a turn; a pass resumes it at the next launch it takes part in */
+        emu_run_blocks(g_cur, g_fcur->tid);
+        g_fcur->done = 1;
+        emu_fiber_yield();
+    }
 }
 
-/* Runs the launch's nt fibers to the end: round robin over the runnable ones, in ascending
- * threadIdx order on even launches and descending on odd ones (a missing barrier shows either
- * way round). Each fiber's thread-local state (threadIdx, ...) is swapped in and out with it. */
+/* Runs the launch's nt fibers to the end, in passes: each pass runs every runnable fiber (not
+ * done, not waiting in a barrier still short of threads) until it stops, in ascending threadIdx
+ * order on even launches and descending on odd ones (a missing barrier shows either way round),
+ * one fiber switching straight to the next. Each fiber's thread-local state (threadIdx, ...) is
+ * swapped in and out with it. */
 static void emu_fibers_run(EmuLaunch *L, int nt)
 {
-    static thread_local ucontext_t tmpl;
-    if (g_fibers.empty() && getcontext(&tmpl) != 0) emu_die("getcontext failed");
-    while ((int)g_fibers.size() < nt) {
-        EmuFiber *f = new EmuFiber();
-        void *m = mmap(nullptr, EMU_STACK + EMU_GUARD, PROT_READ | PROT_WRITE,
+    if (!g_fibers) g_fibers = new EmuFiber[EMU_MAX_THREADS];
+    for (; g_nfibers < nt; g_nfibers++) {
+        EmuFiber *f = &g_fibers[g_nfibers];
+        const int color = (g_nfibers % 16) * 4096 + (g_nfibers / 16 % 64) * 64;
+        void *m = mmap(nullptr, EMU_GUARD + EMU_STACK + EMU_COLOR, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED || mprotect(m, EMU_GUARD, PROT_NONE) != 0) emu_die("fiber stack: out of memory");
-        f->stack = (char *)m;
-        f->tid = (int)g_fibers.size();
-        g_fibers.push_back(f);
+        f->tid = g_nfibers;
+        emu_ctx_make(&f->ctx, (char *)m + EMU_GUARD, EMU_STACK + EMU_COLOR - color, emu_fiber_main);
     }
     for (int i = 0; i < nt; i++) {
-        EmuFiber *f = g_fibers[i];
+        EmuFiber *f = &g_fibers[i];
         f->done = 0, f->wait = nullptr;
         f->tidx = f->bidx = uint3{0, 0, 0};
-        f->uc = tmpl;
-        f->uc.uc_stack.ss_sp = f->stack + EMU_GUARD;
-        f->uc.uc_stack.ss_size = EMU_STACK;
-        f->uc.uc_link = &g_sched;
-        makecontext(&f->uc, emu_fiber_main, 0);
     }
-    const int rev = g_fiber_launches++ & 1;
-    for (int live = nt; live > 0;) {
-        int ran = 0;
-        for (int j = 0; j < nt; j++) {
-            EmuFiber *f = g_fibers[rev ? nt - 1 - j : j];
-            if (f->done || (f->wait && f->wait->gen == f->wait_gen)) continue;
-            f->wait = nullptr;
-            t_launch = L, t_tid = f->tid, threadIdx = f->tidx, blockIdx = f->bidx;
-            blockDim = L->block, gridDim = L->grid;
-            g_fcur = f;
-            if (swapcontext(&g_sched, &f->uc) != 0) emu_die("swapcontext failed");
-            g_fcur = nullptr;
-            f->tidx = threadIdx, f->bidx = blockIdx;
-            ran = 1;
-            live -= f->done;
-        }
-        if (!ran) {
+    g_pass.L = L, g_pass.nt = nt, g_pass.rev = g_fiber_launches++ & 1, g_pass.live = nt;
+    while (g_pass.live > 0) {
+        g_pass.pos = 0;
+        EmuFiber *f = emu_pass_next();
+        if (!f) {
             int waiting = 0;
             const EmuFiber *w = nullptr;
             for (int i = 0; i < nt; i++)
-                if (!g_fibers[i]->done) waiting++, w = w ? w : g_fibers[i];
+                if (!g_fibers[i].done) waiting++, w = w ? w : &g_fibers[i];
             emu_die("deadlock: %d of %d threads wait forever, thread %d in a %s (block %u,%u)",
                     waiting, nt, w->tid, w->what, w->bidx.x, w->bidx.y);
         }
+        emu_ctx_swap(&g_sched, &f->ctx); /* back at the pass's end */
     }
     t_launch = nullptr;
 }
@@ -380,7 +410,7 @@ void emu_run(const void *kernel, dim3 grid, dim3 block, size_t smem, cudaStream_
 {
     (void)s;
     unsigned long long nt = (unsigned long long)block.x * block.y * block.z;
-    if (nt == 0 || nt > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+    if (nt == 0 || nt > EMU_MAX_THREADS || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
         grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
         fprintf(stderr, "EMU: invalid launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y,
                 grid.z, block.x, block.y, block.z);
@@ -704,16 +734,34 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     const float a = *(const float *)alpha, b = *(const float *)beta;
     const int tf32 = ct == CUBLAS_COMPUTE_32F_FAST_TF32;
     float *c = (float *)C;
+    /* op(A) as m rows of k and op(B) as n rows of k, converted once (bf16 widened, TF32 rounded),
+     * so the inner loop is a plain dot product; the sums run l = 0..k-1 as before */
+    std::vector<float> ar((size_t)m * k), br((size_t)n * k);
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++)
+            ar[(size_t)i * k + l] = emu_load(A, At, ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * lda
+                                                                      : (size_t)l + (size_t)i * lda, tf32);
     for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (int l = 0; l < k; l++) {
-                size_t ai = ta == CUBLAS_OP_N ? (size_t)i + (size_t)l * lda : (size_t)l + (size_t)i * lda;
-                size_t bi = tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb : (size_t)j + (size_t)l * ldb;
-                acc += emu_load(A, At, ai, tf32) * emu_load(B, Bt, bi, tf32);
+        for (int l = 0; l < k; l++)
+            br[(size_t)j * k + l] = emu_load(B, Bt, tb == CUBLAS_OP_N ? (size_t)l + (size_t)j * ldb
+                                                                      : (size_t)j + (size_t)l * ldb, tf32);
+    for (int j = 0; j < n; j++)
+        for (int i0 = 0; i0 < m; i0 += 4) { /* four rows' sums side by side, each in its order */
+            const int ni = m - i0 < 4 ? m - i0 : 4;
+            const float *x = ar.data() + (size_t)i0 * k, *y = br.data() + (size_t)j * k;
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (ni == 4)
+                for (int l = 0; l < k; l++) {
+                    acc[0] += x[l] * y[l], acc[1] += x[k + l] * y[l];
+                    acc[2] += x[2 * (size_t)k + l] * y[l], acc[3] += x[3 * (size_t)k + l] * y[l];
+                }
+            else
+                for (int r = 0; r < ni; r++)
+                    for (int l = 0; l < k; l++) acc[r] += x[(size_t)r * k + l] * y[l];
+            for (int r = 0; r < ni; r++) {
+                float *cij = c + (size_t)(i0 + r) + (size_t)j * ldc;
+                *cij = b == 0.0f ? a * acc[r] : a * acc[r] + b * *cij;
             }
-            float *cij = c + (size_t)i + (size_t)j * ldc;
-            *cij = b == 0.0f ? a * acc : a * acc + b * *cij;
         }
     return CUBLAS_STATUS_SUCCESS;
 }
