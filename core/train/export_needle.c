@@ -160,7 +160,8 @@ int export_needle(const char *ckpt, const char *out, int merge, int allow_other_
 {
     char file[1024];
     if (ckpt_resolve(ckpt, file, sizeof file)) return -1;
-    ckpt_reader *r = ckpt_open(file);
+    /* a peek: an import goes on to needle_open, whose open of the same file then skips the seal */
+    ckpt_reader *r = ckpt_open_peek(file);
     if (!r) return -1;
     ckpt_state st = {0};
     job_config job;

@@ -80,7 +80,8 @@ static double nf_now(void)
 }
 
 /* A regular file named *.safetensors (an HF model is a folder), or a loom checkpoint `loom import`
- * made of one (needle_is_base opens a loom checkpoint to tell: its seal is read once more). */
+ * made of one (needle_is_base opens a loom checkpoint to tell: a peek, so the load's open of it does
+ * not read it all again). */
 int finetune_needle_base(const char *path) { return needle_is_base(path); }
 
 /* What a Needle fine-tune takes of the job config, checked before anything loads. */

@@ -85,20 +85,27 @@ static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *
         if (session_mkdirs(out) || import_write(h, cfg, out)) return -1;
         return hf_copy_side_files(dir, out, 1);
     }
-    char tmp[1100], file[1200], parent[1100];
+    char tmp[1100], parent[1100];
     snprintf(tmp, sizeof tmp, "%s.d", out);
     snprintf(parent, sizeof parent, "%s", out);
     char *slash = strrchr(parent, '/');
     if (slash) *slash = '\0';
     else snprintf(parent, sizeof parent, ".");
     if (own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "%.*s", (int)sizeof cfg->model.tokenizer - 1, parent);
-    if (session_mkdirs(parent) || import_write(h, cfg, tmp)) return -1;
+    if (session_mkdirs(parent) || import_write(h, cfg, tmp) || import_move_single(tmp, out)) return -1;
+    return hf_copy_side_files(dir, parent, 1);
+}
+
+int import_move_single(const char *tmp, const char *out)
+{
+    char file[4200];
     snprintf(file, sizeof file, "%s/step_00000000.h5", tmp);
-    if (rename(file, out) != 0) return loom_fail("%s: cannot move the checkpoint here", out);
+    int rc = rename(file, out) == 0 ? 0 : loom_fail("%s: cannot move the checkpoint here", out);
+    if (rc) unlink(file);
     snprintf(file, sizeof file, "%s/latest", tmp);
     unlink(file);
     rmdir(tmp);
-    return hf_copy_side_files(dir, parent, 1);
+    return rc;
 }
 
 int import_hf(const char *dir, const char *out)

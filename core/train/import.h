@@ -11,5 +11,8 @@ int import_hf(const char *dir, const char *out);
  * (checkpoints/needle.h; mtp_ tensors dropped). Nothing is written unless the whole file opens as
  * a Needle base, and a failure leaves no checkpoint. 0, or -1 + loom_fail naming file and field. */
 int import_needle(const char *src, const char *out);
+/* The import's one-file form: the checkpoint saved in folder tmp (tmp/step_00000000.h5) moved to
+ * out, tmp and its `latest` removed; on failure the file is removed too. 0, or -1 + loom_fail. */
+int import_move_single(const char *tmp, const char *out);
 
 #endif

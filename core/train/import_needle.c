@@ -23,19 +23,12 @@ static int import_needle_save(needle_file *f, const char *src, const char *dir)
     return -1;
 }
 
-/* OUT.h5: saved in OUT.d, the one file moved to OUT, OUT.d removed. */
+/* OUT.h5: saved in OUT.d, then the one file moved to OUT (import_move_single). */
 static int import_needle_file(needle_file *f, const char *src, const char *out)
 {
-    char tmp[4096], file[4200];
+    char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.d", out) >= (int)sizeof tmp) return loom_fail("%s: path too long", out);
-    if (import_needle_save(f, src, tmp)) return -1;
-    snprintf(file, sizeof file, "%s/step_00000000.h5", tmp);
-    int rc = rename(file, out) == 0 ? 0 : loom_fail("%s: cannot move the checkpoint here", out);
-    if (rc) unlink(file);
-    snprintf(file, sizeof file, "%s/latest", tmp);
-    unlink(file);
-    rmdir(tmp);
-    return rc;
+    return import_needle_save(f, src, tmp) || import_move_single(tmp, out) ? -1 : 0;
 }
 
 int import_needle(const char *src, const char *out)
