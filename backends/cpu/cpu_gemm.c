@@ -301,17 +301,20 @@ static int cpu_gemm_race_rows(int M, int N, int K)
  * generates its kernel), then two timed rounds in alternating order, best of each. beta == 0
  * writes C itself (the winner's call overwrites it after); otherwise each run gets a fresh copy of
  * C's rows, as a timed call must read the real C and must not accumulate into it. Without memory
- * for that copy: OpenBLAS. op(A)'s first rows are A's first rows (lda K), or its first columns
+ * for that copy: the start race's winner. op(A)'s first rows are A's first rows (lda K), or its first columns
  * when transposed (lda M), so the leading dimensions stay the call's. */
 static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha, const float *A,
                                const float *B, float beta, float *C)
 {
+    /* the start race's winner keeps the shape unless the other beats it by 3%: a near-tie, or a
+     * noisy round, stays with the library that won on the whole layer */
+    const int def = g.chosen >= 0 ? g.chosen : CPU_GEMM_OPENBLAS;
     int rows = cpu_gemm_race_rows(M, N, K);
     size_t mn = (size_t)rows * N;
     float *tmp = beta != 0.0f ? malloc(mn * sizeof(float)) : NULL;
-    if (beta != 0.0f && !tmp) return CPU_GEMM_OPENBLAS;
+    if (beta != 0.0f && !tmp) return def;
     float *out = tmp ? tmp : C;
-    const int libs[2] = {CPU_GEMM_OPENBLAS, g.rival};
+    const int libs[2] = {def, def == CPU_GEMM_OPENBLAS ? g.rival : CPU_GEMM_OPENBLAS};
     double best[2] = {1e30, 1e30};
     for (int it = 0; it < 3; it++)
         for (int j = 0; j < 2; j++) {

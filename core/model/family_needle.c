@@ -87,7 +87,6 @@ struct needle_net {
     nn_layer *layer;
     nn_lora lora[NN_TARGETS];
     const float *codebook; /* W4's (device), NULL in float */
-    float *dw[NN_TARGETS];    /* (L, out, in) device: dL/dW' of each merged target, loom's layout */
     nn_site site[NEEDLE_MAX_SITES];
     int nsites;
     char *arena;          /* the last pass's activations, kept for the next (fresh pages cost a */
@@ -548,6 +547,7 @@ typedef struct nn_acts {
     float *dqf, *dkf, *dvf, *datt; /* padded as their forwards */
     float *dq, *dk, *dv, *dqt, *dkt, *dvt; /* (N, Q), (N, Kw), (N, Vw), then again before the taps */
     float *dn0, *dn1, *dcond, *ds8;  /* (N, n) x3, (N, 8) */
+    float *lx, *ly;             /* (N, r) x A and dy B^T of a LoRA target (nn_lora_backward) */
 } nn_acts;
 
 /* KV-cached decoding's state for B rows (needle_net_generate): each row's attention cache per
@@ -638,6 +638,9 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
         a->dqt = nn_take(&cur, N * Q), a->dkt = nn_take(&cur, N * Kw), a->dvt = nn_take(&cur, N * Vw);
         a->dn0 = nn_take(&cur, N * nh), a->dn1 = nn_take(&cur, N * nh), a->dcond = nn_take(&cur, N * nh);
         a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK);
+        size_t r = 0;
+        for (int t = 0; t < NN_TARGETS; t++) r = n->lora[t].A && (size_t)n->lora[t].r > r ? (size_t)n->lora[t].r : r;
+        a->lx = nn_take(&cur, N * r), a->ly = nn_take(&cur, N * r);
     }
     return (size_t)(cur - base);
 }
@@ -691,13 +694,11 @@ static void nn_linear(const needle_net *n, float *y, const float *x, const float
     backend_matmul(n->be, y, x, W, (int)N, out, in, 0, 1, 1.0f, 0.0f);
 }
 
-/* Its backward: dx (N, in) = dy W (+= when acc), and dW (out, in) += dy^T x when dW is not NULL
- * (a merged LoRA target: dL/dW'). */
-static void nn_linear_backward(const needle_net *n, float *dx, float *dW, const float *dy, const float *x,
-                               const float *W, size_t N, int in, int out, int acc)
+/* Its backward: dx (N, in) = dy W (+= when acc). */
+static void nn_linear_backward(const needle_net *n, float *dx, const float *dy, const float *W, size_t N, int in,
+                               int out, int acc)
 {
     backend_matmul(n->be, dx, dy, W, (int)N, in, out, 0, 0, 1.0f, acc ? 1.0f : 0.0f);
-    if (dW) backend_matmul(n->be, dW, dy, x, out, in, (int)N, 1, 0, 1.0f, 1.0f);
 }
 
 /* Prefill: the last h rows before each row's end (len[b]) of x (B, T, w) into hist (B, h, w),
@@ -1179,22 +1180,38 @@ double needle_net_step_flops(const needle_net *n, int B, int T)
 /* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the merged LoRA
  * targets get dL/dW') --- */
 
-/* Attention's backward from a->dao (dL/d ao) into a->dhq (dL/d hq, overwritten). */
-static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_acts *a, int l, int B, int T)
+/* Target t's adapter gradients at layer l from its input x (N, in) and output gradient dy (N, out),
+ * factored through the rank: with Needle's W' [in, out] = W + s A B, dL/dW' = x^T dy (the straight-
+ * through estimator carries it past W4), so
+ *     dA [in, r] = s dL/dW' B^T = s x^T (dy B^T),     dB [r, out] = s A^T dL/dW' = s (x A)^T dy,
+ * 4 N r (in + out) FLOPs instead of the 2 N in out of dL/dW' itself (docs/needle.md section 7):
+ * the same sums in another order. beta 1 adds to the last call's (accumulation). */
+static void nn_lora_backward(const needle_net *n, nn_acts *a, int t, int l, const float *dy, const float *x,
+                             size_t N, float beta)
+{
+    const nn_lora *lo = &n->lora[t];
+    if (!lo->A) return;
+    float *gA = lo->gA + (size_t)l * lo->in * lo->r, *gB = lo->gB + (size_t)l * lo->r * lo->out;
+    const float *A = lo->A + (size_t)l * lo->in * lo->r, *Bm = lo->B + (size_t)l * lo->r * lo->out;
+    backend_matmul(n->be, a->ly, dy, Bm, (int)N, lo->r, lo->out, 0, 1, 1.0f, 0.0f);
+    backend_matmul(n->be, gA, x, a->ly, lo->in, lo->r, (int)N, 1, 0, lo->s, beta);
+    backend_matmul(n->be, a->lx, x, A, (int)N, lo->r, lo->in, 0, 0, 1.0f, 0.0f);
+    backend_matmul(n->be, gB, a->lx, dy, lo->r, lo->out, (int)N, 1, 0, lo->s, beta);
+}
+
+/* Attention's backward from a->dao (dL/d ao) into a->dhq (dL/d hq, overwritten); the adapters'
+ * gradients of layer l (beta: nn_lora_backward's). */
+static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_acts *a, int l, int B, int T,
+                                  float beta)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
     const size_t N = (size_t)B * T;
     const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
     const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps, O = g->attn_dim;
-    float *dW[NN_TARGETS];
-    for (int t = 0; t < NN_TARGETS; t++) {
-        int in, out;
-        nn_target_dims(n, t, &in, &out);
-        dW[t] = n->dw[t] ? n->dw[t] + (size_t)l * in * out : NULL;
-    }
     /* ao = A8(opre sigmoid(gt)) Wo^T */
-    nn_linear_backward(n, a->dog, dW[NN_O], a->dao, a->og, y->wo, N, O, d, 0);
+    nn_linear_backward(n, a->dog, a->dao, y->wo, N, O, d, 0);
+    nn_lora_backward(n, a, NN_O, l, a->dao, a->og, N, beta);
     backend_sigmoid_gate_backward(be, a->dopre, a->dgt, a->dog, nn_opre(a, F, dv), a->gt, N * (size_t)O);
     /* the heads' output sliced from F to dv, attention at F, the pads taken back */
     const float *datt = a->dopre, *kf = a->kn, *vf = a->vt;
@@ -1223,10 +1240,14 @@ static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_act
         backend_conv_taps_backward(be, a->dvt, NULL, a->dv, NULL, y->tv, B, T, g->v_dim, c, 1);
         dqp = a->dq, dkp = a->dk, dvp = a->dvt;
     }
-    nn_linear_backward(n, a->dhq, dW[NN_G], a->dgt, a->hq, y->wg, N, d, O, 0);
-    nn_linear_backward(n, a->dhq, dW[NN_Q], dqp, a->hq, y->wq, N, d, g->q_dim, 1);
-    nn_linear_backward(n, a->dhq, dW[NN_K], dkp, a->hq, y->wk, N, d, g->k_dim, 1);
-    nn_linear_backward(n, a->dhq, dW[NN_V], dvp, a->hq, y->wv, N, d, g->v_dim, 1);
+    nn_linear_backward(n, a->dhq, a->dgt, y->wg, N, d, O, 0);
+    nn_linear_backward(n, a->dhq, dqp, y->wq, N, d, g->q_dim, 1);
+    nn_linear_backward(n, a->dhq, dkp, y->wk, N, d, g->k_dim, 1);
+    nn_linear_backward(n, a->dhq, dvp, y->wv, N, d, g->v_dim, 1);
+    nn_lora_backward(n, a, NN_G, l, a->dgt, a->hq, N, beta);
+    nn_lora_backward(n, a, NN_Q, l, dqp, a->hq, N, beta);
+    nn_lora_backward(n, a, NN_K, l, dkp, a->hq, N, beta);
+    nn_lora_backward(n, a, NN_V, l, dvp, a->hq, N, beta);
 }
 
 /* The MLP's backward from dout (dL/d its output) into a->dh2 (dL/d h2, overwritten). */
@@ -1249,9 +1270,10 @@ static void nn_mlp_backward(const needle_net *n, const nn_layer *y, nn_acts *a, 
     backend_matmul(be, a->dh2, a->ds8, y->cv, (int)N, d, NEEDLE_COND_RANK, 0, 1, 1.0f, 1.0f);
 }
 
-/* Layer l backward: recompute it from X = p->X[l], then from g = dL/dX' (p->dX) into p->dX2 =
- * dL/dX; the two then swap. */
-static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
+/* Layer l backward: recompute it from X = p->X[l] (not the last layer: the forward left its
+ * activations in p->a), then from g = dL/dX' (p->dX) into p->dX2 = dL/dX; the two then swap.
+ * beta: nn_lora_backward's. */
+static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta)
 {
     backend *be = n->be;
     const nn_layer *y = &n->layer[l];
@@ -1259,7 +1281,7 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
     const float *X = p->X[l];
-    nn_layer_forward(n, p, l, X, p->dX2); /* the output itself is not needed: dX2 is scratch here */
+    if (l < n->L - 1) nn_layer_forward(n, p, l, X, p->dX2); /* the output itself is not needed: dX2 is scratch */
     /* X' = H_res X + h_post y */
     backend_mhc_expand_backward(be, p->dX2, a->dh, a->dy, p->dX, X, a->hc, a->y, (int)N, lanes, n->d);
     /* y = x1 + mlp(ln2(x1)) - u */
@@ -1270,7 +1292,7 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
     backend_scalar_gate_backward(be, a->dap, NULL, a->dx1, a->ap, y->gate, N * d);
     backend_fill(be, a->dao, 0.0f, N * d);
     backend_rmsnorm_backward(be, a->dao, NULL, a->dap, a->ao, y->post, a->rp, (int)N, n->d);
-    nn_attention_backward(n, y, a, l, p->B, p->T);
+    nn_attention_backward(n, y, a, l, p->B, p->T, beta);
     backend_copy_d2d(be, a->dx0, a->dx1, N * d * sizeof(float));
     backend_rmsnorm_backward(be, a->dx0, NULL, a->dhq, nn_x0(a, y), y->ln1, a->r1, (int)N, n->d);
     /* x0 = engram gate of u; the block's u also enters y with -1 */
@@ -1286,25 +1308,6 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l)
     backend_rmsnorm_backward(be, p->dX2, NULL, a->dxh, X, n->ones, a->rx, (int)N, W);
     float *t = p->dX;
     p->dX = p->dX2, p->dX2 = t;
-}
-
-/* The adapters' gradients from the merged targets' (n->dw, loom's (out, in) layout): with Needle's
- * W' [in, out] = W + s A B per layer, dA = s dW' B^T and dB = s A^T dW', dW' being dw^T:
- * dA [in, r] = s dw^T B^T, dB [r, out] = s A^T dw^T (B's columns, like dw's rows, permuted for q
- * and k). */
-static void nn_lora_grads(needle_net *n, int accumulate)
-{
-    const float beta = accumulate ? 1.0f : 0.0f;
-    for (int t = 0; t < NN_TARGETS; t++) {
-        const nn_lora *lo = &n->lora[t];
-        if (!lo->A) continue;
-        for (int l = 0; l < n->L; l++) {
-            const size_t wa = (size_t)l * lo->in * lo->r, wb = (size_t)l * lo->r * lo->out;
-            const float *dw = n->dw[t] + (size_t)l * lo->in * lo->out;
-            backend_matmul(n->be, lo->gA + wa, dw, lo->B + wb, lo->in, lo->r, lo->out, 1, 1, lo->s, beta);
-            backend_matmul(n->be, lo->gB + wb, lo->A + wa, dw, lo->r, lo->out, lo->in, 1, 1, lo->s, beta);
-        }
-    }
 }
 
 /* The masked mean loss of a pass already embedded (docs/needle.md 2.7): position i's next-token
@@ -1354,20 +1357,12 @@ int needle_net_loss(needle_net *n, const int32_t *tokens, const float *weights, 
     return rc;
 }
 
-/* The loss and its gradient into every merged target's n->dw (zeroed first), then the adapters'
- * (added to the last call's when accumulate). */
+/* The loss and the adapters' gradients (added to the last call's when accumulate). */
 int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, int B, int T, double denom,
                     int accumulate, double *loss)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
-    for (int t = 0; t < NN_TARGETS; t++) {
-        int in, out;
-        nn_target_dims(n, t, &in, &out);
-        const size_t numel = (size_t)n->L * in * out;
-        if (!n->dw[t] && !(n->dw[t] = nn_alloc(n, numel))) return -1;
-        backend_fill(be, n->dw[t], 0.0f, numel);
-    }
     nn_pass p;
     if (nn_pass_begin(n, &p, tokens, B, T, 1)) return -1;
     const size_t N = (size_t)B * T, d = (size_t)n->d;
@@ -1381,8 +1376,7 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
         backend_rmsnorm_backward(be, p.a.dx1, NULL, p.a.dy, p.xm, n->lnf, p.rf, (int)N, n->d);
         backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
-        for (int l = n->L - 1; l >= 0; l--) nn_layer_backward(n, &p, l);
-        nn_lora_grads(n, accumulate);
+        for (int l = n->L - 1; l >= 0; l--) nn_layer_backward(n, &p, l, accumulate ? 1.0f : 0.0f);
         n->have_grads = 1;
     }
     nn_pass_free(n, &p);
