@@ -34,6 +34,7 @@
 #define NEEDLE_EPS 1e-6f   /* ZCRMSNorm and rmsunit (architecture.py:28-36, 415-417) */
 #define NEEDLE_COND_RANK 8 /* HADAMARD_COND_RANK (architecture.py:574) */
 #define NEEDLE_MAX_SITES 16
+#define NN_HEAD_ROWS 512   /* rows of the head a block in training (nn_loss) */
 
 typedef struct nn_layer {
     float *phi;           /* (K, lanes d): rows pre | post | res (row 2 lanes + i lanes + j: H[i][j]) */
@@ -93,6 +94,7 @@ struct needle_net {
     size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
     size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
+    int keep_proj;        /* layers [0, keep_proj) keep q, k, v, gt from the forward for the backward */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
 };
@@ -500,6 +502,7 @@ needle_net *needle_net_open(backend *be, const char *base, int layers, const cha
         n->L = n->c.num_layers, n->d = n->c.d_model, n->V = n->c.vocab_size;
         n->Vout = n->c.out_vocab > 0 ? n->c.out_vocab : n->V;
         n->K = 2 * n->g.lanes + n->g.lanes * n->g.lanes;
+        n->keep_proj = n->L;
         n->layer = calloc((size_t)n->L, sizeof *n->layer);
         rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad);
     }
@@ -521,6 +524,8 @@ void needle_net_close(needle_net *n)
 }
 
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
+
+void needle_net_set_recompute(needle_net *n, int whole) { n->keep_proj = whole ? 0 : n->L; }
 
 /* --- the passes --- */
 
@@ -571,12 +576,15 @@ typedef struct nn_dec {
  * else two in turn), the engram's keys and values, the head's buffers, one layer's activations. */
 typedef struct nn_pass {
     int B, T, keep;
-    float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last */
+    int recompute;              /* a backward's recompute of a layer: kept projections are not redone */
+    float **proj;               /* proj[l]: layer l's q, k, v, gt (N, Q + Kw + Vw + O) kept from the
+                                 * forward (NN_KEEP_PROJ), else NULL; proj[L]: the scratch for others */
+    float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last (nn_carve) */
     float *dX, *dX2;            /* (N, W) */
     float *e, *evt;             /* (N, e), (N, d) */
     float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
     float *xm, *hf, *rf;        /* (N, d) lane mean, A8(ZCNorm(xm)); (N) rstd */
-    float *logits, *losses;     /* (N, V'), (N) */
+    float *logits, *losses;     /* (N, V'), or (NN_HEAD_ROWS, V') with a backward; (N) */
     int32_t *tok, *idx, *targets; /* (N lanes), (N tables), (N) */
     nn_acts a;
     char *base;
@@ -602,27 +610,35 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     const size_t Q = (size_t)g->q_dim, Kw = (size_t)g->k_dim, Vw = (size_t)g->v_dim, O = (size_t)g->attn_dim;
     char *cur = base;
     nn_acts *a = &p->a;
+    /* a forward alone keeps two streams in turn; a backward keeps every one, but X[L] shares
+     * X[0]'s memory (X[0] is dead once layer 0 ran; the backward embeds it again for layer 0) */
+    const int share = p->keep && n->L >= 2;
     for (int l = 0; l <= n->L; l++) {
-        float *x = p->keep || l < 2 ? nn_take(&cur, N * W) : NULL;
-        if (base) p->X[l] = x ? x : p->X[l % 2];
+        float *x = (p->keep || l < 2) && !(share && l == n->L) ? nn_take(&cur, N * W) : NULL;
+        if (base) p->X[l] = x ? x : share ? p->X[0] : p->X[l % 2];
     }
     p->dX = nn_take(&cur, p->keep ? N * W : 0), p->dX2 = nn_take(&cur, p->keep ? N * W : 0);
     p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
     for (int s = 0; s < n->nsites; s++) p->ek[s] = nn_take(&cur, N * d), p->ev[s] = nn_take(&cur, N * d);
     p->xm = nn_take(&cur, N * d), p->hf = nn_take(&cur, N * d), p->rf = nn_take(&cur, N);
-    p->logits = nn_take(&cur, N * (size_t)n->Vout), p->losses = nn_take(&cur, N);
+    const size_t lrows = p->keep && N > NN_HEAD_ROWS ? NN_HEAD_ROWS : N;
+    p->logits = nn_take(&cur, lrows * (size_t)n->Vout), p->losses = nn_take(&cur, N);
     p->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
     p->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
     p->targets = (int32_t *)nn_take(&cur, N);
     a->xh = nn_take(&cur, N * W), a->rx = nn_take(&cur, N);
     a->z = nn_take(&cur, N * K), a->hc = nn_take(&cur, N * K);
     a->u = nn_take(&cur, N * d), a->x0 = nn_take(&cur, N * d), a->hq = nn_take(&cur, N * d), a->r1 = nn_take(&cur, N);
-    a->q = nn_take(&cur, N * Q), a->k = nn_take(&cur, N * Kw), a->v = nn_take(&cur, N * Vw);
+    const size_t proj = N * (Q + Kw + Vw + O);
+    for (int l = 0; l <= n->L; l++) {
+        float *x = l == n->L || (p->keep && l < n->L - 1 && l < n->keep_proj) ? nn_take(&cur, proj) : NULL;
+        if (base) p->proj[l] = x;
+    }
     a->qt = nn_take(&cur, N * Q), a->kt = nn_take(&cur, N * Kw), a->vt = nn_take(&cur, N * Vw);
     a->qn = nn_take(&cur, N * Q), a->kn = nn_take(&cur, N * Kw), a->rq = nn_take(&cur, N * H), a->rk = nn_take(&cur, N * Hk);
     a->qf = nn_take(&cur, N * H * F), a->kf = nn_take(&cur, N * Hk * F), a->vf = nn_take(&cur, N * Hk * F);
     a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H);
-    a->opre = nn_take(&cur, N * O), a->gt = nn_take(&cur, N * O), a->og = nn_take(&cur, N * O);
+    a->opre = nn_take(&cur, N * O), a->og = nn_take(&cur, N * O);
     a->ao = nn_take(&cur, N * d), a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
     a->x1 = nn_take(&cur, N * d), a->h2 = nn_take(&cur, N * d), a->r2 = nn_take(&cur, N);
     a->s8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->cond = nn_take(&cur, N * nh), a->zin = nn_take(&cur, N * nh);
@@ -656,7 +672,7 @@ static inline float *nn_x0(const nn_acts *a, const nn_layer *y) { return y->site
 static void nn_pass_free(const needle_net *n, nn_pass *p)
 {
     (void)n; /* p->base is n->arena, kept */
-    free(p->X);
+    free(p->X), free(p->proj);
 }
 
 /* Allocate a pass for B x T tokens (keep: for a backward) and run its embedding and engram. */
@@ -669,12 +685,13 @@ static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B
         if (tokens[i] < 0 || tokens[i] >= n->V)
             return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
     p->B = B, p->T = T, p->keep = keep;
-    if (!(p->X = calloc((size_t)n->L + 1, sizeof *p->X))) return loom_fail("needle: out of memory");
+    p->X = calloc((size_t)n->L + 1, sizeof *p->X), p->proj = calloc((size_t)n->L + 1, sizeof *p->proj);
+    if (!p->X || !p->proj) return free(p->X), free(p->proj), loom_fail("needle: out of memory");
     const size_t bytes = nn_carve(n, p, NULL);
     if (bytes > n->arena_bytes) {
         backend_free(n->be, n->arena);
         n->arena_bytes = 0;
-        if (!(n->arena = backend_alloc(n->be, bytes))) return free(p->X), -1;
+        if (!(n->arena = backend_alloc(n->be, bytes))) return free(p->X), free(p->proj), -1;
         n->arena_bytes = bytes;
     }
     p->base = n->arena;
@@ -732,6 +749,14 @@ static void nn_hist_conv(const needle_net *n, const nn_dec *dc, float *hist, con
 
 /* The embedding: x0 = E[t] sqrt(d) on every lane of X[0] (embed_scale: the Python float
  * math.sqrt(d) in f32); and the engram's keys and values of every site (docs/needle.md 2.2). */
+/* X[0]: every lane the token's embedding row times sqrt(d), from p->tok. */
+static void nn_embed_stream(const needle_net *n, nn_pass *p)
+{
+    const size_t rows = (size_t)p->B * p->T * n->g.lanes;
+    backend_embedding_forward(n->be, p->X[0], p->tok, n->wte, NULL, 1, (int)rows, n->d);
+    backend_scale(n->be, p->X[0], (float)sqrt((double)n->d), rows * n->d);
+}
+
 static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
 {
     const needle_config *c = &n->c;
@@ -744,8 +769,7 @@ static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
     for (size_t i = 0; i < N; i++)
         for (int k = 0; k < lanes; k++) rep[i * lanes + k] = tokens[i];
     backend_copy_h2d(n->be, p->tok, rep, N * (size_t)lanes * sizeof(int32_t));
-    backend_embedding_forward(n->be, p->X[0], p->tok, n->wte, NULL, 1, (int)N * lanes, n->d);
-    backend_scale(n->be, p->X[0], (float)sqrt((double)n->d), N * (size_t)lanes * n->d);
+    nn_embed_stream(n, p);
     int32_t *idx = rep;
     for (int b = 0; b < B; b++) {
         int32_t *row = idx + (size_t)b * T * tables;
@@ -821,17 +845,20 @@ static void nn_attention_step(const needle_net *n, const nn_layer *y, nn_dec *dc
 
 /* Attention on a->hq (the normed, quantised block input) into a->ao (its out projection, before
  * the post norm): docs/needle.md 2.5. */
-static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T, nn_dec *dc, int l)
+static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T, nn_dec *dc, int l,
+                         int project)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
     const size_t N = (size_t)B * T;
     const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
     const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps;
-    nn_linear(n, a->q, a->hq, y->wq, N, d, g->q_dim);
-    nn_linear(n, a->k, a->hq, y->wk, N, d, g->k_dim);
-    nn_linear(n, a->v, a->hq, y->wv, N, d, g->v_dim);
-    nn_linear(n, a->gt, a->hq, y->wg, N, d, g->attn_dim);
+    if (project) {
+        nn_linear(n, a->q, a->hq, y->wq, N, d, g->q_dim);
+        nn_linear(n, a->k, a->hq, y->wk, N, d, g->k_dim);
+        nn_linear(n, a->v, a->hq, y->wv, N, d, g->v_dim);
+        nn_linear(n, a->gt, a->hq, y->wg, N, d, g->attn_dim);
+    }
     const int step = dc && !dc->prefill;
     if (dc && dc->prefill && c > 0) {
         nn_hist_fill(n, dc, dc->hq[l], a->q, T, c, g->q_dim);
@@ -924,7 +951,10 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     const float *x0 = nn_x0(a, y);
     backend_rmsnorm_forward(be, a->hq, a->r1, x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, a->hq, N, n->d);
-    nn_attention(n, y, a, p->B, p->T, p->dec, l);
+    /* q, k, v, gt: the layer's kept block (its recompute reads them there), else the scratch */
+    float *pr = p->proj[l] ? p->proj[l] : p->proj[n->L];
+    a->q = pr, a->k = a->q + N * n->g.q_dim, a->v = a->k + N * n->g.k_dim, a->gt = a->v + N * n->g.v_dim;
+    nn_attention(n, y, a, p->B, p->T, p->dec, l, !(p->recompute && p->proj[l]));
     backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
     backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
     backend_add(be, a->x1, x0, a->ap, N * d);
@@ -936,7 +966,8 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
 }
 
-/* Every layer, then the head: p->logits (N, V') from the last stream. */
+/* Every layer, then the head: p->logits (N, V') from the last stream (with a backward to follow,
+ * only the head's input p->hf: nn_loss runs the head in blocks of rows). */
 static void nn_forward(const needle_net *n, nn_pass *p, float *hidden)
 {
     backend *be = n->be;
@@ -952,7 +983,7 @@ static void nn_forward(const needle_net *n, nn_pass *p, float *hidden)
     backend_mhc_collapse(be, p->xm, p->X[n->L], n->lane_mean, 0, (int)N, lanes, n->d);
     backend_rmsnorm_forward(be, p->hf, p->rf, p->xm, n->lnf, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, p->hf, N, n->d);
-    nn_linear(n, p->logits, p->hf, n->wte, N, n->d, n->Vout);
+    if (!p->keep) nn_linear(n, p->logits, p->hf, n->wte, N, n->d, n->Vout);
 }
 
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden)
@@ -1199,10 +1230,10 @@ static void nn_lora_backward(const needle_net *n, nn_acts *a, int t, int l, cons
     backend_matmul(n->be, gB, a->lx, dy, lo->r, lo->out, (int)N, 1, 0, lo->s, beta);
 }
 
-/* Attention's backward from a->dao (dL/d ao) into a->dhq (dL/d hq, overwritten); the adapters'
- * gradients of layer l (beta: nn_lora_backward's). */
+/* Attention's backward from a->dao (dL/d ao) into a->dhq (dL/d hq, overwritten; not when !dx), the
+ * adapters' gradients of layer l (beta: nn_lora_backward's). */
 static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_acts *a, int l, int B, int T,
-                                  float beta)
+                                  float beta, int dx)
 {
     backend *be = n->be;
     const needle_geometry *g = &n->g;
@@ -1240,10 +1271,12 @@ static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_act
         backend_conv_taps_backward(be, a->dvt, NULL, a->dv, NULL, y->tv, B, T, g->v_dim, c, 1);
         dqp = a->dq, dkp = a->dk, dvp = a->dvt;
     }
-    nn_linear_backward(n, a->dhq, a->dgt, y->wg, N, d, O, 0);
-    nn_linear_backward(n, a->dhq, dqp, y->wq, N, d, g->q_dim, 1);
-    nn_linear_backward(n, a->dhq, dkp, y->wk, N, d, g->k_dim, 1);
-    nn_linear_backward(n, a->dhq, dvp, y->wv, N, d, g->v_dim, 1);
+    if (dx) {
+        nn_linear_backward(n, a->dhq, a->dgt, y->wg, N, d, O, 0);
+        nn_linear_backward(n, a->dhq, dqp, y->wq, N, d, g->q_dim, 1);
+        nn_linear_backward(n, a->dhq, dkp, y->wk, N, d, g->k_dim, 1);
+        nn_linear_backward(n, a->dhq, dvp, y->wv, N, d, g->v_dim, 1);
+    }
     nn_lora_backward(n, a, NN_G, l, a->dgt, a->hq, N, beta);
     nn_lora_backward(n, a, NN_Q, l, dqp, a->hq, N, beta);
     nn_lora_backward(n, a, NN_K, l, dkp, a->hq, N, beta);
@@ -1271,8 +1304,8 @@ static void nn_mlp_backward(const needle_net *n, const nn_layer *y, nn_acts *a, 
 }
 
 /* Layer l backward: recompute it from X = p->X[l] (not the last layer: the forward left its
- * activations in p->a), then from g = dL/dX' (p->dX) into p->dX2 = dL/dX; the two then swap.
- * beta: nn_lora_backward's. */
+ * activations in p->a), then from g = dL/dX' (p->dX) into p->dX2 = dL/dX; the two then swap
+ * (layer 0 stops at its adapters' gradients: nothing reads dL/dX[0]). beta: nn_lora_backward's. */
 static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta)
 {
     backend *be = n->be;
@@ -1281,7 +1314,11 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
     const float *X = p->X[l];
-    if (l < n->L - 1) nn_layer_forward(n, p, l, X, p->dX2); /* the output itself is not needed: dX2 is scratch */
+    if (l < n->L - 1) { /* the output itself is not needed: dX2 is scratch */
+        p->recompute = 1;
+        nn_layer_forward(n, p, l, X, p->dX2);
+        p->recompute = 0;
+    }
     /* X' = H_res X + h_post y */
     backend_mhc_expand_backward(be, p->dX2, a->dh, a->dy, p->dX, X, a->hc, a->y, (int)N, lanes, n->d);
     /* y = x1 + mlp(ln2(x1)) - u */
@@ -1292,7 +1329,8 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
     backend_scalar_gate_backward(be, a->dap, NULL, a->dx1, a->ap, y->gate, N * d);
     backend_fill(be, a->dao, 0.0f, N * d);
     backend_rmsnorm_backward(be, a->dao, NULL, a->dap, a->ao, y->post, a->rp, (int)N, n->d);
-    nn_attention_backward(n, y, a, l, p->B, p->T, beta);
+    nn_attention_backward(n, y, a, l, p->B, p->T, beta, l > 0);
+    if (l == 0) return; /* dL/dX[0] would reach only the frozen embedding */
     backend_copy_d2d(be, a->dx0, a->dx1, N * d * sizeof(float));
     backend_rmsnorm_backward(be, a->dx0, NULL, a->dhq, nn_x0(a, y), y->ln1, a->r1, (int)N, n->d);
     /* x0 = engram gate of u; the block's u also enters y with -1 */
@@ -1312,8 +1350,11 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
 
 /* The masked mean loss of a pass already embedded (docs/needle.md 2.7): position i's next-token
  * loss counts where weights[i + 1] (host (B, T), 0 or 1; the last position of a row has none) is
- * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward, leaves
- * dL/dlogits in p->logits, *scale the divisor's inverse, *loss the mean. */
+ * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward; *scale
+ * the divisor's inverse, *loss the mean. With a backward to follow (p->keep), the head runs in
+ * blocks of NN_HEAD_ROWS rows, each block's logits, loss and dL/dlogits in p->logits, then
+ * dL/dhf = dL/dlogits E into p->a.dy: no (N, V') buffer (268 MB at the default config and B 16
+ * T 256). */
 static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float *weights, double denom,
                    float *scale, double *loss)
 {
@@ -1336,7 +1377,14 @@ static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float
     backend_copy_h2d(n->be, p->targets, tg, N * sizeof(int32_t));
     nn_forward(n, p, NULL);
     *scale = (float)(1.0 / (denom > 0 ? denom : wsum > 1 ? wsum : 1));
-    backend_softmax_xent(n->be, p->logits, p->losses, p->targets, (int)N, n->Vout, n->Vout, *scale);
+    const size_t step = p->keep ? NN_HEAD_ROWS : N, d = (size_t)n->d;
+    for (size_t r0 = 0; r0 < N; r0 += step) {
+        const int rows = (int)(N - r0 < step ? N - r0 : step);
+        if (p->keep) nn_linear(n, p->logits, p->hf + r0 * d, n->wte, (size_t)rows, n->d, n->Vout);
+        backend_softmax_xent(n->be, p->logits, p->losses + r0, p->targets + r0, rows, n->Vout, n->Vout, *scale);
+        /* logits = A8(ZCNorm(mean_k X[k])) E^T */
+        if (p->keep) backend_matmul(n->be, p->a.dy + r0 * d, p->logits, n->wte, rows, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+    }
     backend_copy_d2h(n->be, host, p->losses, N * sizeof(float));
     double sum = 0;
     for (size_t r = 0; r < N; r++) sum += host[r];
@@ -1369,14 +1417,15 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
     float scale;
     int rc = nn_embed(n, &p, tokens);
     if (rc == 0) rc = nn_loss(n, &p, tokens, weights, denom, &scale, loss);
-    if (rc == 0) {
-        /* logits = A8(ZCNorm(mean_k X[k])) E^T */
-        backend_matmul(be, p.a.dy, p.logits, n->wte, (int)N, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+    if (rc == 0) { /* from dL/dhf (nn_loss) */
         backend_fill(be, p.a.dx1, 0.0f, N * d);
         backend_rmsnorm_backward(be, p.a.dx1, NULL, p.a.dy, p.xm, n->lnf, p.rf, (int)N, n->d);
         backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
-        for (int l = n->L - 1; l >= 0; l--) nn_layer_backward(n, &p, l, accumulate ? 1.0f : 0.0f);
+        for (int l = n->L - 1; l >= 0; l--) {
+            if (l == 0 && p.X[0] == p.X[n->L]) nn_embed_stream(n, &p); /* nn_carve */
+            nn_layer_backward(n, &p, l, accumulate ? 1.0f : 0.0f);
+        }
         n->have_grads = 1;
     }
     nn_pass_free(n, &p);

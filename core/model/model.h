@@ -267,6 +267,12 @@ typedef struct needle_net needle_net;
 needle_net *needle_net_open(backend *be, const char *base, int layers, const char *adapter, int qat);
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
+/* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps every
+ * layer's stream and its q, k, v and gate projections, so a layer's recompute skips the products
+ * that are about 2/3 of its FLOPs (0.49 GB more at the default config and B 16 T 256, loom at 3.1 GB
+ * where Needle holds 6.2); 1 keeps only the streams and recomputes each layer whole, as Needle's
+ * remat. The numbers are the same bits either way. */
+void needle_net_set_recompute(needle_net *n, int whole);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);

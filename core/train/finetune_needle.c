@@ -520,6 +520,7 @@ static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat)
     if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
     if (!(t->net = needle_net_open(t->be, cfg->finetune.base, cfg->model.layers, NULL, qat))) return -1;
     t->L = needle_net_config(t->net)->num_layers;
+    needle_net_set_recompute(t->net, cfg->train.recompute);
     if (needle_net_lora_init(t->net, cfg->finetune.lora_rank, cfg->finetune.lora_alpha, cfg->train.seed)) return -1;
     t->nad = NEEDLE_LORA_TARGETS; /* lora_init puts one on each */
     needle_net_lora_info(t->net, 0, NULL, NULL, &t->rank, &t->scale);

@@ -178,6 +178,52 @@ static void check_grads(needle_net *n, st_file *rf, int qat, const int32_t *tok,
     }
 }
 
+/* Every adapter gradient (the 10 tensors one after another) of the last needle_net_grad; NULL
+ * on failure. */
+static float *all_grads(needle_net *n, size_t *count)
+{
+    size_t total = 0, off = 0;
+    int in, out, r;
+    for (int t = 0; needle_net_lora_info(n, t, &in, &out, &r, NULL); t++)
+        total += (size_t)needle_net_config(n)->num_layers * r * (in + out);
+    float *g = malloc(total * sizeof(float));
+    for (int t = 0; g && needle_net_lora_info(n, t, &in, &out, &r, NULL); t++) {
+        const size_t na = (size_t)needle_net_config(n)->num_layers * in * r;
+        const size_t nb = (size_t)needle_net_config(n)->num_layers * r * out;
+        if (needle_net_lora_grad(n, needle_net_lora_info(n, t, NULL, NULL, NULL, NULL), g + off, g + off + na))
+            return free(g), NULL;
+        off += na + nb;
+    }
+    *count = total;
+    return g;
+}
+
+/* train.recompute: the backward that recomputes every layer whole (Needle's remat) and the one
+ * that keeps each layer's q, k, v and gate projections from the forward give the same loss and
+ * the same gradients, bit for bit (the same operations on the same values). */
+static void check_recompute(needle_net *n, const int32_t *tok, const float *mask, int B, int T, int qat)
+{
+    double loss[2];
+    float *g[2] = {NULL, NULL};
+    size_t count[2] = {0, 0};
+    for (int whole = 0; whole < 2; whole++) {
+        needle_net_set_recompute(n, whole);
+        CHECK(needle_net_grad(n, tok, mask, B, T, 0, 0, &loss[whole]) == 0, "grad: %s", loom_error());
+        g[whole] = all_grads(n, &count[whole]);
+    }
+    needle_net_set_recompute(n, 0);
+    CHECK(g[0] && g[1] && count[0] == count[1] && count[0] > 0, "gradients: %s", loom_error());
+    if (g[0] && g[1]) {
+        size_t diff = 0;
+        for (size_t i = 0; i < count[0]; i++) diff += memcmp(&g[0][i], &g[1][i], sizeof(float)) != 0;
+        CHECK(loss[0] == loss[1] && diff == 0, "%s: whole-layer recompute: loss %.9g vs %.9g, %zu of %zu gradient "
+              "elements differ", qat ? "QAT" : "float", loss[1], loss[0], diff, count[0]);
+        printf("%s needle %s: whole-layer recompute equal bitwise to kept projections (%zu gradient elements)\n",
+               loss[0] == loss[1] && diff == 0 ? "ok  " : "FAIL", qat ? "QAT" : "float", count[0]);
+    }
+    free(g[0]), free(g[1]);
+}
+
 /* One optimiser step against Needle's (optax.chain(clip_by_global_norm(1), adamw(schedule)) from
  * the fixture's given state: opt/mu, opt/nu at count 3, model_ref.json "optimizer"), after the
  * gradients of check_grads: the adapter's change and both moments. In float under the gradients'
@@ -474,6 +520,7 @@ int main(int argc, char **argv)
         }
         check_grads(n, rf, qat, tok, mask, B, T);
         check_step(n, rf, qat);
+        check_recompute(n, tok, mask, B, T, qat);
         free(logits), free(hidden);
         needle_net_close(n);
     }
