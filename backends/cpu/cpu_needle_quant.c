@@ -8,12 +8,24 @@
 #include "backends/needle_quant.h"
 
 /* needle_quant.h's cq_group, the same operations on the same values in the same order (so the same
- * bits: test_cpu_needle checks it), laid out for the vector units: the butterflies of a stage as
- * runs of h adjacent pairs instead of a test of every index, the code search as 16 passes of
- * compares over the whole group instead of 16 compares an element. */
+ * bits: test_cpu_needle checks it), laid out for the vector units. A stage h of the transform
+ * takes pairs (j, j + h); any order within a stage gives the same bits, and the stages h = 1, 2, 4
+ * mix only within blocks of 8, so they run block by block in registers (a - b written as is),
+ * then h = 8 .. 64 as runs of h adjacent pairs. The code search is 16 passes of compares over the
+ * whole group, and the two candidates cb[q - 1], cb[q] are picked by 16 more passes of selects,
+ * not gathered one element at a time. */
 static inline void cpu_cq_fwht(float *v)
 {
-    for (int h = 1; h < CQ_GROUP; h <<= 1)
+    for (int i = 0; i < CQ_GROUP; i += 8) {
+        float *b = v + i;
+        const float a0 = b[0] + b[1], a1 = b[0] - b[1], a2 = b[2] + b[3], a3 = b[2] - b[3];
+        const float a4 = b[4] + b[5], a5 = b[4] - b[5], a6 = b[6] + b[7], a7 = b[6] - b[7];
+        const float c0 = a0 + a2, c1 = a1 + a3, c2 = a0 - a2, c3 = a1 - a3;
+        const float c4 = a4 + a6, c5 = a5 + a7, c6 = a4 - a6, c7 = a5 - a7;
+        b[0] = c0 + c4, b[1] = c1 + c5, b[2] = c2 + c6, b[3] = c3 + c7;
+        b[4] = c0 - c4, b[5] = c1 - c5, b[6] = c2 - c6, b[7] = c3 - c7;
+    }
+    for (int h = 8; h < CQ_GROUP; h <<= 1)
         for (int i0 = 0; i0 < CQ_GROUP; i0 += 2 * h)
             for (int j = i0; j < i0 + h; j++) {
                 const float a = v[j], b = v[j + h];
@@ -38,16 +50,22 @@ static inline void cpu_cq_group(float *v, const float *cb)
     }
     const float nu = sqrtf(p[0]);
     const float den = nu > 1e-12f ? nu : 1e-12f, nu16 = cq_round_fp16(nu);
-    float u[CQ_GROUP];
+    float u[CQ_GROUP], lo[CQ_GROUP], hi[CQ_GROUP];
     int pos[CQ_GROUP];
     for (int k = 0; k < CQ_GROUP; k++) u[k] = v[k] / den, pos[k] = 0;
     for (int c = 0; c < CQ_CODES; c++) /* cq_code: pos = #{c : cb[c] < u}, clipped to [1, 15] */
         for (int k = 0; k < CQ_GROUP; k++) pos[k] += cb[c] < u[k];
     for (int k = 0; k < CQ_GROUP; k++) {
-        const int q = pos[k] < 1 ? 1 : pos[k] > CQ_CODES - 1 ? CQ_CODES - 1 : pos[k];
-        const int code = fabsf(u[k] - cb[q - 1]) <= fabsf(u[k] - cb[q]) ? q - 1 : q;
-        v[k] = cb[code] * nu16;
+        pos[k] = pos[k] < 1 ? 1 : pos[k] > CQ_CODES - 1 ? CQ_CODES - 1 : pos[k];
+        lo[k] = cb[0], hi[k] = cb[1];
     }
+    for (int c = 1; c < CQ_CODES; c++) /* lo = cb[q - 1], hi = cb[q] */
+        for (int k = 0; k < CQ_GROUP; k++) {
+            lo[k] = pos[k] - 1 == c ? cb[c] : lo[k];
+            hi[k] = pos[k] == c ? cb[c] : hi[k];
+        }
+    for (int k = 0; k < CQ_GROUP; k++) /* the nearer, the lower on a tie */
+        v[k] = (fabsf(u[k] - lo[k]) <= fabsf(u[k] - hi[k]) ? lo[k] : hi[k]) * nu16;
     cpu_cq_fwht(v);
     for (int k = 0; k < CQ_GROUP; k++) v[k] *= CQ_HS;
 }

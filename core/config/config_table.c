@@ -110,7 +110,9 @@
       "Seed of the initial weights and of the data order (same seed, same run at any rank " \
       "count). Above 2^53 write it as a string.") \
     X("train.recompute", CFG_BOOL, train.recompute, "false", ANY, \
-      "Recompute each layer's activations in backward: less memory for about 1/3 more compute.") \
+      "Recompute each layer's activations in backward: less memory for about 1/3 more compute. " \
+      "A Needle fine-tune recomputes in any case (its remat): false keeps each layer's q, k, v " \
+      "and gate projections for the backward, true recomputes whole layers.") \
     X("train.log_every", CFG_INT, train.log_every, "1", POS, "Print a progress line every N steps.") \
     X("train.max_bad_steps", CFG_INT, train.max_bad_steps, "5", POS, \
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
