@@ -297,8 +297,10 @@ static int cpu_gemm_race_rows(int M, int N, int K)
     return rows;
 }
 
-/* One shape's race on the call's operands (its first rows): a warm-up call each (oneDNN
- * generates its kernel), then two timed rounds in alternating order, best of each. beta == 0
+/* One shape's race on the call's operands (its first rows): a warm-up call each on at most 128 of
+ * those rows (oneDNN generates its kernel, OpenBLAS takes its buffers: the whole rows made the
+ * race a third longer, and a 512-row block of a 16k vocabulary's head is 13 GFLOP a run), then two
+ * timed rounds in alternating order, best of each. beta == 0
  * writes C itself (the winner's call overwrites it after); otherwise each run gets a fresh copy of
  * C's rows, as a timed call must read the real C and must not accumulate into it. Without memory
  * for that copy: the start race's winner. op(A)'s first rows are A's first rows (lda K), or its first columns
@@ -320,9 +322,10 @@ static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha,
         for (int j = 0; j < 2; j++) {
             int i = it == 2 ? 1 - j : j;
             if (tmp) memcpy(tmp, C, mn * sizeof(float));
+            const int m = it == 0 && rows > 128 ? 128 : rows;
             double t0 = cpu_now();
-            cpu_gemm_lib(libs[i], tA, tB, rows, N, K, alpha, A, tA ? M : K, B, tB ? K : N, beta,
-                         out, N);
+            cpu_gemm_lib(libs[i], tA, tB, m, N, K, alpha, A, tA ? M : K, B, tB ? K : N, beta, out,
+                         N);
             double dt = cpu_now() - t0;
             if (it > 0 && dt < best[i]) best[i] = dt;
         }

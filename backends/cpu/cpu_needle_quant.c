@@ -11,9 +11,8 @@
  * bits: test_cpu_needle checks it), laid out for the vector units. A stage h of the transform
  * takes pairs (j, j + h); any order within a stage gives the same bits, and the stages h = 1, 2, 4
  * mix only within blocks of 8, so they run block by block in registers (a - b written as is),
- * then h = 8 .. 64 as runs of h adjacent pairs. The code search is 16 passes of compares over the
- * whole group, and the two candidates cb[q - 1], cb[q] are picked by 16 more passes of selects,
- * not gathered one element at a time. */
+ * then h = 8 .. 64 as runs of h adjacent pairs. The code search is 14 passes of compares and
+ * selects over the whole group, not a count and a gather of cb[q - 1], cb[q] an element. */
 static inline void cpu_cq_fwht(float *v)
 {
     for (int i = 0; i < CQ_GROUP; i += 8) {
@@ -51,19 +50,18 @@ static inline void cpu_cq_group(float *v, const float *cb)
     const float nu = sqrtf(p[0]);
     const float den = nu > 1e-12f ? nu : 1e-12f, nu16 = cq_round_fp16(nu);
     float u[CQ_GROUP], lo[CQ_GROUP], hi[CQ_GROUP];
-    int pos[CQ_GROUP];
-    for (int k = 0; k < CQ_GROUP; k++) u[k] = v[k] / den, pos[k] = 0;
-    for (int c = 0; c < CQ_CODES; c++) /* cq_code: pos = #{c : cb[c] < u}, clipped to [1, 15] */
-        for (int k = 0; k < CQ_GROUP; k++) pos[k] += cb[c] < u[k];
-    for (int k = 0; k < CQ_GROUP; k++) {
-        pos[k] = pos[k] < 1 ? 1 : pos[k] > CQ_CODES - 1 ? CQ_CODES - 1 : pos[k];
-        lo[k] = cb[0], hi[k] = cb[1];
-    }
-    for (int c = 1; c < CQ_CODES; c++) /* lo = cb[q - 1], hi = cb[q] */
+    for (int k = 0; k < CQ_GROUP; k++) u[k] = v[k] / den, lo[k] = cb[0], hi[k] = cb[1];
+    /* cq_code's pos = #{c : cb[c] < u} clipped to [1, 15], lo = cb[pos - 1], hi = cb[pos]: the
+     * codebook ascends, so those c are a prefix and lo, hi follow the last c in [1, 14] below u
+     * (none, a NaN included: pos 1) */
+    for (int c = 1; c < CQ_CODES - 1; c++) {
+        const float here = cb[c], next = cb[c + 1];
         for (int k = 0; k < CQ_GROUP; k++) {
-            lo[k] = pos[k] - 1 == c ? cb[c] : lo[k];
-            hi[k] = pos[k] == c ? cb[c] : hi[k];
+            const int below = here < u[k];
+            lo[k] = below ? here : lo[k];
+            hi[k] = below ? next : hi[k];
         }
+    }
     for (int k = 0; k < CQ_GROUP; k++) /* the nearer, the lower on a tie */
         v[k] = (fabsf(u[k] - lo[k]) <= fabsf(u[k] - hi[k]) ? lo[k] : hi[k]) * nu16;
     cpu_cq_fwht(v);
