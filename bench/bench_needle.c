@@ -76,8 +76,11 @@ int main(int argc, char **argv)
     if (profile && steps > 1) prof_print(steps - 1, med);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("{\"first_step_s\": %.3f, \"open_s\": %.3f, \"first_grad_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, \"model_gflop\": %.4f, "
-           "\"backend\": \"%s\"}\n", first, opened, grad0, steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0,
+    size_t held, acts;
+    needle_net_bytes(n, &held, &acts);
+    printf("{\"first_step_s\": %.3f, \"open_s\": %.3f, \"first_grad_s\": %.3f, \"step_s\": %.3f, \"loss0\": %.6f, \"peak_rss_mb\": %.1f, "
+           "\"held_mb\": %.1f, \"activations_mb\": %.1f, \"model_gflop\": %.4f, \"backend\": \"%s\"}\n", first, opened, grad0,
+           steps > 1 ? med : dt[0], loss0, ru.ru_maxrss / 1024.0, held / 1048576.0, acts / 1048576.0,
            needle_net_step_flops(n, B, T) / 1e9, backend_name(be));
     needle_net_close(n);
     backend_destroy(be);

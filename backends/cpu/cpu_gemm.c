@@ -284,14 +284,14 @@ int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K,
 
 int cpu_gemm_shapes_raced(void) { return cpu_gemm_nshapes; }
 
-/* Rows of C a race times: all of them up to 2^30 multiply-adds (~10 ms at 200 GFLOP/s), fewer
- * beyond, never under 1024. Raced whole, a tied head's weight gradient (50304 x 384 x 2048, beta 1:
+/* Rows of C a race times: all of them up to 2^29 multiply-adds (~5 ms at 200 GFLOP/s), fewer
+ * beyond, never under 1024 (at 2^30, Needle's first step spent 3 s in races). Raced whole, a tied head's weight gradient (50304 x 384 x 2048, beta 1:
  * a 77 MB copy of C per run) made a 2 s step's first call 8 s longer; cut to 256 rows, a race put
  * 2048 x 1536 x 576 on OpenBLAS at 180 GFLOP/s where oneDNN runs it at 215 (below ~1000 rows the
  * libraries rank differently). */
 static int cpu_gemm_race_rows(int M, int N, int K)
 {
-    double cap = (double)(1 << 30) / ((double)N * K);
+    double cap = (double)(1 << 29) / ((double)N * K);
     int rows = cap > M ? M : (int)cap;
     if (rows < 1024) rows = M < 1024 ? M : 1024;
     return rows;
@@ -300,7 +300,8 @@ static int cpu_gemm_race_rows(int M, int N, int K)
 /* One shape's race on the call's operands (its first rows): a warm-up call each on at most 128 of
  * those rows (oneDNN generates its kernel, OpenBLAS takes its buffers: the whole rows made the
  * race a third longer, and a 512-row block of a 16k vocabulary's head is 13 GFLOP a run), then two
- * timed rounds in alternating order, best of each. beta == 0
+ * timed rounds in alternating order, best of each (one round where a run is above 2^31
+ * multiply-adds, ~20 ms: its noise is small against it). beta == 0
  * writes C itself (the winner's call overwrites it after); otherwise each run gets a fresh copy of
  * C's rows, as a timed call must read the real C and must not accumulate into it. Without memory
  * for that copy: the start race's winner. op(A)'s first rows are A's first rows (lda K), or its first columns
@@ -318,7 +319,8 @@ static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha,
     float *out = tmp ? tmp : C;
     const int libs[2] = {def, def == CPU_GEMM_OPENBLAS ? g.rival : CPU_GEMM_OPENBLAS};
     double best[2] = {1e30, 1e30};
-    for (int it = 0; it < 3; it++)
+    const int rounds = (double)rows * N * K > 2147483648.0 ? 2 : 3;
+    for (int it = 0; it < rounds; it++)
         for (int j = 0; j < 2; j++) {
             int i = it == 2 ? 1 - j : j;
             if (tmp) memcpy(tmp, C, mn * sizeof(float));

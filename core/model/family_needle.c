@@ -638,13 +638,15 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     a->qn = nn_take(&cur, N * Q), a->kn = nn_take(&cur, N * Kw), a->rq = nn_take(&cur, N * H), a->rk = nn_take(&cur, N * Hk);
     a->qf = nn_take(&cur, N * H * F), a->kf = nn_take(&cur, N * Hk * F), a->vf = nn_take(&cur, N * Hk * F);
     a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H);
-    a->opre = nn_take(&cur, N * O), a->og = nn_take(&cur, N * O);
+    a->opre = nn_take(&cur, F != (size_t)g->v_head_dim ? N * O : 0), a->og = nn_take(&cur, N * O); /* nn_opre */
     a->ao = nn_take(&cur, N * d), a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
     a->x1 = nn_take(&cur, N * d), a->h2 = nn_take(&cur, N * d), a->r2 = nn_take(&cur, N);
     a->s8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->cond = nn_take(&cur, N * nh), a->zin = nn_take(&cur, N * nh);
     a->z0 = nn_take(&cur, N * nh), a->z1 = nn_take(&cur, N * nh), a->y = nn_take(&cur, N * d);
     if (p->keep) {
-        a->dxh = nn_take(&cur, N * W), a->dz = nn_take(&cur, N * K), a->dh = nn_take(&cur, N * K);
+        /* the backward's scratch; x-hat (read only by the product into z) and the MLP's z0, z1 are
+         * dead once the layer's forward ran, so its gradients take their memory */
+        a->dxh = a->xh, a->dz = nn_take(&cur, N * K), a->dh = nn_take(&cur, N * K);
         float **dd[8] = {&a->dy, &a->dx1, &a->dh2, &a->dx0, &a->dap, &a->dao, &a->du, &a->dhq};
         for (int i = 0; i < 8; i++) *dd[i] = nn_take(&cur, N * d);
         a->dog = nn_take(&cur, N * O), a->dopre = nn_take(&cur, N * O), a->dgt = nn_take(&cur, N * O);
@@ -652,7 +654,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
         a->datt = nn_take(&cur, N * H * F);
         a->dq = nn_take(&cur, N * Q), a->dk = nn_take(&cur, N * Kw), a->dv = nn_take(&cur, N * Vw);
         a->dqt = nn_take(&cur, N * Q), a->dkt = nn_take(&cur, N * Kw), a->dvt = nn_take(&cur, N * Vw);
-        a->dn0 = nn_take(&cur, N * nh), a->dn1 = nn_take(&cur, N * nh), a->dcond = nn_take(&cur, N * nh);
+        a->dn0 = a->z0, a->dn1 = a->z1, a->dcond = nn_take(&cur, N * nh);
         a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK);
         size_t r = 0;
         for (int t = 0; t < NN_TARGETS; t++) r = n->lora[t].A && (size_t)n->lora[t].r > r ? (size_t)n->lora[t].r : r;
