@@ -34,7 +34,7 @@
 #define NEEDLE_EPS 1e-6f   /* ZCRMSNorm and rmsunit (architecture.py:28-36, 415-417) */
 #define NEEDLE_COND_RANK 8 /* HADAMARD_COND_RANK (architecture.py:574) */
 #define NEEDLE_MAX_SITES 16
-#define NN_HEAD_ROWS 512   /* rows of the head a block in training (nn_loss) */
+#define NN_HEAD_ROWS 512   /* rows of the head a block in training by default (nn_loss) */
 
 typedef struct nn_layer {
     float *phi;           /* (K, lanes d): rows pre | post | res (row 2 lanes + i lanes + j: H[i][j]) */
@@ -95,6 +95,7 @@ struct needle_net {
     size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
     int keep_proj;        /* layers [0, keep_proj) keep q, k, v, gt from the forward for the backward */
+    int head_rows;        /* rows of the head a block in a training pass (needle_net_set_head_rows) */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
 };
@@ -502,7 +503,7 @@ needle_net *needle_net_open(backend *be, const char *base, int layers, const cha
         n->L = n->c.num_layers, n->d = n->c.d_model, n->V = n->c.vocab_size;
         n->Vout = n->c.out_vocab > 0 ? n->c.out_vocab : n->V;
         n->K = 2 * n->g.lanes + n->g.lanes * n->g.lanes;
-        n->keep_proj = n->L;
+        n->keep_proj = n->L, n->head_rows = NN_HEAD_ROWS;
         n->layer = calloc((size_t)n->L, sizeof *n->layer);
         rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad);
     }
@@ -526,6 +527,8 @@ void needle_net_close(needle_net *n)
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
 
 void needle_net_set_recompute(needle_net *n, int whole) { n->keep_proj = whole ? 0 : n->L; }
+
+void needle_net_set_head_rows(needle_net *n, int rows) { n->head_rows = rows > 0 ? rows : NN_HEAD_ROWS; }
 
 /* --- the passes --- */
 
@@ -584,7 +587,7 @@ typedef struct nn_pass {
     float *e, *evt;             /* (N, e), (N, d) */
     float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
     float *xm, *hf, *rf;        /* (N, d) lane mean, A8(ZCNorm(xm)); (N) rstd */
-    float *logits, *losses;     /* (N, V'), or (NN_HEAD_ROWS, V') with a backward; (N) */
+    float *logits, *losses;     /* (N, V'), or (head_rows, V') with a backward; (N) */
     int32_t *tok, *idx, *targets; /* (N lanes), (N tables), (N) */
     nn_acts a;
     char *base;
@@ -621,7 +624,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
     for (int s = 0; s < n->nsites; s++) p->ek[s] = nn_take(&cur, N * d), p->ev[s] = nn_take(&cur, N * d);
     p->xm = nn_take(&cur, N * d), p->hf = nn_take(&cur, N * d), p->rf = nn_take(&cur, N);
-    const size_t lrows = p->keep && N > NN_HEAD_ROWS ? NN_HEAD_ROWS : N;
+    const size_t lrows = p->keep && N > (size_t)n->head_rows ? (size_t)n->head_rows : N;
     p->logits = nn_take(&cur, lrows * (size_t)n->Vout), p->losses = nn_take(&cur, N);
     p->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
     p->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
@@ -1354,7 +1357,7 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
  * loss counts where weights[i + 1] (host (B, T), 0 or 1; the last position of a row has none) is
  * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward; *scale
  * the divisor's inverse, *loss the mean. With a backward to follow (p->keep), the head runs in
- * blocks of NN_HEAD_ROWS rows, each block's logits, loss and dL/dlogits in p->logits, then
+ * blocks of n->head_rows rows, each block's logits, loss and dL/dlogits in p->logits, then
  * dL/dhf = dL/dlogits E into p->a.dy: no (N, V') buffer (268 MB at the default config and B 16
  * T 256). */
 static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float *weights, double denom,
@@ -1379,7 +1382,7 @@ static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float
     backend_copy_h2d(n->be, p->targets, tg, N * sizeof(int32_t));
     nn_forward(n, p, NULL);
     *scale = (float)(1.0 / (denom > 0 ? denom : wsum > 1 ? wsum : 1));
-    const size_t step = p->keep ? NN_HEAD_ROWS : N, d = (size_t)n->d;
+    const size_t step = p->keep ? (size_t)n->head_rows : N, d = (size_t)n->d;
     for (size_t r0 = 0; r0 < N; r0 += step) {
         const int rows = (int)(N - r0 < step ? N - r0 : step);
         if (p->keep) nn_linear(n, p->logits, p->hf + r0 * d, n->wte, (size_t)rows, n->d, n->Vout);

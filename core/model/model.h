@@ -273,6 +273,9 @@ const needle_config *needle_net_config(const needle_net *n);
  * where Needle holds 6.2); 1 keeps only the streams and recomputes each layer whole, as Needle's
  * remat. The numbers are the same bits either way. */
 void needle_net_set_recompute(needle_net *n, int whole);
+/* Rows of the head a training pass runs at a time (default 512, <= 0 the default): each block's
+ * logits, loss and dL/dlogits E, in a (rows, V') buffer instead of (B T, V'). */
+void needle_net_set_head_rows(needle_net *n, int rows);
 /* B rows of T tokens into logits (B, T, V') host (V' = out_vocab or vocab_size) and, when hidden is
  * not NULL, hidden_states() (L, B, T, d) host: the lane mean after each layer. -1 + loom_fail. */
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden);

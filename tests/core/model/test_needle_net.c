@@ -213,6 +213,24 @@ static void check_recompute(needle_net *n, const int32_t *tok, const float *mask
     }
     needle_net_set_recompute(n, 0);
     CHECK(g[0] && g[1] && count[0] == count[1] && count[0] > 0, "gradients: %s", loom_error());
+    /* the head in blocks of 7 rows (a short last one) against one block of every row: the same
+     * loss and gradients but for the products' summation order over blocks of other heights */
+    double loss7 = 0;
+    size_t count7 = 0;
+    needle_net_set_head_rows(n, 7);
+    CHECK(needle_net_grad(n, tok, mask, B, T, 0, 0, &loss7) == 0, "grad: %s", loom_error());
+    needle_net_set_head_rows(n, 0);
+    float *g7 = all_grads(n, &count7);
+    const int L = needle_net_config(n)->num_layers;
+    CHECK(B * T > 7 && (B * T) % 7 != 0, "a batch of %d rows is one block of 7 or whole blocks", B * T);
+    CHECK(fabs(loss7 - loss[0]) <= 1e-6 * fabs(loss[0]), "%s: head in blocks of 7: loss %.9g vs %.9g",
+          qat ? "QAT" : "float", loss7, loss[0]);
+    if (g7 && g[0] && count7 == count[0]) {
+        check_tol tl = {64 * FLT_EPSILON * max_abs(g[0], count[0]) * (L + 1), 1e-5 * (L + 1)};
+        compare(qat ? "needle QAT head in blocks of 7 rows" : "needle float head in blocks of 7 rows", g7, g[0],
+                count[0], tl);
+    }
+    free(g7);
     if (g[0] && g[1]) {
         size_t diff = 0;
         for (size_t i = 0; i < count[0]; i++) diff += memcmp(&g[0][i], &g[1][i], sizeof(float)) != 0;
