@@ -936,7 +936,8 @@ static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N,
     backend_scale_cols(be, out, a->z1, y->d4, (int)N, nh, d);
 }
 
-/* Layer l: the stream X (N, lanes, d) into Xo, its activations in p->a (docs/needle.md 2.3-2.4). */
+/* Layer l: the stream X (N, lanes, d) into Xo (NULL: a recompute, which needs only the
+ * activations), its activations in p->a (docs/needle.md 2.3-2.4). */
 static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float *X, float *Xo)
 {
     backend *be = n->be;
@@ -968,7 +969,7 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     /* y = Block(u) - u = (x1 + mlp) - u, then the lanes mix: X' = H_res X + h_post y */
     backend_add(be, a->y, a->x1, a->y, N * d);
     backend_axpy(be, a->y, -1.0f, a->u, N * d);
-    backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
+    if (Xo) backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
 }
 
 /* Every layer, then the head: p->logits (N, V') from the last stream (with a backward to follow,
@@ -1319,9 +1320,9 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
     const float *X = p->X[l];
-    if (l < n->L - 1) { /* the output itself is not needed: dX2 is scratch */
+    if (l < n->L - 1) {
         p->recompute = 1;
-        nn_layer_forward(n, p, l, X, p->dX2);
+        nn_layer_forward(n, p, l, X, NULL);
         p->recompute = 0;
     }
     /* X' = H_res X + h_post y */
