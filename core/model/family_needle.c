@@ -589,6 +589,8 @@ typedef struct nn_pass {
     float *xm, *hf, *rf;        /* (N, d) lane mean, A8(ZCNorm(xm)); (N) rstd */
     float *logits, *losses;     /* (N, V'), or (head_rows, V') with a backward; (N) */
     int32_t *tok, *idx, *targets; /* (N lanes), (N tables), (N) */
+    int32_t *hrows;             /* with a backward: the rows with a target (nn_loss) */
+    float *hblk;                /* with a backward: (head_rows, d) a block of the head's rows */
     nn_acts a;
     char *base;
     float *Xs[2];
@@ -629,6 +631,8 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     p->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
     p->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
     p->targets = (int32_t *)nn_take(&cur, N);
+    p->hrows = (int32_t *)nn_take(&cur, p->keep ? N : 0);
+    p->hblk = nn_take(&cur, p->keep ? lrows * d : 0);
     a->xh = nn_take(&cur, N * W), a->rx = nn_take(&cur, N);
     a->z = nn_take(&cur, N * K), a->hc = nn_take(&cur, N * K);
     a->u = nn_take(&cur, N * d), a->x0 = nn_take(&cur, N * d), a->hq = nn_take(&cur, N * d), a->r1 = nn_take(&cur, N);
@@ -1357,45 +1361,55 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
 /* The masked mean loss of a pass already embedded (docs/needle.md 2.7): position i's next-token
  * loss counts where weights[i + 1] (host (B, T), 0 or 1; the last position of a row has none) is
  * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward; *scale
- * the divisor's inverse, *loss the mean. With a backward to follow (p->keep), the head runs in
- * blocks of n->head_rows rows, each block's logits, loss and dL/dlogits in p->logits, then
- * dL/dhf = dL/dlogits E into p->a.dy: no (N, V') buffer (268 MB at the default config and B 16
- * T 256). */
+ * the divisor's inverse, *loss the mean. With a backward to follow (p->keep), the head runs only
+ * on the rows with a target (gathered; a fine-tune's prompts have none: Needle computes their
+ * logits anyway), in blocks of n->head_rows rows, each block's logits, loss and dL/dlogits in
+ * p->logits, then dL/dhf = dL/dlogits E scattered into p->a.dy (zero elsewhere): no (N, V') buffer
+ * (268 MB at the default config and B 16 T 256). */
 static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float *weights, double denom,
                    float *scale, double *loss)
 {
+    backend *be = n->be;
     const int B = p->B, T = p->T;
-    const size_t N = (size_t)B * T;
-    int32_t *tg = calloc(N, sizeof(int32_t)); /* calloc: gcc cannot see B, T > 0 */
+    const size_t N = (size_t)B * T, d = (size_t)n->d;
+    int32_t *tg = calloc(N, sizeof(int32_t)), *rows = calloc(N, sizeof(int32_t)); /* calloc: gcc cannot see B, T > 0 */
     float *host = malloc(N * sizeof(float));
-    if (!tg || !host) {
-        free(tg), free(host);
+    if (!tg || !rows || !host) {
+        free(tg), free(rows), free(host);
         return loom_fail("needle: out of memory");
     }
-    double wsum = 0;
+    size_t m = 0; /* with a backward: the rows with a target, ascending, and their targets */
     for (int b = 0; b < B; b++)
         for (int i = 0; i < T; i++) {
             size_t r = (size_t)b * T + i;
             int w = i + 1 < T && weights[r + 1] != 0.0f;
-            tg[r] = w ? tokens[r + 1] : -1;
-            wsum += w;
+            if (!p->keep) tg[r] = w ? tokens[r + 1] : -1;
+            else if (w) rows[m] = (int32_t)r, tg[m++] = tokens[r + 1];
+            m += !p->keep && w;
         }
-    backend_copy_h2d(n->be, p->targets, tg, N * sizeof(int32_t));
+    backend_copy_h2d(be, p->targets, tg, (p->keep ? m : N) * sizeof(int32_t));
+    if (p->keep) backend_copy_h2d(be, p->hrows, rows, m * sizeof(int32_t));
     nn_forward(n, p, NULL);
-    *scale = (float)(1.0 / (denom > 0 ? denom : wsum > 1 ? wsum : 1));
-    const size_t step = p->keep ? (size_t)n->head_rows : N, d = (size_t)n->d;
-    for (size_t r0 = 0; r0 < N; r0 += step) {
-        const int rows = (int)(N - r0 < step ? N - r0 : step);
-        if (p->keep) nn_linear(n, p->logits, p->hf + r0 * d, n->wte, (size_t)rows, n->d, n->Vout);
-        backend_softmax_xent(n->be, p->logits, p->losses + r0, p->targets + r0, rows, n->Vout, n->Vout, *scale);
-        /* logits = A8(ZCNorm(mean_k X[k])) E^T */
-        if (p->keep) backend_matmul(n->be, p->a.dy + r0 * d, p->logits, n->wte, rows, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+    *scale = (float)(1.0 / (denom > 0 ? denom : m > 1 ? (double)m : 1));
+    if (!p->keep) {
+        backend_softmax_xent(be, p->logits, p->losses, p->targets, (int)N, n->Vout, n->Vout, *scale);
+    } else { /* logits = A8(ZCNorm(mean_k X[k])) E^T for the rows with a target, a block at a time */
+        backend_fill(be, p->a.dy, 0.0f, N * d);
+        for (size_t r0 = 0; r0 < m; r0 += (size_t)n->head_rows) {
+            const int k = (int)(m - r0 < (size_t)n->head_rows ? m - r0 : (size_t)n->head_rows);
+            backend_embedding_forward(be, p->hblk, p->hrows + r0, p->hf, NULL, 1, k, n->d); /* gather */
+            nn_linear(n, p->logits, p->hblk, n->wte, (size_t)k, n->d, n->Vout);
+            backend_softmax_xent(be, p->logits, p->losses + r0, p->targets + r0, k, n->Vout, n->Vout, *scale);
+            backend_matmul(be, p->hblk, p->logits, n->wte, k, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+            backend_embedding_backward(be, p->a.dy, NULL, p->hblk, p->hrows + r0, 1, k, n->d, (int)N); /* scatter */
+        }
     }
-    backend_copy_d2h(n->be, host, p->losses, N * sizeof(float));
+    const size_t nl = p->keep ? m : N; /* the same non-zero terms in the same order either way */
+    backend_copy_d2h(be, host, p->losses, nl * sizeof(float));
     double sum = 0;
-    for (size_t r = 0; r < N; r++) sum += host[r];
+    for (size_t r = 0; r < nl; r++) sum += host[r];
     *loss = sum * *scale;
-    free(tg), free(host);
+    free(tg), free(rows), free(host);
     return 0;
 }
 
