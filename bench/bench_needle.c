@@ -1,8 +1,9 @@
-/* bench_needle.c BASE.safetensors [B T STEPS QAT]: the loom side of bench/needle.sh. Loads a Needle
+/* bench_needle.c BASE.safetensors [B T STEPS QAT PROMPT]: the loom side of bench/needle.sh. Loads a Needle
  * base checkpoint (needle_net_open), puts a fresh r 16 / alpha 32 adapter on Needle's five targets,
  * then times Needle's LoRA step: needle_net_grad (the fine-tune loss, forward and backward with
  * every layer recomputed, the adapters' gradients) and needle_net_step (clip, AdamW, the merge and
- * W4 of the five targets), on B x T random tokens, every position with loss, on the backend
+ * W4 of the five targets), on B x T random tokens, every position with loss (or all but each row's
+ * first PROMPT share, a fine-tune's prompt: 0 by default, as Needle's bench), on the backend
  * LOOM_BACKEND picks (default cpu). Prints one line of JSON on stdout: the time from start to the
  * end of the first step (loading included), the median of the rest, the first loss, peak RSS. */
 #include <stdio.h>
@@ -32,11 +33,12 @@ int main(int argc, char **argv)
 {
     const double t0 = now();
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_needle BASE.safetensors [B T STEPS QAT]\n");
+        fprintf(stderr, "usage: bench_needle BASE.safetensors [B T STEPS QAT PROMPT]\n");
         return 2;
     }
     const int B = argc > 2 ? atoi(argv[2]) : 16, T = argc > 3 ? atoi(argv[3]) : 256;
     const int steps = argc > 4 ? atoi(argv[4]) : 3, qat = argc > 5 ? atoi(argv[5]) : 1;
+    const double prompt = argc > 6 ? atof(argv[6]) : 0.0;
     const char *name = getenv("LOOM_BACKEND");
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
     needle_net *n = be ? needle_net_open(be, argv[1], 0, NULL, qat ? NEEDLE_NUM_QAT : 0) : NULL;
@@ -51,7 +53,8 @@ int main(int argc, char **argv)
     float *w = malloc((size_t)B * T * sizeof(float));
     double *dt = malloc((size_t)steps * sizeof(double));
     srand(1);
-    for (size_t i = 0; i < (size_t)B * T; i++) tok[i] = 3 + rand() % (V - 3), w[i] = 1.0f;
+    for (size_t i = 0; i < (size_t)B * T; i++)
+        tok[i] = 3 + rand() % (V - 3), w[i] = (double)(i % (size_t)T) >= prompt * T ? 1.0f : 0.0f;
     double loss0 = 0, first = 0, grad0 = 0;
     const int profile = getenv("PROFILE") && atoi(getenv("PROFILE"));
     for (int s = 0; s < steps; s++) {

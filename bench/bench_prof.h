@@ -20,7 +20,7 @@
 
 static backend_ops real, prof;
 static int prof_threads; /* the backend's, for the library each matmul shape's race picked */
-#define PROF_MAX 64
+#define PROF_MAX 128
 typedef struct { char what[48]; double s, flops; long calls; } prof_entry;
 static prof_entry prof_row[PROF_MAX];
 static int prof_n;
@@ -37,7 +37,8 @@ static void prof_add(const char *what, double s, double flops)
     int i = 0;
     while (i < prof_n && strcmp(prof_row[i].what, what)) i++;
     if (i == prof_n) {
-        if (prof_n == PROF_MAX) i = PROF_MAX - 1;
+        if (prof_n == PROF_MAX) /* full: the last row takes every op not yet seen, named so */
+            i = PROF_MAX - 1, snprintf(prof_row[i].what, sizeof prof_row[0].what, "%s", "(other ops: table full)");
         else snprintf(prof_row[prof_n++].what, sizeof prof_row[0].what, "%s", what);
     }
     prof_row[i].s += s, prof_row[i].flops += flops, prof_row[i].calls++;
