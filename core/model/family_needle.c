@@ -578,7 +578,8 @@ typedef struct nn_dec {
 /* A pass over N = B T rows: the streams entering each layer (all L + 1 when a backward follows,
  * else two in turn), the engram's keys and values, the head's buffers, one layer's activations. */
 typedef struct nn_pass {
-    int B, T, keep;
+    int B, T, keep;             /* a backward follows */
+    int head;                   /* the head runs in nn_loss, on the rows with a target only */
     int recompute;              /* a backward's recompute of a layer: kept projections are not redone */
     float **proj;               /* proj[l]: layer l's q, k, v, gt (N, Q + Kw + Vw + O) kept from the
                                  * forward (NN_KEEP_PROJ), else NULL; proj[L]: the scratch for others */
@@ -626,13 +627,13 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
     for (int s = 0; s < n->nsites; s++) p->ek[s] = nn_take(&cur, N * d), p->ev[s] = nn_take(&cur, N * d);
     p->xm = nn_take(&cur, N * d), p->hf = nn_take(&cur, N * d), p->rf = nn_take(&cur, N);
-    const size_t lrows = p->keep && N > (size_t)n->head_rows ? (size_t)n->head_rows : N;
+    const size_t lrows = p->head && N > (size_t)n->head_rows ? (size_t)n->head_rows : N;
     p->logits = nn_take(&cur, lrows * (size_t)n->Vout), p->losses = nn_take(&cur, N);
     p->tok = (int32_t *)nn_take(&cur, N * (size_t)g->lanes);
     p->idx = (int32_t *)nn_take(&cur, N * (size_t)g->engram_tables);
     p->targets = (int32_t *)nn_take(&cur, N);
-    p->hrows = (int32_t *)nn_take(&cur, p->keep ? N : 0);
-    p->hblk = nn_take(&cur, p->keep ? lrows * d : 0);
+    p->hrows = (int32_t *)nn_take(&cur, p->head ? N : 0);
+    p->hblk = nn_take(&cur, p->head ? lrows * d : 0);
     a->xh = nn_take(&cur, N * W), a->rx = nn_take(&cur, N);
     a->z = nn_take(&cur, N * K), a->hc = nn_take(&cur, N * K);
     a->u = nn_take(&cur, N * d), a->x0 = nn_take(&cur, N * d), a->hq = nn_take(&cur, N * d), a->r1 = nn_take(&cur, N);
@@ -684,8 +685,8 @@ static void nn_pass_free(const needle_net *n, nn_pass *p)
     free(p->X), free(p->proj);
 }
 
-/* Allocate a pass for B x T tokens (keep: for a backward) and run its embedding and engram. */
-static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B, int T, int keep)
+/* Allocate a pass for B x T tokens (keep: for a backward; head: for nn_loss, no logits of every row). */
+static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B, int T, int keep, int head)
 {
     memset(p, 0, sizeof *p);
     if (B <= 0 || T <= 0) return loom_fail("needle: a pass over %d x %d tokens", B, T);
@@ -693,7 +694,7 @@ static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B
     for (size_t i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= n->V)
             return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
-    p->B = B, p->T = T, p->keep = keep;
+    p->B = B, p->T = T, p->keep = keep, p->head = head;
     p->X = calloc((size_t)n->L + 1, sizeof *p->X), p->proj = calloc((size_t)n->L + 1, sizeof *p->proj);
     if (!p->X || !p->proj) return free(p->X), free(p->proj), loom_fail("needle: out of memory");
     const size_t bytes = nn_carve(n, p, NULL);
@@ -993,13 +994,13 @@ static void nn_forward(const needle_net *n, nn_pass *p, float *hidden)
     backend_mhc_collapse(be, p->xm, p->X[n->L], n->lane_mean, 0, (int)N, lanes, n->d);
     backend_rmsnorm_forward(be, p->hf, p->rf, p->xm, n->lnf, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, p->hf, N, n->d);
-    if (!p->keep) nn_linear(n, p->logits, p->hf, n->wte, N, n->d, n->Vout);
+    if (!p->head) nn_linear(n, p->logits, p->hf, n->wte, N, n->d, n->Vout);
 }
 
 int needle_net_forward(needle_net *n, const int32_t *tokens, int B, int T, float *logits, float *hidden)
 {
     nn_pass p;
-    if (nn_pass_begin(n, &p, tokens, B, T, 0)) return -1;
+    if (nn_pass_begin(n, &p, tokens, B, T, 0, 0)) return -1;
     int rc = nn_embed(n, &p, tokens);
     if (rc == 0) {
         nn_forward(n, &p, hidden);
@@ -1055,7 +1056,7 @@ int needle_net_greedy(needle_net *n, int32_t *tokens, int B, int cap, const int 
             for (int j = len; j < T; j++) batch[(size_t)i * T + j] = n->c.pad_token_id;
         }
         nn_pass p;
-        if ((rc = nn_pass_begin(n, &p, batch, R, T, 0))) break;
+        if ((rc = nn_pass_begin(n, &p, batch, R, T, 0, 0))) break;
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
         for (int i = 0; rc == 0 && i < R; i++) {
             const int b = row[i], len = lens[b] + made[b];
@@ -1156,7 +1157,7 @@ int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int 
     }
     nn_pass p;
     dc.prefill = 1, dc.len = lens;
-    if (rc == 0 && (rc = nn_pass_begin(n, &p, batch, B, T, 0)) == 0) {
+    if (rc == 0 && (rc = nn_pass_begin(n, &p, batch, B, T, 0, 0)) == 0) {
         p.dec = &dc;
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
         for (int b = 0; rc == 0 && b < B; b++)
@@ -1178,7 +1179,7 @@ int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int 
         if (!open) break;
         backend_copy_h2d(n->be, dc.pos, pos, (size_t)B * sizeof(int32_t));
         backend_copy_h2d(n->be, dc.posw, pos + B, (size_t)B * sizeof(int32_t));
-        if ((rc = nn_pass_begin(n, &p, batch, B, 1, 0))) break;
+        if ((rc = nn_pass_begin(n, &p, batch, B, 1, 0, 0))) break;
         p.dec = &dc;
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
         for (int b = 0; rc == 0 && b < B; b++) /* a row's state changes only after its own check */
@@ -1361,11 +1362,11 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
 /* The masked mean loss of a pass already embedded (docs/needle.md 2.7): position i's next-token
  * loss counts where weights[i + 1] (host (B, T), 0 or 1; the last position of a row has none) is
  * non-zero, divided by denom (> 0) or else by the count of such positions. Runs the forward; *scale
- * the divisor's inverse, *loss the mean. With a backward to follow (p->keep), the head runs only
- * on the rows with a target (gathered; a fine-tune's prompts have none: Needle computes their
- * logits anyway), in blocks of n->head_rows rows, each block's logits, loss and dL/dlogits in
- * p->logits, then dL/dhf = dL/dlogits E scattered into p->a.dy (zero elsewhere): no (N, V') buffer
- * (268 MB at the default config and B 16 T 256). */
+ * the divisor's inverse, *loss the mean. The head runs only on the rows with a target (gathered;
+ * a fine-tune's prompts have none: Needle computes their logits anyway), in blocks of
+ * n->head_rows rows, each block's logits, loss and dL/dlogits in p->logits (no (N, V') buffer: 268
+ * MB at the default config and B 16 T 256); with a backward to follow (p->keep), dL/dhf =
+ * dL/dlogits E scattered into p->a.dy (zero elsewhere). */
 static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float *weights, double denom,
                    float *scale, double *loss)
 {
@@ -1378,36 +1379,30 @@ static int nn_loss(needle_net *n, nn_pass *p, const int32_t *tokens, const float
         free(tg), free(rows), free(host);
         return loom_fail("needle: out of memory");
     }
-    size_t m = 0; /* with a backward: the rows with a target, ascending, and their targets */
+    size_t m = 0; /* the rows with a target, ascending, and their targets */
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < T; i++) {
-            size_t r = (size_t)b * T + i;
-            int w = i + 1 < T && weights[r + 1] != 0.0f;
-            if (!p->keep) tg[r] = w ? tokens[r + 1] : -1;
-            else if (w) rows[m] = (int32_t)r, tg[m++] = tokens[r + 1];
-            m += !p->keep && w;
+        for (int i = 0; i + 1 < T; i++) {
+            const size_t r = (size_t)b * T + i;
+            if (weights[r + 1] != 0.0f) rows[m] = (int32_t)r, tg[m++] = tokens[r + 1];
         }
-    backend_copy_h2d(be, p->targets, tg, (p->keep ? m : N) * sizeof(int32_t));
-    if (p->keep) backend_copy_h2d(be, p->hrows, rows, m * sizeof(int32_t));
+    backend_copy_h2d(be, p->targets, tg, m * sizeof(int32_t));
+    backend_copy_h2d(be, p->hrows, rows, m * sizeof(int32_t));
     nn_forward(n, p, NULL);
     *scale = (float)(1.0 / (denom > 0 ? denom : m > 1 ? (double)m : 1));
-    if (!p->keep) {
-        backend_softmax_xent(be, p->logits, p->losses, p->targets, (int)N, n->Vout, n->Vout, *scale);
-    } else { /* logits = A8(ZCNorm(mean_k X[k])) E^T for the rows with a target, a block at a time */
-        backend_fill(be, p->a.dy, 0.0f, N * d);
-        for (size_t r0 = 0; r0 < m; r0 += (size_t)n->head_rows) {
-            const int k = (int)(m - r0 < (size_t)n->head_rows ? m - r0 : (size_t)n->head_rows);
-            backend_embedding_forward(be, p->hblk, p->hrows + r0, p->hf, NULL, 1, k, n->d); /* gather */
-            nn_linear(n, p->logits, p->hblk, n->wte, (size_t)k, n->d, n->Vout);
-            backend_softmax_xent(be, p->logits, p->losses + r0, p->targets + r0, k, n->Vout, n->Vout, *scale);
-            backend_matmul(be, p->hblk, p->logits, n->wte, k, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
-            backend_embedding_backward(be, p->a.dy, NULL, p->hblk, p->hrows + r0, 1, k, n->d, (int)N); /* scatter */
-        }
+    /* logits = A8(ZCNorm(mean_k X[k])) E^T for the rows with a target, a block at a time */
+    if (p->keep) backend_fill(be, p->a.dy, 0.0f, N * d);
+    for (size_t r0 = 0; r0 < m; r0 += (size_t)n->head_rows) {
+        const int k = (int)(m - r0 < (size_t)n->head_rows ? m - r0 : (size_t)n->head_rows);
+        backend_embedding_forward(be, p->hblk, p->hrows + r0, p->hf, NULL, 1, k, n->d); /* gather */
+        nn_linear(n, p->logits, p->hblk, n->wte, (size_t)k, n->d, n->Vout);
+        backend_softmax_xent(be, p->logits, p->losses + r0, p->targets + r0, k, n->Vout, n->Vout, *scale);
+        if (!p->keep) continue;
+        backend_matmul(be, p->hblk, p->logits, n->wte, k, n->d, n->Vout, 0, 0, 1.0f, 0.0f);
+        backend_embedding_backward(be, p->a.dy, NULL, p->hblk, p->hrows + r0, 1, k, n->d, (int)N); /* scatter */
     }
-    const size_t nl = p->keep ? m : N; /* the same non-zero terms in the same order either way */
-    backend_copy_d2h(be, host, p->losses, nl * sizeof(float));
+    backend_copy_d2h(be, host, p->losses, m * sizeof(float));
     double sum = 0;
-    for (size_t r = 0; r < nl; r++) sum += host[r];
+    for (size_t r = 0; r < m; r++) sum += host[r];
     *loss = sum * *scale;
     free(tg), free(rows), free(host);
     return 0;
@@ -1417,7 +1412,7 @@ int needle_net_loss(needle_net *n, const int32_t *tokens, const float *weights, 
                     double *loss)
 {
     nn_pass p;
-    if (nn_pass_begin(n, &p, tokens, B, T, 0)) return -1;
+    if (nn_pass_begin(n, &p, tokens, B, T, 0, 1)) return -1;
     float scale;
     int rc = nn_embed(n, &p, tokens);
     if (rc == 0) rc = nn_loss(n, &p, tokens, weights, denom, &scale, loss);
@@ -1432,7 +1427,7 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
     backend *be = n->be;
     const needle_geometry *g = &n->g;
     nn_pass p;
-    if (nn_pass_begin(n, &p, tokens, B, T, 1)) return -1;
+    if (nn_pass_begin(n, &p, tokens, B, T, 1, 1)) return -1;
     const size_t N = (size_t)B * T, d = (size_t)n->d;
     float scale;
     int rc = nn_embed(n, &p, tokens);
