@@ -285,10 +285,10 @@ int cpu_gemm_shape_lib(int threads, int transA, int transB, int M, int N, int K,
 int cpu_gemm_shapes_raced(void) { return cpu_gemm_nshapes; }
 
 /* Rows of C a race times: all of them up to 2^29 multiply-adds (~5 ms at 200 GFLOP/s), fewer
- * beyond, never under 1024 (at 2^30, Needle's first step spent 3 s in races). Raced whole, a tied head's weight gradient (50304 x 384 x 2048, beta 1:
- * a 77 MB copy of C per run) made a 2 s step's first call 8 s longer; cut to 256 rows, a race put
- * 2048 x 1536 x 576 on OpenBLAS at 180 GFLOP/s where oneDNN runs it at 215 (below ~1000 rows the
- * libraries rank differently). */
+ * beyond, never under 1024 (at 2^30, Needle's first step spent 3 s in races). Raced whole, a tied
+ * head's weight gradient (50304 x 384 x 2048, beta 1: a 77 MB copy of C per run) made a 2 s step's
+ * first call 8 s longer; cut to 256 rows, a race put 2048 x 1536 x 576 on OpenBLAS at 180 GFLOP/s
+ * where oneDNN runs it at 215 (below ~1000 rows the libraries rank differently). */
 static int cpu_gemm_race_rows(int M, int N, int K)
 {
     double cap = (double)(1 << 29) / ((double)N * K);
@@ -304,8 +304,8 @@ static int cpu_gemm_race_rows(int M, int N, int K)
  * multiply-adds, ~20 ms: its noise is small against it). beta == 0
  * writes C itself (the winner's call overwrites it after); otherwise each run gets a fresh copy of
  * C's rows, as a timed call must read the real C and must not accumulate into it. Without memory
- * for that copy: the start race's winner. op(A)'s first rows are A's first rows (lda K), or its first columns
- * when transposed (lda M), so the leading dimensions stay the call's. */
+ * for that copy: the start race's winner. op(A)'s first rows are A's first rows (lda K), or its
+ * first columns when transposed (lda M), so the leading dimensions stay the call's. */
 static int cpu_gemm_shape_race(int tA, int tB, int M, int N, int K, float alpha, const float *A,
                                const float *B, float beta, float *C)
 {

@@ -533,7 +533,8 @@ void needle_net_set_head_rows(needle_net *n, int rows) { n->head_rows = rows > 0
 /* --- the passes --- */
 
 /* One layer's activations for N rows, from its forward for its backward. The backward recomputes
- * each layer from its input stream (Needle's remat): only the streams are kept per layer. */
+ * each layer from its input stream (Needle's remat): only the streams, and unless train.recompute
+ * the q, k, v and gate projections (nn_pass.proj), are kept per layer. */
 typedef struct nn_acts {
     float *xh, *rx;             /* (N, W) x-hat; (N) its rstd */
     float *z, *hc;              /* (N, K) mHC projections, coefficients */
@@ -580,18 +581,17 @@ typedef struct nn_dec {
 typedef struct nn_pass {
     int B, T, keep;             /* a backward follows */
     int head;                   /* the head runs in nn_loss, on the rows with a target only */
-    int recompute;              /* a backward's recompute of a layer: kept projections are not redone */
     float **proj;               /* proj[l]: layer l's q, k, v, gt (N, Q + Kw + Vw + O) kept from the
-                                 * forward (NN_KEEP_PROJ), else NULL; proj[L]: the scratch for others */
+                                 * forward (n->keep_proj), else NULL; proj[L]: the scratch for others */
     float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last (nn_carve) */
     float *dX, *dX2;            /* (N, W) */
     float *e, *evt;             /* (N, e), (N, d) */
     float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
     float *xm, *hf, *rf;        /* (N, d) lane mean, A8(ZCNorm(xm)); (N) rstd */
-    float *logits, *losses;     /* (N, V'), or (head_rows, V') with a backward; (N) */
+    float *logits, *losses;     /* (N, V'), or (head_rows, V') when p->head; (N) */
     int32_t *tok, *idx, *targets; /* (N lanes), (N tables), (N) */
-    int32_t *hrows;             /* with a backward: the rows with a target (nn_loss) */
-    float *hblk;                /* with a backward: (head_rows, d) a block of the head's rows */
+    int32_t *hrows;             /* when p->head: the rows with a target (nn_loss) */
+    float *hblk;                /* when p->head: (head_rows, d) a block of the head's rows */
     nn_acts a;
     char *base;
     float *Xs[2];
@@ -757,8 +757,6 @@ static void nn_hist_conv(const needle_net *n, const nn_dec *dc, float *hist, con
         backend_copy_d2d(be, out + (size_t)b * w, dc->tmp + ((size_t)b * h + h - 1) * w, (size_t)w * sizeof(float));
 }
 
-/* The embedding: x0 = E[t] sqrt(d) on every lane of X[0] (embed_scale: the Python float
- * math.sqrt(d) in f32); and the engram's keys and values of every site (docs/needle.md 2.2). */
 /* X[0]: every lane the token's embedding row times sqrt(d), from p->tok. */
 static void nn_embed_stream(const needle_net *n, nn_pass *p)
 {
@@ -767,6 +765,8 @@ static void nn_embed_stream(const needle_net *n, nn_pass *p)
     backend_scale(n->be, p->X[0], (float)sqrt((double)n->d), rows * n->d);
 }
 
+/* The embedding: x0 = E[t] sqrt(d) on every lane of X[0] (embed_scale: the Python float
+ * math.sqrt(d) in f32); and the engram's keys and values of every site (docs/needle.md 2.2). */
 static int nn_embed(const needle_net *n, nn_pass *p, const int32_t *tokens)
 {
     const needle_config *c = &n->c;
@@ -965,7 +965,7 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     /* q, k, v, gt: the layer's kept block (its recompute reads them there), else the scratch */
     float *pr = p->proj[l] ? p->proj[l] : p->proj[n->L];
     a->q = pr, a->k = a->q + N * n->g.q_dim, a->v = a->k + N * n->g.k_dim, a->gt = a->v + N * n->g.v_dim;
-    nn_attention(n, y, a, p->B, p->T, p->dec, l, !(p->recompute && p->proj[l]));
+    nn_attention(n, y, a, p->B, p->T, p->dec, l, !(Xo == NULL && p->proj[l]));
     backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
     backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
     backend_add(be, a->x1, x0, a->ap, N * d);
@@ -977,8 +977,8 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     if (Xo) backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
 }
 
-/* Every layer, then the head: p->logits (N, V') from the last stream (with a backward to follow,
- * only the head's input p->hf: nn_loss runs the head in blocks of rows). */
+/* Every layer, then the head: p->logits (N, V') from the last stream (when p->head, only the
+ * head's input p->hf: nn_loss runs the head on the rows with a target). */
 static void nn_forward(const needle_net *n, nn_pass *p, float *hidden)
 {
     backend *be = n->be;
@@ -1219,8 +1219,8 @@ double needle_net_step_flops(const needle_net *n, int B, int T)
     return (fwd + bwd) * B * T + lora;
 }
 
-/* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the merged LoRA
- * targets get dL/dW') --- */
+/* --- the backward pass (docs/needle.md 2.3-2.7; every base tensor frozen, the adapters' gradients
+ * from each target's input and output gradient, nn_lora_backward) --- */
 
 /* Target t's adapter gradients at layer l from its input x (N, in) and output gradient dy (N, out),
  * factored through the rank: with Needle's W' [in, out] = W + s A B, dL/dW' = x^T dy (the straight-
@@ -1325,11 +1325,7 @@ static void nn_layer_backward(const needle_net *n, nn_pass *p, int l, float beta
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
     const float *X = p->X[l];
-    if (l < n->L - 1) {
-        p->recompute = 1;
-        nn_layer_forward(n, p, l, X, NULL);
-        p->recompute = 0;
-    }
+    if (l < n->L - 1) nn_layer_forward(n, p, l, X, NULL);
     /* X' = H_res X + h_post y */
     backend_mhc_expand_backward(be, p->dX2, a->dh, a->dy, p->dX, X, a->hc, a->y, (int)N, lanes, n->d);
     /* y = x1 + mlp(ln2(x1)) - u */

@@ -269,7 +269,7 @@ void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
 /* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps every
  * layer's stream and its q, k, v and gate projections, so a layer's recompute skips the products
- * that are about 2/3 of its FLOPs (0.49 GB more at the default config and B 16 T 256, loom at 3.1 GB
+ * that are about 2/3 of its FLOPs (0.49 GB more at the default config and B 16 T 256, loom at 2.9 GB
  * where Needle holds 6.2); 1 keeps only the streams and recomputes each layer whole, as Needle's
  * remat. The numbers are the same bits either way. */
 void needle_net_set_recompute(needle_net *n, int whole);
