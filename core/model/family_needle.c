@@ -94,7 +94,7 @@ struct needle_net {
     size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
     size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
-    int keep_proj;        /* layers [0, keep_proj) keep q, k, v, gt from the forward for the backward */
+    int keep_blocks;        /* layers [0, keep_blocks) keep a block from the forward for the backward (nn_point) */
     int head_rows;        /* rows of the head a block in a training pass (needle_net_set_head_rows) */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
@@ -503,7 +503,7 @@ needle_net *needle_net_open(backend *be, const char *base, int layers, const cha
         n->L = n->c.num_layers, n->d = n->c.d_model, n->V = n->c.vocab_size;
         n->Vout = n->c.out_vocab > 0 ? n->c.out_vocab : n->V;
         n->K = 2 * n->g.lanes + n->g.lanes * n->g.lanes;
-        n->keep_proj = n->L, n->head_rows = NN_HEAD_ROWS;
+        n->keep_blocks = n->L, n->head_rows = NN_HEAD_ROWS;
         n->layer = calloc((size_t)n->L, sizeof *n->layer);
         rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad);
     }
@@ -526,7 +526,7 @@ void needle_net_close(needle_net *n)
 
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
 
-void needle_net_set_recompute(needle_net *n, int whole) { n->keep_proj = whole ? 0 : n->L; }
+void needle_net_set_recompute(needle_net *n, int whole) { n->keep_blocks = whole ? 0 : n->L; }
 
 void needle_net_set_head_rows(needle_net *n, int rows) { n->head_rows = rows > 0 ? rows : NN_HEAD_ROWS; }
 
@@ -534,7 +534,7 @@ void needle_net_set_head_rows(needle_net *n, int rows) { n->head_rows = rows > 0
 
 /* One layer's activations for N rows, from its forward for its backward. The backward recomputes
  * each layer from its input stream (Needle's remat): only the streams, and unless train.recompute
- * the q, k, v and gate projections (nn_pass.proj), are kept per layer. */
+ * a block of the costliest parts per byte (nn_point), are kept per layer. */
 typedef struct nn_acts {
     float *xh, *rx;             /* (N, W) x-hat; (N) its rstd */
     float *z, *hc;              /* (N, K) mHC projections, coefficients */
@@ -581,9 +581,11 @@ typedef struct nn_dec {
 typedef struct nn_pass {
     int B, T, keep;             /* a backward follows */
     int head;                   /* the head runs in nn_loss, on the rows with a target only */
-    float **proj;               /* proj[l]: layer l's q, k, v, gt (N, Q + Kw + Vw + O) kept from the
-                                 * forward (n->keep_proj), else NULL; proj[L]: the scratch for others */
+    float **blk;                /* blk[l]: layer l's block kept from the forward (nn_point; layers
+                                 * below n->keep_blocks but the last), else NULL; blk[L]: the others' */
     float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last (nn_carve) */
+    int thin;                   /* the odd streams share Xr, rebuilt for the backward (nn_carve) */
+    float *Xr, *ys;             /* (N, W); (N, d) y of a layer whose block has none */
     float *dX, *dX2;            /* (N, W) */
     float *e, *evt;             /* (N, e), (N, d) */
     float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
@@ -605,6 +607,41 @@ static float *nn_take(char **cur, size_t floats)
     return p;
 }
 
+/* Layer l's block: what its recompute would redo at the highest cost per byte kept, so a layer with
+ * its block kept skips it (nn_layer_forward): the q, k, v, gate and out projections, the mHC
+ * coefficients' chain (z from x-hat's RMSNorm, A8 and product, the coefficients hc, the rstd rx), the
+ * MLP's s8, and y = Block(u) - u (the MLP after its hada middle's input; the odd stream after the
+ * layer is rebuilt from it and hc in a thin pass, nn_carve):
+ *   q (N, Q) | k (N, Kw) | v (N, Vw) | gt (N, O) | ao (N, d) | z, hc (N, K) | rx (N) | s8 (N, 8) | y (N, d)
+ * 3,193 floats a token at the default config, against 3,072 for a stream. with_y 0: the scratch's
+ * block, whose y is p->ys. */
+static size_t nn_block_floats(const needle_net *n, size_t N, int with_y)
+{
+    const needle_geometry *g = &n->g;
+    const size_t w = (size_t)g->q_dim + g->k_dim + g->v_dim + g->attn_dim + n->d + 2 * (size_t)n->K + 1 +
+                     NEEDLE_COND_RANK;
+    return N * (w + (with_y ? (size_t)n->d : 0));
+}
+
+/* Point a's parts of layer l's block (nn_block_floats) into its kept block, or the scratch's (with
+ * y in p->ys). */
+static void nn_point(const needle_net *n, const nn_pass *p, int l, nn_acts *a)
+{
+    const needle_geometry *g = &n->g;
+    const size_t N = (size_t)p->B * p->T, K = (size_t)n->K;
+    float *b = p->blk[l] ? p->blk[l] : p->blk[n->L];
+    a->q = b, b += N * g->q_dim;
+    a->k = b, b += N * g->k_dim;
+    a->v = b, b += N * g->v_dim;
+    a->gt = b, b += N * g->attn_dim;
+    a->ao = b, b += N * n->d;
+    a->z = b, b += N * K;
+    a->hc = b, b += N * K;
+    a->rx = b, b += N;
+    a->s8 = b, b += N * NEEDLE_COND_RANK;
+    a->y = p->blk[l] ? b : p->ys;
+}
+
 /* Carve a pass's buffers from base (NULL: only sizes them); returns the bytes. */
 static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
 {
@@ -617,11 +654,17 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     char *cur = base;
     nn_acts *a = &p->a;
     /* a forward alone keeps two streams in turn; a backward keeps every one, but X[L] shares
-     * X[0]'s memory (X[0] is dead once layer 0 ran; the backward embeds it again for layer 0) */
+     * X[0]'s memory (X[0] is dead once the head's backward ran; the backward embeds it again), and
+     * with the layers' blocks kept (thin) the odd streams X[1], X[3], .. share Xr: the backward
+     * rebuilds X[l] = expand(X[l-1], hc, y) of layer l - 1's block, the forward's bits again */
     const int share = p->keep && n->L >= 2;
+    p->thin = share && n->keep_blocks >= n->L;
+    float *xr = nn_take(&cur, p->thin ? N * W : 0);
+    if (base) p->Xr = p->thin ? xr : NULL;
     for (int l = 0; l <= n->L; l++) {
-        float *x = (p->keep || l < 2) && !(share && l == n->L) ? nn_take(&cur, N * W) : NULL;
-        if (base) p->X[l] = x ? x : share ? p->X[0] : p->X[l % 2];
+        const int odd = p->thin && l % 2 == 1 && l < n->L;
+        float *x = (p->keep || l < 2) && !(share && l == n->L) && !odd ? nn_take(&cur, N * W) : NULL;
+        if (base) p->X[l] = x ? x : odd ? p->Xr : share ? p->X[0] : p->X[l % 2];
     }
     p->dX = nn_take(&cur, p->keep ? N * W : 0), p->dX2 = nn_take(&cur, p->keep ? N * W : 0);
     p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
@@ -634,23 +677,23 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     p->targets = (int32_t *)nn_take(&cur, N);
     p->hrows = (int32_t *)nn_take(&cur, p->head ? N : 0);
     p->hblk = nn_take(&cur, p->head ? lrows * d : 0);
-    a->xh = nn_take(&cur, N * W), a->rx = nn_take(&cur, N);
-    a->z = nn_take(&cur, N * K), a->hc = nn_take(&cur, N * K);
+    a->xh = nn_take(&cur, N * W);
     a->u = nn_take(&cur, N * d), a->x0 = nn_take(&cur, N * d), a->hq = nn_take(&cur, N * d), a->r1 = nn_take(&cur, N);
-    const size_t proj = N * (Q + Kw + Vw + O);
     for (int l = 0; l <= n->L; l++) {
-        float *x = l == n->L || (p->keep && l < n->L - 1 && l < n->keep_proj) ? nn_take(&cur, proj) : NULL;
-        if (base) p->proj[l] = x;
+        const int kept = l == n->L || (p->keep && l < n->L - 1 && l < n->keep_blocks);
+        float *x = kept ? nn_take(&cur, nn_block_floats(n, N, l < n->L)) : NULL;
+        if (base) p->blk[l] = x;
     }
+    p->ys = nn_take(&cur, N * d);
     a->qt = nn_take(&cur, N * Q), a->kt = nn_take(&cur, N * Kw), a->vt = nn_take(&cur, N * Vw);
     a->qn = nn_take(&cur, N * Q), a->kn = nn_take(&cur, N * Kw), a->rq = nn_take(&cur, N * H), a->rk = nn_take(&cur, N * Hk);
     a->qf = nn_take(&cur, N * H * F), a->kf = nn_take(&cur, N * Hk * F), a->vf = nn_take(&cur, N * Hk * F);
     a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H);
     a->opre = nn_take(&cur, F != (size_t)g->v_head_dim ? N * O : 0), a->og = nn_take(&cur, N * O); /* nn_opre */
-    a->ao = nn_take(&cur, N * d), a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
+    a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
     a->x1 = nn_take(&cur, N * d), a->h2 = nn_take(&cur, N * d), a->r2 = nn_take(&cur, N);
-    a->s8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->cond = nn_take(&cur, N * nh), a->zin = nn_take(&cur, N * nh);
-    a->z0 = nn_take(&cur, N * nh), a->z1 = nn_take(&cur, N * nh), a->y = nn_take(&cur, N * d);
+    a->cond = nn_take(&cur, N * nh), a->zin = nn_take(&cur, N * nh);
+    a->z0 = nn_take(&cur, N * nh), a->z1 = nn_take(&cur, N * nh);
     if (p->keep) {
         /* the backward's scratch; x-hat (read only by the product into z) and the MLP's z0, z1 are
          * dead once the layer's forward ran, so its gradients take their memory */
@@ -682,7 +725,7 @@ static inline float *nn_x0(const nn_acts *a, const nn_layer *y) { return y->site
 static void nn_pass_free(const needle_net *n, nn_pass *p)
 {
     (void)n; /* p->base is n->arena, kept */
-    free(p->X), free(p->proj);
+    free(p->X), free(p->blk);
 }
 
 /* Allocate a pass for B x T tokens (keep: for a backward; head: for nn_loss, no logits of every row). */
@@ -695,13 +738,13 @@ static int nn_pass_begin(needle_net *n, nn_pass *p, const int32_t *tokens, int B
         if (tokens[i] < 0 || tokens[i] >= n->V)
             return loom_fail("needle: token %d at %zu outside the vocabulary (%d)", tokens[i], i, n->V);
     p->B = B, p->T = T, p->keep = keep, p->head = head;
-    p->X = calloc((size_t)n->L + 1, sizeof *p->X), p->proj = calloc((size_t)n->L + 1, sizeof *p->proj);
-    if (!p->X || !p->proj) return free(p->X), free(p->proj), loom_fail("needle: out of memory");
+    p->X = calloc((size_t)n->L + 1, sizeof *p->X), p->blk = calloc((size_t)n->L + 1, sizeof *p->blk);
+    if (!p->X || !p->blk) return free(p->X), free(p->blk), loom_fail("needle: out of memory");
     const size_t bytes = nn_carve(n, p, NULL);
     if (bytes > n->arena_bytes) {
         backend_free(n->be, n->arena);
         n->arena_bytes = 0;
-        if (!(n->arena = backend_alloc(n->be, bytes))) return free(p->X), free(p->proj), -1;
+        if (!(n->arena = backend_alloc(n->be, bytes))) return free(p->X), free(p->blk), -1;
         n->arena_bytes = bytes;
     }
     p->base = n->arena;
@@ -854,7 +897,8 @@ static void nn_attention_step(const needle_net *n, const nn_layer *y, nn_dec *dc
 }
 
 /* Attention on a->hq (the normed, quantised block input) into a->ao (its out projection, before
- * the post norm): docs/needle.md 2.5. */
+ * the post norm): docs/needle.md 2.5. project 0: a->q, k, v, gt and a->ao are already there (a
+ * recompute with the layer's block kept), so neither the projections nor the out projection run. */
 static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int B, int T, nn_dec *dc, int l,
                          int project)
 {
@@ -917,22 +961,27 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     if (F != dv) backend_scale_cols(be, a->opre, a->att, n->ones, (int)N * H, F, dv);
     backend_sigmoid_gate_forward(be, a->og, nn_opre(a, F, dv), a->gt, N * (size_t)g->attn_dim);
     nn_a8(n, a->og, N, g->attn_dim);
-    nn_linear(n, a->ao, a->og, y->wo, N, g->attn_dim, d);
+    if (project) nn_linear(n, a->ao, a->og, y->wo, N, g->attn_dim, d);
 }
 
-/* The Monarch-Hadamard MLP on a->h2 (the normed stream) into out (N, d): docs/needle.md 2.6. */
-static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N, float *out)
+/* The Monarch-Hadamard MLP on a->h2 (the normed stream) into out (N, d): docs/needle.md 2.6.
+ * kept: a recompute with the layer's block kept, which holds s8 and the layer's y: only what the
+ * backward reads (cond, zin) is computed, and out is not written. */
+static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N, float *out, int kept)
 {
     backend *be = n->be;
     const int d = n->d, nh = n->g.hada_n, A = n->g.hada_a, Bb = n->g.hada_b;
     /* cond = 1 + softmax(x Cv) Cu */
-    backend_matmul(be, a->s8, a->h2, y->cv, (int)N, NEEDLE_COND_RANK, d, 0, 0, 1.0f, 0.0f);
-    backend_softmax_rows(be, a->s8, a->s8, (int)N, NEEDLE_COND_RANK);
+    if (!kept) {
+        backend_matmul(be, a->s8, a->h2, y->cv, (int)N, NEEDLE_COND_RANK, d, 0, 0, 1.0f, 0.0f);
+        backend_softmax_rows(be, a->s8, a->s8, (int)N, NEEDLE_COND_RANK);
+    }
     backend_fill(be, a->cond, 1.0f, N * (size_t)nh);
     backend_matmul(be, a->cond, a->s8, y->cu, (int)N, nh, NEEDLE_COND_RANK, 0, 0, 1.0f, 1.0f);
     backend_scale_cols(be, a->z0, a->h2, y->d1, (int)N, d, nh);
     backend_kron_apply(be, a->z1, a->z0, y->w1a, y->w1b, (int)N, A, Bb, 0);
     backend_permute_cols(be, a->zin, a->z1, n->p1, (int)N, nh, 0);
+    if (kept) return;
     backend_hada_mid_forward(be, a->z0, a->zin, a->cond, y->d2, y->b2, (int)N, nh);
     backend_kron_apply(be, a->z1, a->z0, y->w2a, y->w2b, (int)N, A, Bb, 0);
     backend_permute_cols(be, a->z0, a->z1, n->p2, (int)N, nh, 0);
@@ -942,7 +991,8 @@ static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N,
 }
 
 /* Layer l: the stream X (N, lanes, d) into Xo (NULL: a recompute, which needs only the
- * activations), its activations in p->a (docs/needle.md 2.3-2.4). */
+ * activations, and skips what the layer's kept block holds), its activations in p->a (docs/needle.md
+ * 2.3-2.4). */
 static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float *X, float *Xo)
 {
     backend *be = n->be;
@@ -950,11 +1000,15 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     nn_acts *a = &p->a;
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d;
     const int lanes = n->g.lanes, W = lanes * n->d;
+    const int kept = Xo == NULL && p->blk[l]; /* the block is the forward's: not computed again */
+    nn_point(n, p, l, a);
     /* mHC coefficients from x-hat = A8(rmsunit(X)), u = their pre-weighted lane sum */
-    backend_rmsnorm_forward(be, a->xh, a->rx, X, n->ones, (int)N, W, NEEDLE_EPS);
-    nn_a8(n, a->xh, N, W);
-    nn_linear(n, a->z, a->xh, y->phi, N, W, n->K);
-    backend_mhc_coeffs_forward(be, a->hc, a->z, y->mhc_alpha, y->mhc_bias, (int)N, lanes, l % lanes);
+    if (!kept) {
+        backend_rmsnorm_forward(be, a->xh, a->rx, X, n->ones, (int)N, W, NEEDLE_EPS);
+        nn_a8(n, a->xh, N, W);
+        nn_linear(n, a->z, a->xh, y->phi, N, W, n->K);
+        backend_mhc_coeffs_forward(be, a->hc, a->z, y->mhc_alpha, y->mhc_bias, (int)N, lanes, l % lanes);
+    }
     backend_mhc_collapse(be, a->u, X, a->hc, n->K, (int)N, lanes, n->d);
     /* the block on u: engram gate, attention, MLP */
     if (y->site >= 0)
@@ -962,19 +1016,26 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     const float *x0 = nn_x0(a, y);
     backend_rmsnorm_forward(be, a->hq, a->r1, x0, y->ln1, (int)N, n->d, NEEDLE_EPS);
     nn_a8(n, a->hq, N, n->d);
-    /* q, k, v, gt: the layer's kept block (its recompute reads them there), else the scratch */
-    float *pr = p->proj[l] ? p->proj[l] : p->proj[n->L];
-    a->q = pr, a->k = a->q + N * n->g.q_dim, a->v = a->k + N * n->g.k_dim, a->gt = a->v + N * n->g.v_dim;
-    nn_attention(n, y, a, p->B, p->T, p->dec, l, !(Xo == NULL && p->proj[l]));
+    nn_attention(n, y, a, p->B, p->T, p->dec, l, !kept);
     backend_rmsnorm_forward(be, a->ap, a->rp, a->ao, y->post, (int)N, n->d, NEEDLE_EPS);
     backend_scalar_gate_forward(be, a->ap, a->ap, y->gate, N * d);
     backend_add(be, a->x1, x0, a->ap, N * d);
     backend_rmsnorm_forward(be, a->h2, a->r2, a->x1, y->ln2, (int)N, n->d, NEEDLE_EPS);
-    nn_mlp(n, y, a, N, a->y);
+    nn_mlp(n, y, a, N, a->y, kept);
+    if (kept) return;
     /* y = Block(u) - u = (x1 + mlp) - u, then the lanes mix: X' = H_res X + h_post y */
     backend_add(be, a->y, a->x1, a->y, N * d);
     backend_axpy(be, a->y, -1.0f, a->u, N * d);
     if (Xo) backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
+}
+
+/* A thin pass's odd stream X[l] = H_res X[l-1] + h_post y of layer l - 1's block (nn_carve): the
+ * expand of its forward on the same inputs, so the same bits. */
+static void nn_stream_rebuild(const needle_net *n, nn_pass *p, int l)
+{
+    nn_acts t;
+    nn_point(n, p, l - 1, &t);
+    backend_mhc_expand(n->be, p->X[l], p->X[l - 1], t.hc, t.y, p->B * p->T, n->g.lanes, n->d);
 }
 
 /* Every layer, then the head: p->logits (N, V') from the last stream (when p->head, only the
@@ -1433,8 +1494,9 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
         backend_rmsnorm_backward(be, p.a.dx1, NULL, p.a.dy, p.xm, n->lnf, p.rf, (int)N, n->d);
         backend_fill(be, p.dX, 0.0f, N * (size_t)g->lanes * d);
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
+        if (p.X[0] == p.X[n->L]) nn_embed_stream(n, &p); /* X[L] is dead now (nn_carve) */
         for (int l = n->L - 1; l >= 0; l--) {
-            if (l == 0 && p.X[0] == p.X[n->L]) nn_embed_stream(n, &p); /* nn_carve */
+            if (p.thin && l % 2 == 1 && l < n->L - 1) nn_stream_rebuild(n, &p, l);
             nn_layer_backward(n, &p, l, accumulate ? 1.0f : 0.0f);
         }
         n->have_grads = 1;
