@@ -100,7 +100,10 @@
     X("train.warmup", CFG_FLOAT, train.warmup, "0.05", NONNEG, \
       "Linear warmup from 0: a fraction of `steps` if below 1, else a whole number of steps.") \
     X("train.weight_decay", CFG_FLOAT, train.weight_decay, "0.1", NONNEG, \
-      "AdamW decoupled weight decay: w -= lr * weight_decay * w each step.") \
+      "AdamW decoupled weight decay: w -= lr * weight_decay * w each step, on the matrices only " \
+      "(embeddings, attention and MLP projections, an untied head); norm weights, biases and LoRA " \
+      "adapters never decay (PyTorch: two parameter groups, weight_decay 0 for the second). Needle " \
+      "bases decay every adapter, as Needle does (docs/needle.md).") \
     X("train.beta1", CFG_FLOAT, train.beta1, "0.9", UNIT, "AdamW first-moment decay.") \
     X("train.beta2", CFG_FLOAT, train.beta2, "0.95", UNIT, "AdamW second-moment decay.") \
     X("train.eps", CFG_FLOAT, train.eps, "1e-8", POS, "AdamW denominator epsilon.") \

@@ -60,8 +60,12 @@ float optim_lr(const train_config *tc, int step)
     return (float)((double)tc->min_lr + ((double)tc->lr - (double)tc->min_lr) * cosine);
 }
 
+/* A non-finite norm (a NaN or Inf among the gradients) has no valid scale: 1 would apply the bad
+ * gradients as they are and 0 (clip / Inf) would look like a clipped step, so it is NaN, clip on
+ * or off, and the step must not be taken (train.c skips it before calling this). */
 float optim_clip_scale(const train_config *tc, double grad_norm)
 {
+    if (!isfinite(grad_norm)) return NAN;
     if (tc->grad_clip <= 0.0f || !(grad_norm > tc->grad_clip)) return 1.0f;
     return (float)(tc->grad_clip / grad_norm);
 }

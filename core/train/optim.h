@@ -39,7 +39,9 @@ float optim_lr(const train_config *tc, int step);
 void optim_step(optim *o, const train_config *tc, float *const *params_at, float *const *grads_at,
                 float lr, float grad_scale);
 
-/* The clip factor for a global gradient norm: min(1, clip / norm) (1 when clip is off). */
+/* The clip factor for a global gradient norm: min(1, clip / norm) (1 when clip is off: grad_clip
+ * <= 0). A non-finite norm gives NaN: the caller skips that step instead (train.c does, counted
+ * against train.max_bad_steps). */
 float optim_clip_scale(const train_config *tc, double grad_norm);
 
 #endif
