@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "core/text/chat_needle.h"
+#include "core/text/pyjson.h"
 
 static char *chat_strdup(const char *s)
 {
@@ -164,6 +165,11 @@ static cJSON *chat_openai_call(const cJSON *c, int i, int j)
     const cJSON *f = cJSON_IsObject(c) ? chat_tool_fn(c) : NULL;
     const cJSON *args = f ? cJSON_GetObjectItemCaseSensitive(f, "arguments") : NULL;
     cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL, *call = cJSON_CreateArray();
+    if (parsed && pyjson_keep_numbers(parsed, args->valuestring, strlen(args->valuestring))) {
+        cJSON_Delete(parsed), cJSON_Delete(call);
+        loom_fail("messages[%d].tool_calls[%d]: 'arguments': %s", i, j, loom_error());
+        return NULL;
+    }
     if (parsed) args = parsed;
     if (!f) loom_fail("messages[%d].tool_calls[%d] must be an object", i, j);
     else if (!cJSON_IsObject(args))
@@ -292,6 +298,8 @@ int chat_example_parse(const char *text, size_t n, sft_example *ex, int flags)
         rc = loom_fail("line is not a JSON object");
     else if (flags & CHAT_PARSE_NEEDLE)
         rc = chat_needle_parse(root, text, n, ex) ? -1 : chat_needle_msgs(ex);
+    else if (pyjson_keep_numbers(root, text, n)) /* tojson renders them as Python read them */
+        rc = -1;
     else if (cJSON_GetObjectItemCaseSensitive(root, "messages"))
         rc = chat_parse_messages(root, ex, flags);
     else

@@ -5,12 +5,12 @@
 #include "core/text/chat.h"
 #include "core/text/chat_needle.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "core/text/pyjson.h"
 
 /* Appends tokens while there is room and counts all of them, so one pass both renders (cut at
  * cap) and measures the full length. Adjacent text of one mask value is encoded in one piece,
@@ -167,22 +167,17 @@ static void py_string(chat_buf *b, const char *s)
 }
 
 /* Numbers: integers as integers, others as the shortest text that reads back the same. */
-static void py_number(chat_buf *b, double v)
+/* tojson's number: Python's int or float repr of what json.loads read (pyjson.h) */
+static void py_number(chat_buf *b, const cJSON *v)
 {
-    char t[40];
-    if (v == floor(v) && fabs(v) < 1e15) snprintf(t, sizeof t, "%.0f", v);
-    else
-        for (int p = 15; p <= 17; p++) {
-            snprintf(t, sizeof t, "%.*g", p, v);
-            if (strtod(t, NULL) == v) break;
-        }
-    buf_str(b, t);
+    char t[PYJSON_NUMBER_BUF];
+    buf_str(b, pyjson_number(v, t));
 }
 
 static void py_json(chat_buf *b, const cJSON *v)
 {
     if (cJSON_IsString(v)) py_string(b, v->valuestring);
-    else if (cJSON_IsNumber(v)) py_number(b, v->valuedouble);
+    else if (cJSON_IsNumber(v)) py_number(b, v);
     else if (cJSON_IsTrue(v)) buf_str(b, "true");
     else if (cJSON_IsFalse(v)) buf_str(b, "false");
     else if (cJSON_IsNull(v)) buf_str(b, "null");

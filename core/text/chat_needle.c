@@ -4,12 +4,12 @@
  * Must never differ from Needle on a line Needle renders, and never accept one it cannot. */
 #include "core/text/chat_needle.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "core/text/pyjson.h"
 
 /* ---- small pieces ---- */
 
@@ -107,147 +107,11 @@ static char *nd_strip(const char *s, int *err)
     return o;
 }
 
-/* ---- numbers as written: json.loads keeps an integer's digits and a float's value ---- */
-
-/* JSON's number grammar (what json.loads accepts), the whole of s[0..n). */
-static int nd_number_ok(const char *s, size_t n)
-{
-    size_t i = 0;
-    if (i < n && s[i] == '-') i++;
-    if (i >= n) return 0;
-    if (s[i] == '0') i++;
-    else if (s[i] >= '1' && s[i] <= '9') while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    else return 0;
-    if (i < n && s[i] == '.') {
-        if (++i >= n || s[i] < '0' || s[i] > '9') return 0;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
-        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
-        while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-    }
-    return i == n;
-}
-
-typedef struct nd_nums {
-    cJSON **v;
-    size_t n, cap;
-} nd_nums;
-
-static int nd_collect(cJSON *v, nd_nums *l)
-{
-    for (; v; v = v->next) {
-        if (cJSON_IsNumber(v)) {
-            if (l->n == l->cap) {
-                size_t cap = l->cap ? 2 * l->cap : 64;
-                cJSON **p = realloc(l->v, cap * sizeof *p);
-                if (!p) return -1;
-                l->v = p;
-                l->cap = cap;
-            }
-            l->v[l->n++] = v;
-        }
-        if (v->child && nd_collect(v->child, l)) return -1;
-    }
-    return 0;
-}
-
-/* Give each number of root (parsed from text) its literal text in valuestring, in document order;
- * refuse what Python's json.loads refuses but cJSON takes (01, 1., a raw control character
- * inside a string). */
-static int nd_numbers(cJSON *root, const char *text, size_t n)
-{
-    nd_nums l = {0};
-    cJSON *next = root->next;
-    root->next = NULL; /* root alone, not its siblings */
-    int rc = nd_collect(root, &l) ? loom_fail("out of memory") : 0;
-    root->next = next;
-    size_t k = 0;
-    for (size_t i = 0, in_str = 0; rc == 0 && i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if (in_str) {
-            if (c == '\\') i++;
-            else if (c == '"') in_str = 0;
-            else if (c < 0x20) rc = loom_fail("a raw control character (0x%02x) inside a JSON string", c);
-            continue;
-        }
-        if (c == '"') { in_str = 1; continue; }
-        if (c != '-' && (c < '0' || c > '9')) continue;
-        size_t j = i;
-        while (j < n && strchr("0123456789+-.eE", text[j]) && text[j]) j++;
-        if (!nd_number_ok(text + i, j - i)) rc = loom_fail("invalid JSON number '%.*s'", (int)(j - i), text + i);
-        else if (k >= l.n) rc = loom_fail("invalid JSON");
-        else {
-            cJSON *v = l.v[k++];
-            free(v->valuestring);
-            v->valuestring = malloc(j - i + 1);
-            if (!v->valuestring) rc = loom_fail("out of memory");
-            else { memcpy(v->valuestring, text + i, j - i); v->valuestring[j - i] = '\0'; }
-        }
-        i = j - 1;
-    }
-    free(l.v);
-    return rc;
-}
-
-/* repr(float(x)): the shortest digits that read back, fixed notation for 1e-4 <= |x| < 1e16
- * (with ".0" when integral), else d.ddde+XX; json.dumps writes inf as Infinity. */
-static void nd_float(nd_buf *b, double v)
-{
-    if (isinf(v)) { nd_str(b, v < 0 ? "-Infinity" : "Infinity"); return; }
-    if (isnan(v)) { nd_str(b, "NaN"); return; }
-    char t[40], d[24];
-    int p, e = 0;
-    for (p = 1; p <= 17; p++) {
-        snprintf(t, sizeof t, "%.*e", p - 1, v);
-        if (strtod(t, NULL) == v) break;
-    }
-    size_t nd = 0;
-    for (const char *q = t; *q && *q != 'e'; q++) if (*q >= '0' && *q <= '9') d[nd++] = *q;
-    while (nd > 1 && d[nd - 1] == '0') nd--;
-    d[nd] = '\0';
-    e = atoi(strchr(t, 'e') + 1);
-    if (signbit(v)) nd_str(b, "-");
-    int decpt = e + 1;
-    if (v == 0) decpt = 1;
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            nd_str(b, "0.");
-            for (int z = 0; z < -decpt; z++) nd_str(b, "0");
-            nd_str(b, d);
-        } else if ((size_t)decpt >= nd) {
-            nd_str(b, d);
-            for (size_t z = nd; z < (size_t)decpt; z++) nd_str(b, "0");
-            nd_str(b, ".0");
-        } else {
-            nd_add(b, d, (size_t)decpt);
-            nd_str(b, ".");
-            nd_str(b, d + decpt);
-        }
-        return;
-    }
-    nd_add(b, d, 1);
-    if (nd > 1) { nd_str(b, "."); nd_str(b, d + 1); }
-    snprintf(t, sizeof t, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-    nd_str(b, t);
-}
-
-/* A number as Python prints what json.loads made of it: an integer's digits ("-0" is 0), a
- * float's repr. Without its text (a row not read by chat_needle_parse) an integral value under
- * 2^53 prints as an integer. */
+/* A number as Python prints what json.loads made of it (pyjson.h). */
 static void nd_number(nd_buf *b, const cJSON *v)
 {
-    const char *s = v->valuestring;
-    if (s && !strpbrk(s, ".eE")) { nd_str(b, strcmp(s, "-0") == 0 ? "0" : s); return; }
-    double x = s ? strtod(s, NULL) : v->valuedouble;
-    char t[32];
-    if (!s && x == floor(x) && fabs(x) < 9007199254740992.0) {
-        snprintf(t, sizeof t, "%.0f", x);
-        nd_str(b, strcmp(t, "-0") == 0 ? "0" : t);
-        return;
-    }
-    nd_float(b, x);
+    char t[PYJSON_NUMBER_BUF];
+    nd_str(b, pyjson_number(v, t));
 }
 
 /* ---- json.dumps(v, separators=(",", ":"), ensure_ascii=False) ---- */
@@ -407,7 +271,7 @@ static cJSON *nd_chat_call(const cJSON *call, int j)
         const char *s = args->valuestring, *end = NULL;
         parsed = cJSON_ParseWithOpts(s, &end, 0);
         while (parsed && end && *end && strchr(" \t\n\r", *end)) end++; /* JSON's whitespace */
-        if (!parsed || (end && *end) || nd_numbers(parsed, s, strlen(s))) {
+        if (!parsed || (end && *end) || pyjson_keep_numbers(parsed, s, strlen(s))) {
             if (!parsed || (end && *end)) loom_fail("tool_calls[%d]: 'arguments' is a string but not JSON", j);
             free(blank);
             cJSON_Delete(parsed);
@@ -476,7 +340,7 @@ static int nd_chat(const cJSON *root, sft_example *ex)
 int chat_needle_parse(cJSON *root, const char *text, size_t n, sft_example *ex)
 {
     if (!cJSON_IsObject(root)) return loom_fail("line is not a JSON object");
-    if (nd_numbers(root, text, n)) return -1;
+    if (pyjson_keep_numbers(root, text, n)) return -1;
     return nd_get(root, "query") ? nd_native(root, ex) : nd_chat(root, ex);
 }
 

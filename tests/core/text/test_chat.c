@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "core/text/chat.h"
+#include "core/text/pyjson.h"
 #include "core/text/sft_data.h"
 #include "core/text/tokenizer.h"
 #include "core/text/toolcall.h"
@@ -27,6 +28,16 @@ static char *next_line(FILE *f)
 {
     static char buf[1 << 16];
     return fgets(buf, sizeof buf, f) ? buf : NULL;
+}
+
+/* Every number of v printed as its literal text (pyjson_keep_numbers gave it one): cJSON prints a
+ * double, which would turn the row's 30.0 into 30. */
+static void numbers_raw(cJSON *v)
+{
+    for (; v; v = v->next) {
+        if (cJSON_IsNumber(v) && v->valuestring) v->type = cJSON_Raw;
+        numbers_raw(v->child);
+    }
 }
 
 /* Conversation k: rendering == the fixture's ids and mask; prompt + extraction. */
@@ -57,6 +68,8 @@ static void check_conversation(const chat_template *ct, int k, const char *row, 
     const cJSON *hf_prompt = cJSON_GetObjectItemCaseSensitive(w, "prompt");
     if (hf_prompt) {
         cJSON *r = cJSON_Parse(row), *msgs = cJSON_GetObjectItemCaseSensitive(r, "messages");
+        CHECK(pyjson_keep_numbers(r, row, strlen(row)) == 0, "conv %d: numbers: %s", k, loom_error());
+        numbers_raw(r);
         int cut = 0;
         for (int i = 0; i < cJSON_GetArraySize(msgs); i++)
             if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(msgs, i), "role")->valuestring, "assistant"))
