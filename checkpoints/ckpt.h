@@ -176,6 +176,14 @@ int ckpt_seal(const char *file);
  * ends (the kernel drops it, so a crash never leaves a stale lock). -1 + loom_fail naming the
  * folder and the other job's pid and host when another process holds it. *fd_out: pass it to
  * ckpt_unlock. */
+/* The checkpoints in folder dir (its step_<digits>.h5 files; a missing folder holds none): how
+ * many, -1 + loom_fail if dir cannot be read; *newest = the highest step (-1 when none). */
+int ckpt_count(const char *dir, long long *newest);
+/* Remove every checkpoint of folder dir (a new run replaces the old one there): `latest` first (so
+ * it never names a removed file), then step_<digits>.h5 and leftover .step_<digits>.h5.tmp files,
+ * nothing else. A missing folder is empty. 0, or -1 + loom_fail naming the file left. */
+int ckpt_clear(const char *dir);
+
 #define CKPT_LOCK_NAME "writer.lock"
 int ckpt_lock(const char *dir, int *fd_out);
 void ckpt_unlock(int fd);

@@ -1,8 +1,8 @@
 /* ckpt_files.c: durable file-system steps of a checkpoint save (mkdir -p, fsync of files and
  * directories, the whole-file seal, the atomic `latest` pointer, keep-K rotation) and reading
  * `latest` back; the folder's writer lock. Must never delete anything but step_<digits>.h5 and
- * .step_<digits>.h5.tmp files, and never change a byte of a checkpoint's HDF5 part (the seal only
- * appends or replaces itself). */
+ * .step_<digits>.h5.tmp files (and `latest`, when ckpt_clear empties a folder for a new run), and
+ * never change a byte of a checkpoint's HDF5 part (the seal only appends or replaces itself). */
 #include "checkpoints/ckpt.h"
 #include "checkpoints/ckpt_internal.h"
 
@@ -172,6 +172,45 @@ int ckpt_rotate(const char *dir, int keep, const char *current)
     free(list);
     if (removed) ckpt_fs_fsync_dir(dir);
     return failed;
+}
+
+/* Walk dir's checkpoint files: count step_<digits>.h5 (and its highest step), and with `remove`
+ * unlink them and any .step_<digits>.h5.tmp. The count, or -1 + loom_fail. */
+static int walk_steps(const char *dir, long long *newest, int remove)
+{
+    *newest = -1;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : loom_fail("%s: cannot read the checkpoint folder (%s)", dir, strerror(errno));
+    int n = 0, err = 0;
+    struct dirent *de;
+    char bad[256] = "";
+    while ((de = readdir(d)) != NULL) {
+        long long step = step_of(de->d_name, 0);
+        int ours = step >= 0 || step_of(de->d_name, 1) >= 0;
+        if (step >= 0) n++, *newest = step > *newest ? step : *newest;
+        if (remove && ours && remove_in(dir, de->d_name) && !err) {
+            err = errno;
+            snprintf(bad, sizeof bad, "%s", de->d_name);
+        }
+    }
+    closedir(d);
+    if (err) return loom_fail("%s/%s: cannot remove the old checkpoint (%s)", dir, bad, strerror(err));
+    return n;
+}
+
+int ckpt_count(const char *dir, long long *newest) { return walk_steps(dir, newest, 0); }
+
+int ckpt_clear(const char *dir)
+{
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_LATEST);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return loom_fail("%s: cannot remove (%s)", path, strerror(errno));
+    long long newest;
+    int n = walk_steps(dir, &newest, 1);
+    if (n < 0) return -1;
+    if (n > 0) ckpt_fs_fsync_dir(dir);
+    return 0;
 }
 
 /* --- the seal --- */

@@ -39,6 +39,7 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a)
         else if (strcmp(f, "--ckpt") == 0) rc = cli_value(argc, argv, &i, &a->ckpt);
         else if (strcmp(f, "--init") == 0) rc = cli_value(argc, argv, &i, &a->init);
         else if (strcmp(f, "--quiet") == 0) a->quiet = 1;
+        else if (strcmp(f, "--overwrite") == 0) a->overwrite = 1;
         else if (f[0] == '-' && f[1] == '-') return loom_fail("unknown flag '%s'", f);
         else if (!a->job_path) a->job_path = f;
         else return loom_fail("unexpected argument '%s'", f);

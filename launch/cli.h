@@ -7,13 +7,15 @@
 
 #define CLI_MAX_SETS 64
 
-/* `JOB.json [--set k=v]... [--out DIR] [--backend NAME] [--resume PATH] [--init PATH] [--quiet]` */
+/* `JOB.json [--set k=v]... [--out DIR] [--backend NAME] [--resume PATH] [--init PATH] [--overwrite]
+ * [--quiet]` */
 typedef struct cli_job {
     const char *job_path;
     const char *sets[CLI_MAX_SETS];
     int nsets;
     const char *out, *backend, *resume, *ckpt, *init;
     int quiet;
+    int overwrite; /* train/finetune: start afresh in a run folder that holds a run */
 } cli_job;
 
 /* Parse argv[first..argc) into *a. -1 + loom_fail on an unknown flag or a missing value. */

@@ -13,6 +13,7 @@ static void usage(FILE *f)
             "usage: loom <command> [args]\n"
             "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
             "        [--init CKPT_OR_HF_DIR]     start from those weights instead of a seeded init\n"
+            "        [--overwrite]       replace the run the run folder holds (else refused; --resume continues it)\n"
             "                      pretrain or continue training (a token or text file)\n"
             "  finetune JOB.json [same flags]   fine-tune finetune.base on JSONL tool-calling data\n"
             "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"

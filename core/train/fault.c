@@ -13,7 +13,7 @@
 #include "core/train/session.h"
 
 /* LOOM_FAULT_ACTION's values, in fault_action's order (FAULT_NONE first). */
-static const char *const fault_names[] = {"", "exit", "kill", "stall", "nan", "inf", "nan_grad"};
+static const char *const fault_names[] = {"", "exit", "kill", "stall", "nan", "inf", "nan_grad", "sigint", "sigterm"};
 
 static int fault_env_int(const char *name, int dflt)
 {
@@ -25,7 +25,7 @@ void fault_setup(fault_plan *p)
 {
     memset(p, 0, sizeof *p);
     const char *action = getenv("LOOM_FAULT_ACTION");
-    for (int a = FAULT_EXIT; action && a <= FAULT_NAN_GRAD; a++)
+    for (int a = FAULT_EXIT; action && a <= FAULT_SIGTERM; a++)
         if (strcmp(action, fault_names[a]) == 0) p->action = (fault_action)a;
     if (p->action == FAULT_NONE) return;
     const char *r = getenv("LOOM_FAULT_RANK");
@@ -51,9 +51,15 @@ static void fault_say(int rank, fault_action action, int step)
 
 void fault_at_step(const fault_plan *p, int rank, int step)
 {
-    if (p->action != FAULT_EXIT && p->action != FAULT_KILL && p->action != FAULT_STALL) return;
+    if (p->action != FAULT_EXIT && p->action != FAULT_KILL && p->action != FAULT_STALL &&
+        p->action != FAULT_SIGINT && p->action != FAULT_SIGTERM)
+        return;
     if (!fault_due(p, rank, step, 0)) return; /* the poison actions act in fault_poison_step */
     fault_say(rank, p->action, step);
+    if (p->action == FAULT_SIGINT || p->action == FAULT_SIGTERM) { /* the handler decides what happens */
+        for (int i = 0; i < p->count; i++) raise(p->action == FAULT_SIGINT ? SIGINT : SIGTERM);
+        return;
+    }
     if (p->action == FAULT_EXIT) _exit(3);
     if (p->action == FAULT_KILL) raise(SIGKILL);
     for (;;) pause();

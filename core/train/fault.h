@@ -9,9 +9,12 @@
  *                      nan_grad  this rank's gradients of the step start as NaN, so backward
  *                                leaves them NaN and the reduction carries NaN to every rank
  *                                (stages 0-1 with full gradients; elsewhere the loss instead)
+ *                      sigint,   raise SIGINT / SIGTERM in this rank at the start of the step (a
+ *                      sigterm   Ctrl-C, a scheduler's preemption), LOOM_FAULT_COUNT times in a row
  *   LOOM_FAULT_RANK    the rank it happens on (default 0); "all" = every rank
  *   LOOM_FAULT_STEP    the 1-based training step (default 1)
- *   LOOM_FAULT_COUNT   nan/inf/nan_grad: this many consecutive steps from LOOM_FAULT_STEP (1)
+ *   LOOM_FAULT_COUNT   nan/inf/nan_grad: this many consecutive steps from LOOM_FAULT_STEP (1);
+ *                      sigint/sigterm: this many signals at once (2: the second aborts)
  * Checkpoint saves have their own kill points: LOOM_FAULT_CKPT_PHASE (checkpoints/ckpt_write.c). */
 #ifndef LOOM_FAULT_H
 #define LOOM_FAULT_H
@@ -20,7 +23,7 @@ struct session;
 
 typedef enum fault_action {
     FAULT_NONE = 0, /* LOOM_FAULT_ACTION unset, empty or unknown: the hooks return at once */
-    FAULT_EXIT, FAULT_KILL, FAULT_STALL, FAULT_NAN, FAULT_INF, FAULT_NAN_GRAD
+    FAULT_EXIT, FAULT_KILL, FAULT_STALL, FAULT_NAN, FAULT_INF, FAULT_NAN_GRAD, FAULT_SIGINT, FAULT_SIGTERM
 } fault_action;
 
 /* The switch as parsed by fault_setup; the job that owns it keeps it for its steps. */
@@ -35,7 +38,7 @@ typedef struct fault_plan {
 /* Read LOOM_FAULT_* into *p (action FAULT_NONE when unset). Called once when a job starts. */
 void fault_setup(fault_plan *p);
 
-/* Called by the training loop at the start of every step (exit, kill, stall). */
+/* Called by the training loop at the start of every step (exit, kill, stall, sigint, sigterm). */
 void fault_at_step(const fault_plan *p, int rank, int step);
 
 /* Called by the training step once the gradients are zeroed and before the first forward, with

@@ -34,6 +34,7 @@
 #include "core/text/text.h"
 #include "core/train/evaluate.h"
 #include "core/train/fault.h"
+#include "core/train/interrupt.h"
 #include "core/train/metrics.h"
 #include "core/train/optim.h"
 #include "core/train/resume_check.h"
@@ -70,6 +71,8 @@ typedef struct nf {
     char out_dir[512], ckpt_dir[600];
     metrics *log;
     fault_plan fault;     /* tests only: LOOM_FAULT_* (a rank exits or hangs at a step) */
+    const volatile sig_atomic_t *stop; /* train_options.stop, or NULL */
+    int stopped;          /* the signal every rank agreed to stop on after this step, or 0 */
 } nf;
 
 static double nf_now(void)
@@ -361,7 +364,7 @@ static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, doubl
     const uint64_t first = (uint64_t)step * tc->batch_size;
     const int T = sft_batch_len(&t->sft, tc->seed, 0, first, tc->batch_size);
     const double denom = (double)sft_batch_loss_tokens(&t->sft, tc->seed, 0, first, tc->batch_size, T);
-    double stats[2] = {0, 0}; /* loss, real tokens */
+    double stats[2 + INTERRUPT_SLOTS] = {0, 0}; /* loss, real tokens, the stop agreement */
     for (int k = 0; k < t->accum; k++) {
         uint64_t g = first + ((uint64_t)k * W + r) * t->mb;
         sft_batch(&t->sft, tc->seed, 0, g, t->mb, T, t->tokens, t->targets);
@@ -371,7 +374,9 @@ static int nf_step(nf *t, int step, double *loss, double *norm, float *lr, doubl
         if (needle_net_grad(t->net, t->tokens, t->weights, t->mb, T, denom > 0 ? denom : 1.0, k > 0, &l)) return -1;
         stats[0] += l;
     }
-    if (nf_reduce_grads(t) || comm_allreduce_host(t->c, stats, 2)) return -1;
+    interrupt_put(t->stop, stats + 2);
+    if (nf_reduce_grads(t) || comm_allreduce_host(t->c, stats, 2 + INTERRUPT_SLOTS)) return -1;
+    t->stopped = interrupt_agreed(stats + 2);
     *loss = stats[0], *tokens = stats[1];
     /* every rank its rows and its own merge and adapter gradients (docs/needle.md section 7) */
     *flops = needle_net_step_flops(t->net, t->mb * t->accum, T) * W;
@@ -498,7 +503,12 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
             metrics_val(t->log, (int)t->step, val);
             rep->val_loss = val;
         }
-        if (nf_maybe_save(t, 0)) return -1;
+        /* a signal on any rank: this step's state saved whatever checkpoint.every says, then out */
+        if (nf_maybe_save(t, t->stopped != 0)) return -1;
+        if (t->stopped) {
+            rep->stopped = t->stopped;
+            return 0;
+        }
     }
     return nf_maybe_save(t, 1);
 }
@@ -556,11 +566,14 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
                  cfg->parallel.zero_stage, 4.0 * 4.0 * (double)t->state_elems / 1e6);
     session_out_dir(cfg, t->out_dir, sizeof t->out_dir);
     session_ckpt_dir_of(cfg, t->out_dir, t->ckpt_dir, sizeof t->ckpt_dir);
-    if (opt && opt->resume && opt->resume[0] && nf_resume(t, opt->resume, train)) return -1;
+    const int resume = opt && opt->resume && opt->resume[0];
+    if (resume && nf_resume(t, opt->resume, train)) return -1;
     if (!train) return 0;
+    t->stop = opt ? opt->stop : NULL;
     if (c->rank == 0 && session_mkdirs(t->out_dir)) return -1;
     if (session_lock_dir(c, cfg, t->ckpt_dir, &t->lock_fd)) return -1;
-    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
+    if (!resume && session_claim_run(c, t->out_dir, t->ckpt_dir, opt && opt->overwrite)) return -1;
+    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet, resume ? (long)t->step : -1);
     backend_peak_flops(t->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;
 }
@@ -589,7 +602,8 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
         (rc = nf_accuracy(t, "base model", &ev)) == 0)
         rep.base_accuracy = ev.accuracy, rep.base_names = ev.names, rep.base_eval_s = ev.seconds;
     if (rc == 0) rc = nf_loop(t, &rep, opt);
-    if (rc == 0 && eval && (rc = nf_accuracy(t, "fine-tuned", &ev)) == 0)
+    rep.total_steps = t->cfg.train.steps;
+    if (rc == 0 && eval && !rep.stopped && (rc = nf_accuracy(t, "fine-tuned", &ev)) == 0)
         rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds, rep.eval_examples = ev.examples;
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
     if (t->net) needle_net_bytes(t->net, &rep.state_bytes, &rep.activation_bytes); /* the frozen base included */

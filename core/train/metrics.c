@@ -1,6 +1,6 @@
 /* metrics.c: progress lines, metrics.jsonl and the loss-curve SVG (see metrics.h).
  * The SVG is rewritten every few steps so a person can watch the run in a browser; it is drawn
- * from the in-memory history, never by re-reading the JSONL. */
+ * from the in-memory history, which a resumed run first fills from the JSONL it appends to. */
 #include "core/train/metrics.h"
 
 #include <math.h>
@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -26,7 +28,59 @@ struct metrics {
     double *tps_hist, *mfu_hist;
 };
 
-metrics *metrics_open(const job_config *cfg, int rank, int quiet)
+/* One kept line of an earlier metrics.jsonl back into the plot's series (and the elapsed time). */
+static void metrics_replay(metrics *mt, const cJSON *line, double step)
+{
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(line, "val_loss");
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(line, "loss");
+    const cJSON *tps = cJSON_GetObjectItemCaseSensitive(line, "tokens_per_s");
+    const cJSON *el = cJSON_GetObjectItemCaseSensitive(line, "elapsed_s");
+    if (cJSON_IsNumber(val)) plot_series_add(&mt->val, step, val->valuedouble);
+    if (cJSON_IsNumber(loss)) plot_series_add(&mt->loss, step, loss->valuedouble);
+    if (cJSON_IsNumber(tps)) plot_series_add(&mt->tps, step, tps->valuedouble);
+    if (cJSON_IsNumber(el)) mt->elapsed = el->valuedouble;
+}
+
+/* A --resume after step `upto`: the lines of path for steps 1..upto, in the plot and rewritten
+ * (temp + rename: a crash here loses nothing); later steps and unreadable lines are dropped. A
+ * missing file is a run that starts its log here. -1 + loom_fail. */
+static int metrics_reload(metrics *mt, const char *path, long upto)
+{
+    FILE *in = fopen(path, "r");
+    if (!in) return 0;
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return loom_fail("%s: cannot write (metrics.jsonl of the resumed run)", tmp);
+    }
+    char *buf = NULL;
+    size_t cap = 0;
+    long kept = 0, dropped = 0;
+    while (getline(&buf, &cap, in) > 0) {
+        cJSON *line = cJSON_Parse(buf);
+        const cJSON *step = cJSON_GetObjectItemCaseSensitive(line, "step");
+        int keep = cJSON_IsNumber(step) && step->valuedouble >= 1 && step->valuedouble <= (double)upto;
+        size_t n = strlen(buf);
+        if (keep) { /* a whole line may lack its newline (a kill between the two): add it */
+            metrics_replay(mt, line, step->valuedouble);
+            fprintf(out, "%s%s", buf, n && buf[n - 1] == '\n' ? "" : "\n");
+            kept++;
+        } else {
+            dropped++;
+        }
+        cJSON_Delete(line);
+    }
+    free(buf);
+    fclose(in);
+    if (fclose(out) != 0 || rename(tmp, path) != 0) return loom_fail("%s: cannot rewrite the metrics file", path);
+    log_info("%s: %ld line(s) of steps 1..%ld kept, appending%s", path, kept, upto,
+             dropped ? " (lines of later steps, run again now, dropped)" : "");
+    return 0;
+}
+
+metrics *metrics_open(const job_config *cfg, int rank, int quiet, long resume_step)
 {
     metrics *mt = calloc(1, sizeof *mt);
     if (!mt) { loom_fail("out of host memory"); return NULL; }
@@ -48,13 +102,17 @@ metrics *metrics_open(const job_config *cfg, int rank, int quiet)
     if (cfg->out[0]) snprintf(dir, sizeof dir, "%s", cfg->out);
     else snprintf(dir, sizeof dir, "runs/%s", cfg->name);
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    mt->jsonl = fopen(path, "w");
+    snprintf(mt->svg_path, sizeof mt->svg_path, "%s/loss.svg", dir);
+    if (resume_step >= 0 && metrics_reload(mt, path, resume_step)) {
+        metrics_close(mt);
+        return NULL;
+    }
+    mt->jsonl = fopen(path, resume_step >= 0 ? "a" : "w");
     if (!mt->jsonl) {
         metrics_close(mt);
         loom_fail("%s: cannot create the metrics file", path);
         return NULL;
     }
-    snprintf(mt->svg_path, sizeof mt->svg_path, "%s/loss.svg", dir);
     return mt;
 }
 

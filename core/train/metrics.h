@@ -8,7 +8,10 @@
 
 typedef struct metrics metrics;
 
-metrics *metrics_open(const job_config *cfg, int rank, int quiet);
+/* resume_step: -1 for a new run (metrics.jsonl created); else the step a --resume starts after:
+ * the run's metrics.jsonl keeps its lines for steps 1..resume_step (later ones were logged by a run
+ * that died after its checkpoint: they are run again), is appended to, and the plot shows them. */
+metrics *metrics_open(const job_config *cfg, int rank, int quiet, long resume_step);
 /* peak: the FLOP/s every rank together could do (the MFU's reference; 0 = MFU not known). */
 void metrics_step(metrics *mt, double peak, int step, double loss, float lr, double grad_norm,
                   double tokens, double flops, double seconds);

@@ -160,7 +160,12 @@ int session_init_or_resume(session *s, const char *resume)
 {
     /* The folder lock once the start state is in: a refused resume leaves no folder behind. */
     if (session_start(s, resume)) return -1;
-    return s->mode == SESSION_TRAIN ? session_lock_ckpt_dir(s) : 0;
+    if (s->mode != SESSION_TRAIN) return 0;
+    if (session_lock_ckpt_dir(s)) return -1; /* another job writing there is named first */
+    if (resume && resume[0]) return 0;        /* a resume continues the run its folder holds */
+    char ckpt_dir[600];
+    session_ckpt_dir_of(s->cfg, s->out_dir, ckpt_dir, sizeof ckpt_dir);
+    return session_claim_run(s->comm, s->out_dir, ckpt_dir, s->overwrite);
 }
 
 void session_close(session *s)

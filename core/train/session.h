@@ -29,6 +29,7 @@ typedef struct session {
     session_mode mode;
     int finetune;         /* mode is SESSION_FINETUNE, or an inference on a fine-tuned job */
     int init_from_base;   /* train --init: start a pretraining job from finetune.base's weights */
+    int overwrite;        /* a new training job may replace the run its folder holds (--overwrite) */
     int micro_batch;      /* sequences per forward on this rank */
     int seq_len;          /* tokens per sequence the model was sized for */
     int64_t step;         /* optimizer steps completed */
@@ -50,7 +51,9 @@ backend *session_backend_open(const job_config *cfg, const comm *c);
 session *session_open(const job_config *cfg, comm *c, session_mode mode, int finetune, int T);
 
 /* Start state: load `resume` (a checkpoint file or directory) when non-NULL; else for a
- * fine-tune the base checkpoint (plus fresh adapters), else a seeded init. */
+ * fine-tune the base checkpoint (plus fresh adapters), else a seeded init. A training session
+ * then locks its checkpoint folder and, when not resuming, claims its run folder
+ * (session_claim_run with s->overwrite). */
 int session_init_or_resume(session *s, const char *resume);
 
 /* Load a checkpoint (file or directory): parameters, optimizer state, step and data cursor.
@@ -91,6 +94,11 @@ int session_lock_dir(comm *c, const job_config *cfg, const char *dir, int *fd);
  * the outcome; nothing to lock when checkpoint.every is -1). -1 + loom_fail naming the other
  * job's pid and host. */
 int session_lock_ckpt_dir(session *s);
+/* A new (not resumed) training job's claim on its run folder out_dir and checkpoint folder
+ * ckpt_dir: when they hold a run (a metrics.jsonl with a line, or a checkpoint), -1 + one line
+ * naming the folder, --resume and --overwrite; with overwrite, that run's metrics.jsonl, loss.svg
+ * and checkpoints are removed instead (nothing else). Rank 0 looks, every rank learns the outcome. */
+int session_claim_run(comm *c, const char *out_dir, const char *ckpt_dir, int overwrite);
 void session_unlock_ckpt_dir(session *s);
 
 /* Save a checkpoint when checkpoint.every divides the step, or when `final`. A failed final save

@@ -4,9 +4,12 @@
  * the slices it owns, whatever the world size or ZeRO stage was at save. */
 #include "core/train/session.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
@@ -249,6 +252,45 @@ int session_lock_dir(comm *c, const job_config *cfg, const char *dir, int *fd)
     double failed = rc != 0;
     if (comm_allreduce_host(c, &failed, 1)) return -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: rank 0 could not lock the checkpoint folder %s", dir);
+    return failed > 0 ? -1 : 0;
+}
+
+/* Rank 0's part of session_claim_run. */
+static int session_claim_local(const char *out_dir, const char *ckpt_dir, int overwrite)
+{
+    char metrics[600], svg[600];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", out_dir);
+    snprintf(svg, sizeof svg, "%s/loss.svg", out_dir);
+    struct stat st;
+    int logged = stat(metrics, &st) == 0 && st.st_size > 0;
+    long long newest;
+    int nckpt = ckpt_count(ckpt_dir, &newest);
+    if (nckpt < 0) return -1;
+    if (!logged && nckpt == 0) return 0;
+    if (!overwrite && nckpt == 0)
+        return loom_fail("%s already holds a run (its metrics.jsonl; no checkpoint to --resume): start afresh "
+                         "with --overwrite (removes its metrics and plot) or give another --out", out_dir);
+    if (!overwrite)
+        return loom_fail("%s already holds a run (checkpoints up to step %lld in %s): continue it with --resume %s, "
+                         "or start afresh with --overwrite (removes its metrics, plot and checkpoints), or give "
+                         "another --out", out_dir, newest, ckpt_dir, ckpt_dir);
+    if (ckpt_clear(ckpt_dir)) return -1;
+    const char *files[2] = {metrics, svg};
+    for (int i = 0; i < 2; i++)
+        if (unlink(files[i]) != 0 && errno != ENOENT)
+            return loom_fail("%s: cannot remove the previous run's file (--overwrite): %s", files[i], strerror(errno));
+    log_info("--overwrite: removed the previous run in %s (metrics.jsonl, loss.svg, %d checkpoint(s))", out_dir, nckpt);
+    return 0;
+}
+
+int session_claim_run(comm *c, const char *out_dir, const char *ckpt_dir, int overwrite)
+{
+    int rc = c->rank == 0 ? session_claim_local(out_dir, ckpt_dir, overwrite) : 0;
+    if (c->size == 1) return rc;
+    if (rc != 0) log_warn("%s", loom_error()); /* rank 0 says why before the job ends */
+    double failed = rc != 0;
+    if (comm_allreduce_host(c, &failed, 1)) return -1;
+    if (failed > 0 && rc == 0) return loom_fail("rank 0 refused the run folder %s", out_dir);
     return failed > 0 ? -1 : 0;
 }
 

@@ -15,6 +15,7 @@
 #include "core/train/evaluate.h"
 #include "core/train/fault.h"
 #include "core/train/finetune_needle.h"
+#include "core/train/interrupt.h"
 #include "base/log.h"
 #include "core/train/metrics.h"
 #include "core/model/model.h"
@@ -46,6 +47,8 @@ typedef struct trainer {
     metrics *log;
     double timeout_s;          /* the comm's collective timeout as the caller set it */
     fault_plan fault;          /* tests only: LOOM_FAULT_*, read once in trainer_open */
+    const volatile sig_atomic_t *stop; /* train_options.stop: this rank's signal flag, or NULL */
+    int stopped;               /* the signal every rank agreed to stop on after this step, or 0 */
 } trainer;
 
 /* Two waits are long in a healthy job: ranks reaching the first collectives at different times
@@ -123,7 +126,7 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     session *s = t->s;
     const train_config *tc = &t->cfg.train;
     double targets = trainer_global_targets(t, step);
-    double stats[2] = {0.0, 0.0}; /* loss sum, real tokens */
+    double stats[2 + INTERRUPT_SLOTS] = {0.0, 0.0}; /* loss sum, real tokens, the stop agreement */
     if (dp_begin_step(s->dp)) return -1;
     fault_poison_step(&t->fault, s, step + 1, &stats[0]); /* tests only: LOOM_FAULT_ACTION=nan|inf|nan_grad */
     model_weights_bf16(s->model, 1); /* the weights changed last step: cast them once */
@@ -141,7 +144,9 @@ static int trainer_step(trainer *t, int step, double *loss, double *norm, float 
     stats[0] += model_take_loss(s->model); /* the one read of the device in the step */
     if (model_set_shape(s->model, s->micro_batch, t->T)) return -1; /* evaluation expects it */
     if (dp_finish_grads(s->dp)) return -1;
-    if (comm_allreduce_host(s->comm, stats, 2)) return -1;
+    interrupt_put(t->stop, stats + 2); /* read as late as can be: the sum below carries it */
+    if (comm_allreduce_host(s->comm, stats, 2 + INTERRUPT_SLOTS)) return -1;
+    t->stopped = interrupt_agreed(stats + 2);
     *loss = targets > 0 ? stats[0] / targets : 0.0;
     *tokens = stats[1];
     *flops = model_step_flops(s->model, T, stats[1], targets); /* this step's row length, its head rows */
@@ -194,6 +199,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     t->cfg = *cfg;
     t->finetune = finetune;
     t->timeout_s = c->timeout_s;
+    t->stop = opt ? opt->stop : NULL;
     fault_setup(&t->fault);
     trainer_slow_waits(t, c, 1); /* until step 1 is done */
     if (trainer_load_data(t)) return -1;
@@ -206,8 +212,10 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     t->lens = malloc((size_t)t->s->micro_batch * sizeof(int));
     if (!t->tokens || !t->targets || !t->lens) return loom_fail("train: out of host memory");
     t->s->init_from_base = !finetune && opt && opt->init;
-    if (session_init_or_resume(t->s, opt ? opt->resume : NULL)) return -1;
-    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet);
+    t->s->overwrite = opt && opt->overwrite;
+    const char *resume = opt && opt->resume && opt->resume[0] ? opt->resume : NULL;
+    if (session_init_or_resume(t->s, resume)) return -1;
+    t->log = metrics_open(&t->cfg, c->rank, opt && opt->quiet, resume ? t->s->step : -1);
     backend_peak_flops(t->s->be); /* the MFU reference is measured now, not inside step 1 */
     return t->log ? 0 : -1;
 }
@@ -264,7 +272,12 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         rep->last_loss = loss;
         rep->steps_done = step + 1;
         if (trainer_maybe_validate(t, step + 1, rep)) return -1;
-        if (trainer_checkpoint(t, 0)) return -1;
+        /* a signal on any rank: this step's state saved whatever checkpoint.every says, then out */
+        if (trainer_checkpoint(t, t->stopped != 0)) return -1;
+        if (t->stopped) {
+            rep->stopped = t->stopped;
+            return 0;
+        }
     }
     return trainer_checkpoint(t, 1);
 }
@@ -283,7 +296,8 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
         rep.base_accuracy = ev.accuracy, rep.base_names = ev.names, rep.base_eval_s = ev.seconds;
     }
     if (rc == 0) rc = trainer_loop(&t, &rep, opt);
-    if (rc == 0 && eval) {
+    rep.total_steps = t.cfg.train.steps;
+    if (rc == 0 && eval && !rep.stopped) {
         rc = evaluate_accuracy(t.s, &t.sft, "fine-tuned", &ev);
         rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds;
         rep.eval_examples = ev.examples;

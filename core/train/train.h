@@ -8,6 +8,8 @@
 #ifndef LOOM_TRAIN_H
 #define LOOM_TRAIN_H
 
+#include <signal.h>
+
 #include "core/config/config.h"
 #include "core/train/session.h"  /* backend, model, dp, optimizer and checkpoints of one job */
 #include "core/train/evaluate.h" /* validation loss and tool-call accuracy */
@@ -22,6 +24,12 @@ typedef struct train_options {
     int losses_cap;       /* ... for the first losses_cap steps */
     int quiet;            /* no progress lines */
     int eval_accuracy;    /* fine-tunes: tool-call accuracy of the start and of the result */
+    int overwrite;        /* a run folder that already holds a run (metrics.jsonl with a line, or a
+                           * checkpoint) is refused unless resuming; with this, that run's metrics,
+                           * plot and checkpoints are removed first (loom --overwrite) */
+    const volatile sig_atomic_t *stop; /* NULL, or a flag the caller's SIGINT/SIGTERM handler sets to
+                           * the signal's number: the loop finishes the step, saves a checkpoint
+                           * and returns 0 with report->stopped set (core/train/interrupt.h) */
 } train_options;
 
 typedef struct train_report {
@@ -38,6 +46,9 @@ typedef struct train_report {
     double base_names, names; /* the same for "right tool names in the right order" */
     double base_eval_s, eval_s; /* wall time of the two evaluations (0 = not run) */
     int eval_examples;    /* held-out examples each evaluation covered */
+    int total_steps;      /* the job's train.steps (fine-tunes: from the epochs) */
+    int stopped;          /* 0, or the signal (SIGINT, SIGTERM) after which every rank stopped
+                           * at step steps_done; its checkpoint saved unless checkpoint.every = -1 */
 } train_report;
 
 /* Pretrain/continue training as `cfg` says. 0 on success, -1 + loom_fail. */

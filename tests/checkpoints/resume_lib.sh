@@ -16,16 +16,17 @@ fail() { echo "FAIL: $*"; exit 1; }
 work() { rm -rf "$1" && mkdir -p "$1" && cd "$1" || fail "cannot make $1"; }
 
 # loom_np NP ARGS...: `loom ARGS` on NP ranks (1 = no mpirun); stdout+stderr kept in the caller's
-# $LOG. Returns loom's exit status; 124 = hung (timeout).
+# $LOG. Returns loom's exit status; 124 = hung (timeout: SIGTERM, which loom takes as "stop after
+# this step", then SIGKILL 10 s later).
 loom_np()
 {
     local np=$1 v; shift
     if [ "$np" -eq 1 ]; then
-        timeout "$RUN_TIMEOUT" "$LOOM" "$@"
+        timeout -k 10 "$RUN_TIMEOUT" "$LOOM" "$@"
     else
         local xs=(-x OMPI_MCA_mpi_yield_when_idle)
-        for v in LOOM_FAULT_ACTION LOOM_FAULT_RANK LOOM_FAULT_STEP; do [ -n "${!v:-}" ] && xs+=(-x "$v"); done
-        timeout "$RUN_TIMEOUT" "${MPIRUN[@]}" -np "$np" "${xs[@]}" "$LOOM" "$@"
+        for v in LOOM_FAULT_ACTION LOOM_FAULT_RANK LOOM_FAULT_STEP LOOM_FAULT_COUNT; do [ -n "${!v:-}" ] && xs+=(-x "$v"); done
+        timeout -k 10 "$RUN_TIMEOUT" "${MPIRUN[@]}" -np "$np" "${xs[@]}" "$LOOM" "$@"
     fi
 }
 

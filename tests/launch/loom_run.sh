@@ -4,6 +4,7 @@
 set -u
 loom=$1
 root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf loom_run_out # a run folder holds one run: start from none (ctest may run this again)
 out=$("$root/launch/loom-run" -n 3 -- "$loom" train "$root/configs/tiny-train.json" \
       --set train.steps=3 --set train.batch_size=12 --out loom_run_out 2>&1)
 rc=$?

@@ -12,7 +12,8 @@ CK=$PWD/ck
 LOOM_FAULT_ACTION=stall LOOM_FAULT_STEP=3 "$LOOM" train "$CFG" "${SETS[@]}" --out a --set train.steps=10 \
     --set checkpoint.dir=$CK --set checkpoint.every=1 >a.log 2>&1 &
 A=$!
-trap 'kill $A 2>/dev/null; wait $A 2>/dev/null' EXIT
+# SIGKILL: a SIGTERM only asks loom to stop after the step, and job A's step never ends (stall)
+trap 'kill -KILL $A 2>/dev/null; wait $A 2>/dev/null' EXIT
 for _ in $(seq 1200); do
     [ "$(cat $CK/latest 2>/dev/null)" = step_00000002.h5 ] && break
     kill -0 $A 2>/dev/null || { cat a.log; fail "job A ended early"; }
@@ -38,7 +39,7 @@ kill -0 $A 2>/dev/null || fail "job A died while another job was refused"
 [ "$(ls -A $CK | sort | tr '\n' ' ')" = "$before" ] || fail "the refused jobs changed $CK: $(ls -A $CK)"
 [ "$(digest_of $CK/step_00000002.h5)" = "$want" ] || fail "job A's step-2 checkpoint changed"
 
-kill $A; wait $A 2>/dev/null
+kill -KILL $A; wait $A 2>/dev/null
 trap - EXIT
 LOG=after.log
 loom_np 1 --out c --set train.steps=4 --set checkpoint.dir=$CK --set checkpoint.every=1 --resume $CK ||

@@ -42,7 +42,7 @@ int main(int argc, char **argv)
     int failures = 0;
     job_config cfg;
     double ref[STEPS], got[STEPS];
-    train_options opt = {.quiet = 1, .losses_cap = STEPS};
+    train_options opt = {.quiet = 1, .losses_cap = STEPS, .overwrite = 1}; /* reruns of ctest */
     train_report rep;
     size_t bytes[4];
 

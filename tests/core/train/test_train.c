@@ -34,7 +34,7 @@ static void check_determinism(comm *c)
     job_config cfg;
     tiny_job(&cfg, "test_train_out/a");
     double a[20], b[20];
-    train_options opt = {.losses_out = a, .losses_cap = 20, .quiet = 1};
+    train_options opt = {.losses_out = a, .losses_cap = 20, .quiet = 1, .overwrite = 1}; /* reruns of ctest */
     train_report rep;
     CHECK(train_run(&cfg, c, &opt, &rep) == 0, "run 1: %s", loom_error());
     opt.losses_out = b;
