@@ -91,7 +91,10 @@
       "Global batch: sequences per optimizer step, summed over ranks and micro-batches.") \
     X("train.micro_batch", CFG_INT, train.micro_batch, "0", NONNEG, \
       "Sequences per forward/backward on one rank; fewer than batch_size / ranks " \
-      "accumulates gradients. 0 = batch_size / ranks. Must divide batch_size.") \
+      "accumulates gradients. 0 = batch_size / ranks. Must divide batch_size. The step's loss is " \
+      "one mean over every target of the global batch, whatever the split: in PyTorch, each " \
+      "micro-batch's summed loss divided by the global batch's target count before its backward " \
+      "(not its own mean divided by the micro-batches).") \
     X("train.seq_len", CFG_INT, train.seq_len, "64", POS, \
       "Tokens per training sequence; at most `model.max_seq`.") \
     X("train.lr", CFG_FLOAT, train.lr, "3e-4", NONNEG, "Peak learning rate, reached after warmup.") \
@@ -108,14 +111,16 @@
     X("train.beta2", CFG_FLOAT, train.beta2, "0.95", UNIT, "AdamW second-moment decay.") \
     X("train.eps", CFG_FLOAT, train.eps, "1e-8", POS, "AdamW denominator epsilon.") \
     X("train.grad_clip", CFG_FLOAT, train.grad_clip, "1.0", NONNEG, \
-      "Scale gradients down so their global L2 norm is at most this; 0 = no clipping.") \
+      "Scale gradients down so their global L2 norm is at most this; 0 = no clipping. The factor " \
+      "is clip / norm (torch.nn.utils.clip_grad_norm_ divides by norm + 1e-6).") \
     X("train.seed", CFG_U64, train.seed, "1337", ANY, \
       "Seed of the initial weights and of the data order (same seed, same run at any rank " \
       "count). Above 2^53 write it as a string.") \
     X("train.recompute", CFG_BOOL, train.recompute, "false", ANY, \
       "Recompute each layer's activations in backward: less memory for about 1/3 more compute. " \
-      "A Needle fine-tune recomputes in any case (its remat): false keeps each layer's q, k, v " \
-      "and gate projections for the backward, true recomputes whole layers.") \
+      "A Needle fine-tune recomputes in any case (its remat): false keeps a block of each layer " \
+      "(its projections, mHC coefficients and output) so that a recompute runs only its attention " \
+      "and one Kronecker product, true recomputes whole layers.") \
     X("train.log_every", CFG_INT, train.log_every, "1", POS, "Print a progress line every N steps.") \
     X("train.max_bad_steps", CFG_INT, train.max_bad_steps, "5", POS, \
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
