@@ -4,8 +4,9 @@
  * every layer recomputed, the adapters' gradients) and needle_net_step (clip, AdamW, the merge and
  * W4 of the five targets), on B x T random tokens, every position with loss (or all but each row's
  * first PROMPT share, a fine-tune's prompt: 0 by default, as Needle's bench), on the backend
- * LOOM_BACKEND picks (default cpu). Prints one line of JSON on stdout: the time from start to the
- * end of the first step (loading included), the median of the rest, the first loss, peak RSS. */
+ * LOOM_BACKEND picks (default cpu); RECOMPUTE=1 recomputes whole layers (train.recompute), else
+ * each layer keeps its block. Prints one line of JSON on stdout: the time from start to the end of
+ * the first step (loading included), the median of the rest, the first loss, peak RSS. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
     backend *be = backend_select(name && *name ? name : "cpu", NULL, NULL, 0);
     needle_net *n = be ? needle_net_open(be, argv[1], 0, NULL, qat ? NEEDLE_NUM_QAT : 0) : NULL;
     if (n && needle_net_lora_init(n, 16, 32.0f, 0)) needle_net_close(n), n = NULL;
+    if (n && getenv("RECOMPUTE") && atoi(getenv("RECOMPUTE"))) needle_net_set_recompute(n, 1);
     const double opened = now() - t0;
     if (!n || B <= 0 || T <= 0 || steps <= 0) {
         fprintf(stderr, "bench_needle: %s\n", loom_error() ? loom_error() : "bad arguments");
