@@ -141,7 +141,7 @@
     X("data.skip_bad_lines", CFG_BOOL, data.skip_bad_lines, "false", ANY, \
       "Finetune: skip malformed JSONL lines with a warning instead of stopping.") \
     X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
-      "Finetune: chat format (`loom`, `qwen2.5`, `chatml`, `llama3`, `mistral`, `needle`; docs/finetune-data.md); " \
+      "Finetune: chat format (`loom`, `qwen2.5`, `qwen3`, `chatml`, `llama3`, `mistral`, `needle`; docs/finetune-data.md); " \
       "`\"\"` = from the model folder's chat_template, `needle` for a Needle SentencePiece model, else `loom`.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
       "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \

@@ -19,7 +19,8 @@
  * TOOLS and ANSWERS are compact JSON arrays (cJSON_PrintUnformatted, keys in file order); each
  * answer is rendered as {"name":..,"arguments":{..}}; no call renders as "[]". The loss mask is 1
  * on every token after <|assistant|> up to and including the final <|end|>, and 0 elsewhere.
- * Every format masks every assistant turn's content and its end-of-turn marker, nothing else. */
+ * Every format masks every assistant turn's content (with Qwen3's think block and the calls, as
+ * the turn is written) and its end-of-turn marker, nothing else. */
 
 enum { CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT, CHAT_TOOL };
 
@@ -69,7 +70,7 @@ void chat_example_free(sft_example *ex);
 typedef struct chat_template {
     tokenizer *tok;          /* not owned */
     const struct chat_format *fmt;
-    const char *format;      /* its name: "loom", "qwen2.5", "chatml", "llama3", "mistral", "needle" */
+    const char *format;      /* its name: "loom", "qwen2.5", "qwen3", "chatml", "llama3", "mistral", "needle" */
     int32_t system, user, assistant, end, tools, call, think; /* loom's markers */
     int32_t im_start, im_end; /* ChatML's */
     int32_t bos, inst, inst_end, tools_end, results, results_end; /* Mistral's ([TOOL_CALLS] is call,
@@ -78,8 +79,9 @@ typedef struct chat_template {
     int32_t pad;             /* padding id (never a target) */
 } chat_template;
 
-/* Resolve format on tok: "loom", "qwen2.5" (ChatML, Hermes tools, Qwen2.5's default system),
- * "chatml" (the same without a default system: Qwen3, SmolLM), "llama3" (Llama 3.1+), "mistral"
+/* Resolve format on tok: "loom", "qwen2.5" (ChatML, Hermes tools, Qwen2.5's default system,
+ * reasoning dropped), "qwen3" (no default system, think blocks after the last user query, as
+ * Qwen3's template), "chatml" (qwen2.5 without a default system: SmolLM, Hermes), "llama3" (Llama 3.1+), "mistral"
  * (Mistral-7B-Instruct-v0.3: [AVAILABLE_TOOLS], [INST], [TOOL_CALLS], [TOOL_RESULTS]), "needle"
  * (Needle's finetune.py: [BOS] prompt target [EOS], prompt and target encoded apart; its eot is
  * EOS), or "" = "needle" for a SentencePiece tokenizer with Needle's chat markers, else picked

@@ -1,7 +1,8 @@
 /* chat_format.c: the table of chat formats (loom's own; ChatML with the Hermes tool format of
- * Qwen2.5 / Qwen3 / SmolLM; Llama 3.1+; Mistral v0.3; Needle's, rendered by chat_needle.c), each
- * a renderer with its loss mask and call extractor. Must never turn data text into a marker:
- * markers are special ids placed here (Needle's are text its SentencePiece model matches). */
+ * Qwen2.5 / SmolLM, and Qwen3's with its think blocks; Llama 3.1+; Mistral v0.3; Needle's, rendered
+ * by chat_needle.c), each a renderer with its loss mask and call extractor. Must never turn data
+ * text into a marker: markers are special ids placed here (Needle's are text its SentencePiece
+ * model matches). */
 #include "core/text/chat.h"
 #include "core/text/chat_needle.h"
 
@@ -195,7 +196,8 @@ static void py_json(chat_buf *b, const cJSON *v)
     }
 }
 
-/* ---- ChatML with Hermes tools (Qwen2.5's template; "chatml" without its default system) ---- */
+/* ---- ChatML with Hermes tools (Qwen2.5's template; "chatml" without its default system; "qwen3"
+ * with Qwen3's assistant turns) ---- */
 
 static void chatml_open(chat_writer *w, const char *role)
 {
@@ -226,30 +228,106 @@ static void chatml_system(chat_writer *w, const sft_example *ex, const char *sys
     free(b.s);
 }
 
-/* An assistant turn's content: [<think>R</think>] content, then each call as a <tool_call> block. */
+/* Each call as a <tool_call> block, a newline before each but the first (and before the first
+ * too when nl). */
+static void chatml_calls(chat_buf *b, const chat_msg *m, int nl)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, m->calls) {
+        if (nl || c != m->calls->child) buf_str(b, "\n");
+        buf_str(b, "<tool_call>\n{\"name\": \"");
+        buf_str(b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+        buf_str(b, "\", \"arguments\": ");
+        py_json(b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+        buf_str(b, "}\n</tool_call>");
+    }
+}
+
+/* The turn's text (in the loss), then <|im_end|> (in the loss) and its newline (not). */
+static void chatml_turn_end(chat_writer *w, chat_buf *b)
+{
+    chat_put_text(w, b->s ? b->s : "", 1);
+    chat_put(w, w->ct->im_end, 1);
+    chat_put_text(w, "\n", 0);
+    free(b->s);
+}
+
+/* An assistant turn as Qwen2.5's template writes it: the content, then each call as a <tool_call>
+ * block. Reasoning is dropped, as that template (and generic Hermes ChatML) drops it. */
 static void chatml_assistant(chat_writer *w, const chat_msg *m)
 {
     chat_buf b = {0};
-    if (m->reasoning) { buf_str(&b, "<think>\n"); buf_str(&b, m->reasoning); buf_str(&b, "\n</think>\n\n"); }
     if (m->content) buf_str(&b, m->content);
-    const cJSON *c;
-    cJSON_ArrayForEach(c, m->calls) {
-        if (b.n) buf_str(&b, "\n");
-        buf_str(&b, "<tool_call>\n{\"name\": \"");
-        buf_str(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
-        buf_str(&b, "\", \"arguments\": ");
-        py_json(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
-        buf_str(&b, "}\n</tool_call>");
-    }
-    chat_put_text(w, b.s ? b.s : "", 1);
-    chat_put(w, w->ct->im_end, 1);
-    chat_put_text(w, "\n", 0);
-    free(b.s);
+    chatml_calls(&b, m, b.n > 0);
+    chatml_turn_end(w, &b);
 }
 
-static int chatml_render_sys(chat_writer *w, const sft_example *ex, int prompt_only, const char *dflt)
+/* ---- Qwen3's think blocks (its template: reasoning only after the last user query) ---- */
+
+static int qwen3_wrapped_result(const char *c)
 {
-    int stop = prompt_only ? chat_last_assistant(ex) : ex->n_msgs, first = 0;
+    size_t n = strlen(c), a = strlen("<tool_response>"), z = strlen("</tool_response>");
+    return n >= a && n >= z && strncmp(c, "<tool_response>", a) == 0 && strcmp(c + n - z, "</tool_response>") == 0;
+}
+
+/* The template's last_query_index: the last user turn that is not a <tool_response> block, or
+ * the last message when there is none. */
+static int qwen3_last_query(const sft_example *ex)
+{
+    for (int i = ex->n_msgs - 1; i >= 0; i--)
+        if (ex->msgs[i].role == CHAT_USER && !qwen3_wrapped_result(ex->msgs[i].content ? ex->msgs[i].content : ""))
+            return i;
+    return ex->n_msgs - 1;
+}
+
+/* Python's s.strip('\n') / lstrip / rstrip on [s, e): moves the bounds. */
+static void nl_strip(const char **s, const char **e, int left, int right)
+{
+    while (left && *s < *e && **s == '\n') (*s)++;
+    while (right && *e > *s && (*e)[-1] == '\n') (*e)--;
+}
+
+/* An assistant turn as Qwen3's template writes it. Without reasoning_content, reasoning inside
+ * the content is split off: content.split('</think>')[0].rstrip('\n').split('<think>')[-1]
+ * .lstrip('\n'), the content then being what follows the last </think>, lstrip('\n'). After the
+ * last user query (after_query) the turn opens with <think>\nR\n</think>\n\n (R stripped of
+ * newlines) when it has reasoning or is the last message; elsewhere the reasoning is dropped. A
+ * newline goes before the first call only when the content (before its lstrip) is not empty. */
+static void qwen3_assistant(chat_writer *w, const chat_msg *m, int after_query, int last)
+{
+    const char *c = m->content ? m->content : ""; /* a null content: "" (the template refuses it) */
+    const char *ce = c + strlen(c), *r = m->reasoning ? m->reasoning : "", *re = r + strlen(r);
+    const char *close = m->reasoning ? NULL : strstr(c, "</think>");
+    if (close) {
+        r = c, re = close;
+        nl_strip(&r, &re, 0, 1);
+        for (const char *p = r; (p = strstr(p, "<think>")) != NULL && p + strlen("<think>") <= re; p++)
+            r = p + strlen("<think>");
+        nl_strip(&r, &re, 1, 0);
+        for (const char *p = close; (p = strstr(p, "</think>")) != NULL; p++) c = p + strlen("</think>");
+        nl_strip(&c, &ce, 1, 0);
+    }
+    chat_buf b = {0};
+    if (after_query && (last || re > r)) {
+        const char *cs = c;
+        nl_strip(&r, &re, 1, 1);
+        nl_strip(&cs, &ce, 1, 0);
+        buf_str(&b, "<think>\n");
+        buf_add(&b, r, (size_t)(re - r));
+        buf_str(&b, "\n</think>\n\n");
+        buf_add(&b, cs, (size_t)(ce - cs));
+    } else {
+        buf_add(&b, c, (size_t)(ce - c));
+    }
+    chatml_calls(&b, m, ce > c);
+    chatml_turn_end(w, &b);
+}
+
+/* ChatML turns: the system turn (dflt when the conversation has none; NULL: none), then each turn;
+ * qwen3: assistant turns as Qwen3's template writes them. */
+static int chatml_render_sys(chat_writer *w, const sft_example *ex, int prompt_only, const char *dflt, int qwen3)
+{
+    int stop = prompt_only ? chat_last_assistant(ex) : ex->n_msgs, first = 0, query = qwen3_last_query(ex);
     const char *sys = ex->n_msgs && ex->msgs[0].role == CHAT_SYSTEM ? ex->msgs[0].content : dflt;
     if (ex->n_msgs && ex->msgs[0].role == CHAT_SYSTEM) first = 1;
     chatml_system(w, ex, sys ? sys : NULL);
@@ -268,7 +346,11 @@ static int chatml_render_sys(chat_writer *w, const sft_example *ex, int prompt_o
         }
         static const char *const names[] = {"system\n", "user\n", "assistant\n"};
         chatml_open(w, names[m->role]);
-        if (m->role == CHAT_ASSISTANT) { chatml_assistant(w, m); continue; }
+        if (m->role == CHAT_ASSISTANT) {
+            if (qwen3) qwen3_assistant(w, m, i > query, i == ex->n_msgs - 1);
+            else chatml_assistant(w, m);
+            continue;
+        }
         chat_put_text(w, m->content ? m->content : "", 0);
         chat_put(w, w->ct->im_end, 0);
         chat_put_text(w, "\n", 0);
@@ -279,12 +361,19 @@ static int chatml_render_sys(chat_writer *w, const sft_example *ex, int prompt_o
 
 static int qwen25_render(chat_writer *w, const sft_example *ex, int prompt_only)
 {
-    return chatml_render_sys(w, ex, prompt_only, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+    return chatml_render_sys(w, ex, prompt_only, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", 0);
 }
 
 static int chatml_render(chat_writer *w, const sft_example *ex, int prompt_only)
 {
-    return chatml_render_sys(w, ex, prompt_only, NULL);
+    return chatml_render_sys(w, ex, prompt_only, NULL, 0);
+}
+
+/* Qwen3: no default system; generation starts from "<|im_start|>assistant\n" (the template's
+ * default, enable_thinking unset: the model writes its own think block). */
+static int qwen3_render(chat_writer *w, const sft_example *ex, int prompt_only)
+{
+    return chatml_render_sys(w, ex, prompt_only, NULL, 1);
 }
 
 /* ---- Llama 3.1 / 3.2 (tools in the first user turn, one call per assistant turn) ---- */
@@ -578,6 +667,7 @@ static int mistral_render(chat_writer *w, const sft_example *ex, int prompt_only
 static const chat_format chat_formats[] = {
     {"loom", loom_render},
     {"qwen2.5", qwen25_render},
+    {"qwen3", qwen3_render},
     {"chatml", chatml_render},
     {"llama3", llama3_render},
     {"mistral", mistral_render},
@@ -602,6 +692,7 @@ static const char *chat_detect(const tokenizer *tok)
     if (strcmp(tokenizer_kind(tok), "sentencepiece") == 0 && tokenizer_special(tok, "<|im_start|>") >= 0 &&
         tokenizer_special(tok, "<tool_call>") >= 0 && tokenizer_special(tok, "<tools>") >= 0)
         return "needle";
+    if (t && strstr(t, "<|im_start|>") && strstr(t, "last_query_index") && strstr(t, "<think>")) return "qwen3";
     if (t && strstr(t, "<|im_start|>")) return strstr(t, "You are Qwen, created by Alibaba Cloud") ? "qwen2.5" : "chatml";
     if (t && strstr(t, "<|start_header_id|>")) return "llama3";
     if (t && strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]")) return "mistral";
@@ -615,7 +706,7 @@ int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
     if (!format || !format[0]) format = chat_detect(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];
-    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, chatml, llama3, mistral, needle)", format);
+    if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, qwen3, chatml, llama3, mistral, needle)", format);
     ct->format = ct->fmt->name;
     ct->pad = tokenizer_pad(tok);
     if (!ct->fmt->render) { /* Needle's: BOS, EOS and the markers as user-defined pieces */
@@ -762,7 +853,8 @@ int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, ch
     chat_buf b = {0};
     buf_str(&b, "[");
     int k = 0;
-    for (const char *p = strstr(text, "<tool_call>"); p; p = strstr(p, "<tool_call>")) {
+    const char *from = ct->fmt->render == qwen3_render ? strstr(text, "</think>") : NULL; /* not in the reasoning */
+    for (const char *p = strstr(from ? from : text, "<tool_call>"); p; p = strstr(p, "<tool_call>")) {
         const char *q = strstr(p, "</tool_call>");
         p += strlen("<tool_call>");
         if (!q) q = p + strlen(p);

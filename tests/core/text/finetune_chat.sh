@@ -4,6 +4,8 @@
 # with the tokenizer, fine-tune, evaluate (held-out exact match line), sample a Needle-style query
 # (no ids). Then a row the format cannot express is refused in one line naming file:line.
 #   qwen2.5: ChatML with Hermes tool calls (loom's own format refuses the same rows' tool results)
+#   qwen3: Qwen3's think blocks on rows with reasoning, with <think> tokens in the tokenizer (loom's
+#          format refuses the rows' tool results)
 #   mistral: Mistral-7B-Instruct-v0.3's, tool call ids of 9 characters (refuses non-alternating turns)
 #   needle: Needle's rows and single-turn chats with its SentencePiece model, the format picked by
 #           the tokenizer (refuses a line in neither form, where Needle skips it)
@@ -14,7 +16,8 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 case $format in
-qwen2.5) rows=$fx/chat.jsonl tok=$fx/qwen2.json vocab=1152 ;;
+qwen2.5) rows=$fx/chat.jsonl tok=$fx/qwen2.json vocab=1152 bad=2 ;;
+qwen3) rows=$fx/chat_reasoning_rows.jsonl tok=$fx/qwen3_think.json vocab=1152 bad=1 ;;
 mistral) rows=$fx/chat_mistral_rows.jsonl tok=$fx/mistral.json vocab=1216 ;;
 needle) rows=$src/tests/fixtures/needle/needle_rows.jsonl tok=$src/tests/fixtures/needle/needle.model vocab=2000 ;;
 *) fail "unknown format '$format'" ;;
@@ -41,9 +44,9 @@ if [ "$format" = needle ]; then
     "$src/tests/launch/expect_fail.sh" "bad.jsonl:2: missing field 'query' \\(a Needle row\\) or 'messages'" \
       "$loom" finetune "$src/configs/tiny-finetune.json" "${m[@]}" --set data.train="$w/bad.jsonl" \
       --set finetune.base="$w/base/ckpt" --out "$w/bad" || exit 1
-elif [ "$format" = qwen2.5 ]; then
+elif [ "$format" = qwen2.5 ] || [ "$format" = qwen3 ]; then
     # the rows are rendered before the base is read: loom's format (byte tokenizer) refuses tool results
-    "$src/tests/launch/expect_fail.sh" "rows.jsonl:2: chat format loom cannot express a tool result" "$loom" finetune \
+    "$src/tests/launch/expect_fail.sh" "rows.jsonl:$bad: chat format loom cannot express a tool result" "$loom" finetune \
       "$src/configs/tiny-finetune.json" --set data.train="$w/rows.jsonl" --set data.chat_format=loom \
       --set finetune.base="$w/none" --out "$w/bad" || exit 1
 else

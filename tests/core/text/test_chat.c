@@ -1,8 +1,8 @@
 /* test_chat.c: chat formats against transformers' apply_chat_template (fixtures from
  * tests/fixtures/tokenizers/chat_fixtures.py): loom's ChatML/Hermes rendering of OpenAI-style
  * conversations gives the same ids, its mask covers exactly the assistant spans, the prompt is a
- * prefix, generated calls read back (the same for Llama 3 and Mistral v0.3); loom's format on
- * multi-turn rows; bad rows fail clearly. */
+ * prefix, generated calls read back (the same for Llama 3 and Mistral v0.3, Qwen3's think blocks
+ * and Qwen2.5 dropping reasoning); loom's format on multi-turn rows; bad rows fail clearly. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +89,24 @@ static void check_conversation(const chat_template *ct, int k, const char *row, 
         cJSON_free(text);
         cJSON_Delete(r);
     }
+    /* Qwen3: the prompt is what transformers' add_generation_prompt=True gives for the turns before
+     * the last assistant turn (enable_thinking unset), and the text is the template's */
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(w, "generation_prompt");
+    if (gen) {
+        int gs = 0, gn = cJSON_GetArraySize(gen);
+        while (gs < pn && gs < gn && p[gs] == cJSON_GetArrayItem(gen, gs)->valueint) gs++;
+        CHECK(pn == gn && gs == gn, "conv %d: prompt %d tokens vs transformers' generation prompt %d, first difference at %d",
+              k, pn, gn, gs);
+    }
+    const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(w, "text");
+    if (cJSON_IsString(want_text)) {
+        static char text[1 << 16];
+        tokenizer_decode(ct->tok, tok, (size_t)(got < 4096 ? got : 4096), text, sizeof text, 0);
+        size_t d = 0;
+        while (text[d] && text[d] == want_text->valuestring[d]) d++;
+        CHECK(strcmp(text, want_text->valuestring) == 0, "conv %d: text differs from the template's at byte %zu: ...%.40s",
+              k, d, text + d);
+    }
     /* what the model would write after the prompt reads back as the answers */
     char calls[4096];
     CHECK(chat_extract_calls(ct, tok + pn, got - pn, calls, sizeof calls) >= 0 &&
@@ -126,6 +144,10 @@ static void check_fixture(const char *tok_file, const char *format, const char *
 static void check_chatml(void)
 {
     check_fixture("qwen2.json", "qwen2.5", "chat.jsonl", "chat_qwen2.5.jsonl", "<|im_end|>");
+    /* reasoning: Qwen3 keeps it after the last user query only, Qwen2.5 (and generic ChatML) drops it */
+    check_fixture("qwen2.json", "qwen3", "chat_reasoning_rows.jsonl", "chat_qwen3.jsonl", "<|im_end|>");
+    check_fixture("qwen3_think.json", "qwen3", "chat_reasoning_rows.jsonl", "chat_qwen3_think.jsonl", "<|im_end|>");
+    check_fixture("qwen2.json", "qwen2.5", "chat_reasoning_rows.jsonl", "chat_qwen2.5_reasoning.jsonl", "<|im_end|>");
     check_fixture("llama3.json", "llama3", "chat_llama3_rows.jsonl", "chat_llama3.jsonl", "<|eot_id|>");
     check_fixture("mistral.json", "mistral", "chat_mistral_rows.jsonl", "chat_mistral.jsonl", "</s>");
     tokenizer *tok = tokenizer_open(fixture("qwen2.json"));
@@ -164,6 +186,49 @@ static void check_template_file(void)
           "the format is read from chat_template.jinja: %s", tok ? ct.format : loom_error());
     tokenizer_free(tok);
     if (system("rm -rf test_chat_jinja") != 0) CHECK(0, "cleanup");
+}
+
+/* Qwen3's real template (chat_template_qwen3.jinja) picks qwen3, Qwen2.5's default system qwen2.5,
+ * other ChatML chatml; a Qwen3 reply's calls are read after its think block. */
+static void check_qwen3_detect(void)
+{
+    static const struct { const char *tmpl, *want; } cases[] = {
+        {NULL, "qwen3"},
+        {"{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}", "qwen2.5"},
+        {"{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + m.content }}{%- endfor %}", "chatml"},
+    };
+    char cmd[2400];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "rm -rf test_chat_qwen3 && mkdir test_chat_qwen3 && cp '%s' test_chat_qwen3/tokenizer.json",
+                 fixture("qwen2.json"));
+        if (system(cmd) != 0) { CHECK(0, "folder"); return; }
+        if (!cases[i].tmpl) {
+            snprintf(cmd, sizeof cmd, "cp '%s' test_chat_qwen3/chat_template.jinja", fixture("chat_template_qwen3.jinja"));
+            if (system(cmd) != 0) { CHECK(0, "template"); return; }
+        } else {
+            FILE *f = fopen("test_chat_qwen3/chat_template.jinja", "wb");
+            if (!f) { CHECK(0, "chat_template.jinja"); return; }
+            fputs(cases[i].tmpl, f);
+            fclose(f);
+        }
+        tokenizer *tok = tokenizer_open("test_chat_qwen3");
+        chat_template ct;
+        CHECK(tok && chat_template_init(&ct, tok, "") == 0 && !strcmp(ct.format, cases[i].want),
+              "template %zu: want %s, got %s", i, cases[i].want, tok ? ct.format : loom_error());
+        if (tok && i == 0) {
+            const char *gen = "<think>\nMaybe <tool_call>\n{\"name\": \"no\", \"arguments\": {}}\n</tool_call>?\n</think>\n\n"
+                              "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>";
+            int32_t ids[256];
+            long n = tokenizer_encode(tok, gen, strlen(gen), ids, 256);
+            char out[256];
+            cJSON *want = cJSON_Parse("[{\"name\":\"a\",\"arguments\":{\"x\":1}}]");
+            CHECK(chat_extract_calls(&ct, ids, (int)n, out, sizeof out) > 0 && toolcall_match(out, want),
+                  "qwen3: calls after the think block only: %s", out);
+            cJSON_Delete(want);
+        }
+        tokenizer_free(tok);
+    }
+    if (system("rm -rf test_chat_qwen3") != 0) CHECK(0, "cleanup");
 }
 
 /* Mistral: picked from a folder's chat_template by its markers; a text reply has no calls; rows
@@ -324,6 +389,7 @@ int main(void)
     check_loom_multiturn();
     check_mistral();
     check_template_file();
+    check_qwen3_detect();
     check_bad_rows();
     if (failures) { printf("%d checks failed\n", failures); return 1; }
     printf("test_chat: all checks passed\n");

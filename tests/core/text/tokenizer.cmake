@@ -33,8 +33,9 @@ set_tests_properties(test_chat PROPERTIES ENVIRONMENT "LOOM_SOURCE_DIR=${PROJECT
 
 # A fine-tune on OpenAI-style rows with a tokenizer.json, end to end, in ChatML (Hermes tool calls)
 # and in Mistral v0.3's format (tool call ids, [TOOL_RESULTS]), and on Needle's rows with its
-# SentencePiece model (the needle format picked by the tokenizer); each with a row it refuses.
-foreach(fmt chatml:qwen2.5 mistral:mistral needle:needle)
+# SentencePiece model (the needle format picked by the tokenizer), and in Qwen3's (think blocks,
+# reasoning rows); each with a row it refuses.
+foreach(fmt chatml:qwen2.5 qwen3:qwen3 mistral:mistral needle:needle)
   string(REPLACE ":" ";" pair ${fmt})
   list(GET pair 0 name)
   list(GET pair 1 format)
