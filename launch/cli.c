@@ -21,6 +21,22 @@ static int cli_value(int argc, char **argv, int *i, const char **out)
     return 0;
 }
 
+/* An unknown flag; one that names a config field (--steps 5, --learning-rate 1e-4) gets the --set
+ * that sets it. */
+static int cli_unknown_flag(int argc, char **argv, int i)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s", argv[i] + 2);
+    char *eq = strchr(name, '=');
+    if (eq) *eq = '\0';
+    for (char *c = name; *c; c++) *c = *c == '-' ? '_' : *c;
+    const char *field = config_suggest(name, 1);
+    if (!field) return loom_fail("unknown flag '%s'", argv[i]);
+    const char *value = strchr(argv[i], '=') ? strchr(argv[i], '=') + 1
+                        : i + 1 < argc && argv[i + 1][0] != '-' ? argv[i + 1] : "VALUE";
+    return loom_fail("unknown flag '%s' (config fields are set as --set %s=%s)", argv[i], field, value);
+}
+
 int cli_parse_job(int argc, char **argv, int first, cli_job *a)
 {
     memset(a, 0, sizeof *a);
@@ -40,7 +56,7 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a)
         else if (strcmp(f, "--init") == 0) rc = cli_value(argc, argv, &i, &a->init);
         else if (strcmp(f, "--quiet") == 0) a->quiet = 1;
         else if (strcmp(f, "--overwrite") == 0) a->overwrite = 1;
-        else if (f[0] == '-' && f[1] == '-') return loom_fail("unknown flag '%s'", f);
+        else if (f[0] == '-' && f[1] == '-') return cli_unknown_flag(argc, argv, i);
         else if (!a->job_path) a->job_path = f;
         else return loom_fail("unexpected argument '%s'", f);
         if (rc) return -1;

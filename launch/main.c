@@ -5,12 +5,13 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "base/version.h"
 #include "launch/cli.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: loom <command> [args]\n"
+            "usage: loom <command> [args]     (loom --version; loom CMD --help: this text)\n"
             "  train JOB.json [--set key=value]... [--out DIR] [--backend NAME] [--resume CKPT] [--quiet]\n"
             "        [--init CKPT_OR_HF_DIR]     start from those weights instead of a seeded init\n"
             "        [--overwrite]       replace the run the run folder holds (else refused; --resume continues it)\n"
@@ -47,6 +48,15 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("loom %s\n", LOOM_VERSION);
+        return 0;
+    }
+    for (int i = 2; i < argc; i++) /* loom CMD --help: the usage, every command's flags */
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
     const char *cmd = argv[1];
     if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
     if (strcmp(cmd, "finetune") == 0) return cmd_finetune(argc, argv);

@@ -213,8 +213,20 @@ static int name_distance(const char *name, const char *cand)
     return d2 < d ? d2 : d;
 }
 
+/* Other trainers' names (Hugging Face's TrainingArguments, PEFT's LoraConfig) for loom's fields,
+ * which no edit distance finds. */
+static const char *const synonyms[][2] = {
+    {"learning_rate", "train.lr"},          {"max_steps", "train.steps"},
+    {"num_steps", "train.steps"},           {"warmup_steps", "train.warmup"},
+    {"warmup_ratio", "train.warmup"},       {"max_grad_norm", "train.grad_clip"},
+    {"gradient_clip", "train.grad_clip"},   {"per_device_train_batch_size", "train.micro_batch"},
+    {"num_train_epochs", "finetune.epochs"}, {"lora_r", "finetune.lora_rank"},
+};
+
 static const char *suggest(const char *name)
 {
+    for (size_t k = 0; k < sizeof synonyms / sizeof synonyms[0]; k++)
+        if (strcmp(leaf(name), synonyms[k][0]) == 0) return synonyms[k][1];
     int n, best_d = 1000;
     const config_field *f = config_fields(&n);
     const char *best = NULL;
@@ -228,6 +240,18 @@ static const char *suggest(const char *name)
     }
     int len = (int)strlen(name);
     return best && (best_d <= 2 || 3 * best_d <= len) ? best : NULL;
+}
+
+const char *config_suggest(const char *name, int exact)
+{
+    if (!exact) return suggest(name);
+    for (size_t k = 0; k < sizeof synonyms / sizeof synonyms[0]; k++)
+        if (strcmp(name, synonyms[k][0]) == 0) return synonyms[k][1];
+    int n;
+    const config_field *f = config_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(leaf(f[i].path), name) == 0) return f[i].path;
+    return NULL;
 }
 
 static int fail_unknown(const char *src, const char *name)

@@ -146,6 +146,10 @@ int config_load_string(job_config *cfg, const char *json, const char *source,
                        const char *const *overrides, int noverrides);
 /* Apply one "a.b=v" override. */
 int config_set(job_config *cfg, const char *assignment);
+/* The known field (or section) nearest to an unknown name, or another trainer's name for one
+ * (learning_rate: train.lr), as an unknown field's error suggests it; NULL when none is near.
+ * exact: only a field whose last part is name (steps: train.steps) or that other name. */
+const char *config_suggest(const char *name, int exact);
 
 /* Cross-field checks (n_head % n_kv_head, d_model % n_head, ...). */
 int config_validate(const job_config *cfg);

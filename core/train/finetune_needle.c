@@ -556,10 +556,10 @@ static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *o
     if ((t->ngbuf = needle_net_lora_grad_buffers(t->net, t->gbuf, t->gcount, 2 * NEEDLE_LORA_TARGETS)) < 0) return -1;
     const needle_config *nc = needle_net_config(t->net);
     log_info("model needle (%s): %d layers%s, d_model %d, vocab %d; LoRA rank %d alpha %g (scale %g) on q/k/v/gate/out_proj: "
-             "%zu trainable parameters; numerics %s; %d ranks, micro-batch %d x %d", cfg->finetune.base, nc->num_layers,
+             "%zu trainable parameters; numerics %s; %d rank%s, micro-batch %d x %d", cfg->finetune.base, nc->num_layers,
              cfg->model.layers ? " (its ladder rung, model.layers)" : "", nc->d_model, nc->vocab_size, t->rank, cfg->finetune.lora_alpha, t->scale, t->state_elems,
              cfg->finetune.qat ? "Needle's QAT (W4 STE of the merged weights, A8, KV8; finetune.qat)" : "float32",
-             c->size, t->mb, t->T);
+             c->size, c->size == 1 ? "" : "s", t->mb, t->T);
     if (cfg->parallel.zero_stage > 0 && c->size > 1)
         log_info("parallel.zero_stage %d: nothing to shard, a Needle base's trainable state (adapters, gradients, "
                  "moments: %.1f MB) is replicated on every rank and the frozen base mapped from its file",

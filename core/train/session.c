@@ -124,9 +124,9 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
     size_t total = s->model->nparams + (s->model->lora.rank ? s->model->nbase_params : 0);
     size_t trainable = mode == SESSION_INFER ? 0 : s->model->nparams;
     log_info("model %s: %zu parameters (%.1fM), %zu trainable, %d layers, d_model %d, %.1f MFLOP/token, "
-             "%d ranks, micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
+             "%d rank%s, micro-batch %d x %d", cfg->model.preset[0] ? cfg->model.preset : "custom",
              total, (double)total / 1e6, trainable, cfg->model.n_layer, cfg->model.d_model,
-             model_flops_per_token(s->model, T) / 1e6, c->size, s->micro_batch, T);
+             model_flops_per_token(s->model, T) / 1e6, c->size, c->size == 1 ? "" : "s", s->micro_batch, T);
     if (s->model->lora.rank)
         log_info("LoRA rank %d alpha %g on %s: %zu trainable parameters, %zu frozen", s->model->lora.rank,
                  s->model->lora.alpha, cfg->finetune.lora_targets, s->model->nparams, s->model->nbase_params);

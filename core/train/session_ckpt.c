@@ -467,8 +467,8 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     if (rc == 0) {
         s->step = st.step;
         s->sample_cursor = st.sample_cursor;
-        log_info("resumed from %s at step %lld (saved by %d ranks, ZeRO %d, %s)", file,
-                 (long long)st.step, st.world_size, st.zero_stage, st.backend ? st.backend : "?");
+        log_info("resumed from %s at step %lld (saved by %d rank%s, ZeRO %d, %s)", file,
+                 (long long)st.step, st.world_size, st.world_size == 1 ? "" : "s", st.zero_stage, st.backend ? st.backend : "?");
     }
     ckpt_state_free(&st);
     return rc;

@@ -76,7 +76,7 @@ falls "full fine-tune (2 ranks, then resumed on 1)" "+ mpirun" "+ loom eval"
 # (tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
 grep -q "tokenizer models/qwen2.5-0.5b" log.txt && grep -q "longest 825," log.txt ||
     fail "the rows were not rendered with the folder's tokenizer and Qwen2.5 template"
-grep -q "resumed from runs/qwen-full/ckpt.* (saved by $([ $# -gt 0 ] && echo 2 || echo 1) ranks, ZeRO 2" log.txt ||
+grep -q "resumed from runs/qwen-full/ckpt.* (saved by $([ $# -gt 0 ] && echo "2 ranks" || echo "1 rank"), ZeRO 2" log.txt ||
     fail "no resume of the 2-rank ZeRO-2 checkpoint on 1 rank"
 [ "$(grep -c 'tool-call accuracy (exact match, held-out)' log.txt)" -ge 3 ] || fail "evaluation lines missing"
 grep -q 'val loss' log.txt || fail "no validation loss"
