@@ -38,6 +38,7 @@ int cli_job_failed(struct comm *c);
 
 int cmd_train(int argc, char **argv);
 int cmd_finetune(int argc, char **argv);
+int cmd_render(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -17,7 +17,9 @@ static void usage(FILE *f)
             "        [--overwrite]       replace the run the run folder holds (else refused; --resume continues it)\n"
             "                      pretrain or continue training (a token or text file)\n"
             "  finetune JOB.json [same flags]   fine-tune finetune.base on JSONL tool-calling data\n"
-            "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"
+            "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"            "  render JOB.json [--set key=value]... [--limit N] [--json]\n"
+            "                      what a fine-tune trains on: each example's text, the trained tokens\n"
+            "                      between \u27e6 and \u27e7 (--json: {split, ids, mask, text} a line)\n"
             "  sample JOB.json [--ckpt CKPT] (--prompt TEXT | --query TEXT --tools JSON)\n"
             "         [--temperature T>=0] [--top-k K>=0] [--seed S] [--max-new N>=1] [--quiet]\n"
             "  info                build features, devices, the backend that would be picked\n"
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
     if (strcmp(cmd, "finetune") == 0) return cmd_finetune(argc, argv);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(cmd, "render") == 0) return cmd_render(argc, argv);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
