@@ -696,14 +696,29 @@ static const char *chat_detect(const tokenizer *tok)
     if (t && strstr(t, "<|im_start|>")) return strstr(t, "You are Qwen, created by Alibaba Cloud") ? "qwen2.5" : "chatml";
     if (t && strstr(t, "<|start_header_id|>")) return "llama3";
     if (t && strstr(t, "[AVAILABLE_TOOLS]") && strstr(t, "[TOOL_CALLS]")) return "mistral";
-    return "loom";
+    return t && t[strspn(t, " \t\r\n")] ? NULL : "loom"; /* a template loom does not know: refused */
+}
+
+/* The refusal of a chat_template no format matches: its start on one line, the formats, the field. */
+static int chat_unknown_template(const tokenizer *tok)
+{
+    char start[72];
+    size_t k = 0;
+    for (const char *c = tokenizer_chat_template(tok); *c && k + 4 < sizeof start; c++)
+        if (*c == '\n' || *c == '\r' || *c == '\t') {
+            if (k && start[k - 1] != ' ') start[k++] = ' ';
+        } else start[k++] = *c;
+    start[k] = '\0';
+    return loom_fail("%s: its chat_template (\"%s...\") is none loom renders (qwen2.5, qwen3, chatml, llama3, "
+                     "mistral, needle, loom): set data.chat_format to the one whose layout the model was trained "
+                     "on, or convert the data (docs/finetune-data.md)", tokenizer_describe(tok), start);
 }
 
 int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
 {
     memset(ct, 0, sizeof *ct);
     ct->tok = tok;
-    if (!format || !format[0]) format = chat_detect(tok);
+    if ((!format || !format[0]) && !(format = chat_detect(tok))) return chat_unknown_template(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];
     if (!ct->fmt) return loom_fail("data.chat_format: unknown format \"%s\" (known: loom, qwen2.5, qwen3, chatml, llama3, mistral, needle)", format);

@@ -185,6 +185,20 @@ static void check_template_file(void)
     CHECK(tok && chat_template_init(&ct, tok, "") == 0 && !strcmp(ct.format, "mistral"),
           "the format is read from chat_template.jinja: %s", tok ? ct.format : loom_error());
     tokenizer_free(tok);
+    /* a template no format matches (Gemma's turns) is refused, never rendered in another layout;
+     * data.chat_format still picks one */
+    f = fopen("test_chat_jinja/chat_template.jinja", "wb");
+    if (!f) { CHECK(0, "chat_template.jinja"); return; }
+    fputs("{{ bos_token }}\n{%- for message in messages %}<start_of_turn>{{ message['role'] }}\n", f);
+    fclose(f);
+    tok = tokenizer_open("test_chat_jinja");
+    CHECK(tok && chat_template_init(&ct, tok, "") != 0 &&
+              strstr(loom_error(), "(\"{{ bos_token }} {%- for message in messages %}<start_of_turn>") &&
+              strstr(loom_error(), "data.chat_format") && strstr(loom_error(), "qwen3, chatml, llama3"),
+          "an unknown template: %s", loom_error());
+    CHECK(tok && chat_template_init(&ct, tok, "mistral") == 0 && !strcmp(ct.format, "mistral"),
+          "data.chat_format over an unknown template: %s", loom_error());
+    tokenizer_free(tok);
     if (system("rm -rf test_chat_jinja") != 0) CHECK(0, "cleanup");
 }
 
