@@ -1,4 +1,4 @@
-/* cmd_sample.c: `loom sample JOB.json --ckpt PATH (--prompt TEXT | --query TEXT --tools JSON)
+/* cmd_sample.c: `loom sample JOB.json (--ckpt PATH | --random) (--prompt TEXT | --query TEXT --tools JSON)
  * [--temperature T] [--top-k K] [--seed S] [--max-new N] [--batch N]`: generate with the KV cache;
  * --batch N decodes N continuations of the prompt together (sample r seeded with seed + r). The
  * continuations are the only thing on stdout (logs go to stderr); every flag value is checked. */
@@ -20,6 +20,7 @@ typedef struct sample_args {
     float temperature;
     int top_k, max_new, batch;
     unsigned long long seed;
+    int random; /* --random: sample from the initial weights, no --ckpt and no finetune.base */
 } sample_args;
 
 /* Strict numbers: the whole value must parse ("abc", "5x", "" and out-of-range are errors). */
@@ -72,6 +73,7 @@ static int sample_parse(int *argc, char **argv, sample_args *sa)
 {
     int w = 0;
     for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], "--random") == 0) { sa->random = 1; continue; }
         const char *v = i + 1 < *argc ? argv[i + 1] : NULL;
         int rc = sample_flag(argv[i], v ? v : "", sa);
         if (rc == 1) { argv[w++] = argv[i]; continue; }
@@ -184,6 +186,11 @@ int cmd_sample(int argc, char **argv)
     job_config cfg;
     if (sample_parse(&argc, argv, &sa) || cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg))
         return cli_fail();
+    if (!a.ckpt && !cfg.finetune.base[0] && !sa.random) {
+        loom_fail("sample: no --ckpt and no finetune.base, so the model would be its random initial weights: "
+                  "give --ckpt CKPT (or --random to sample from them anyway)");
+        return cli_fail();
+    }
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     if (finetune_needle_base(cfg.finetune.base)) {

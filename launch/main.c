@@ -20,7 +20,7 @@ static void usage(FILE *f)
             "  eval JOB.json [--ckpt CKPT] [--quiet]   validation loss + tool-call accuracy\n"            "  render JOB.json [--set key=value]... [--limit N] [--json]\n"
             "                      what a fine-tune trains on: each example's text, the trained tokens\n"
             "                      between \u27e6 and \u27e7 (--json: {split, ids, mask, text} a line)\n"
-            "  sample JOB.json [--ckpt CKPT] (--prompt TEXT | --query TEXT --tools JSON)\n"
+            "  sample JOB.json [--ckpt CKPT | --random] (--prompt TEXT | --query TEXT --tools JSON)\n"
             "         [--temperature T>=0] [--top-k K>=0] [--seed S] [--max-new N>=1] [--quiet]\n"
             "  info                build features, devices, the backend that would be picked\n"
             "  tokenize IN.txt OUT.bin [--width 2|4]\n"
