@@ -118,15 +118,23 @@ static void cpu_destroy(backend *be)
     free(be);
 }
 
-/* Peak FLOP/s for MFU, measured on first use (backend_peak_flops): the sgemm rate on this
- * backend's threads (with precision bf16, the bf16 matmul rate), unless $LOOM_CPU_PEAK_GFLOPS
- * gave it at create. */
+/* Peak FLOP/s for MFU, measured on first use (backend_peak_flops): the fp32 FMA peak of this
+ * backend's threads (cpu_peak.c: no model's rate can exceed it; with precision bf16, the bf16
+ * matmul rate), unless $LOOM_CPU_PEAK_GFLOPS gave it at create. The sgemm rate is measured too
+ * (it also picks the library the large products take: docs/cpu-gemm.md) and logged beside it. */
 static double cpu_measure_peak(backend *be)
 {
     int threads = cpu_st(be)->threads, bf16 = be->cfg.precision == BACKEND_BF16;
-    double peak = cpu_blas_calibrate(threads, bf16);
-    log_info("cpu: %s %.1f GFLOP/s on %d thread%s (the MFU reference)",
-             bf16 ? "bf16 matmul" : "sgemm", peak / 1e9, threads, threads == 1 ? "" : "s");
+    double gemm = cpu_blas_calibrate(threads, bf16);
+    if (bf16) {
+        log_info("cpu: bf16 matmul %.1f GFLOP/s on %d thread%s (the MFU reference)", gemm / 1e9, threads,
+                 threads == 1 ? "" : "s");
+        return gemm;
+    }
+    double peak = cpu_fma_peak(threads);
+    if (gemm > peak) peak = gemm; /* a trial slowed by another process: the larger is still a floor */
+    log_info("cpu: FMA peak %.1f GFLOP/s on %d thread%s (the MFU reference); sgemm %.1f GFLOP/s, %.0f%% of it",
+             peak / 1e9, threads, threads == 1 ? "" : "s", gemm / 1e9, 100.0 * gemm / peak);
     return peak;
 }
 
