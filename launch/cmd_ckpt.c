@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "checkpoints/ckpt.h"
+#include "checkpoints/hf.h"
 #include "core/train/train.h"
 #include "launch/cli.h"
 
@@ -120,6 +122,11 @@ static void info_footer(const info_table *it)
 
 static int ckpt_info(const char *file)
 {
+    if (hf_is_folder(file)) { /* not a checkpoint: say what it is and how it becomes one */
+        loom_fail("%s is a Hugging Face model folder, not a loom checkpoint: `loom import %s OUT.h5` makes one, "
+                  "and finetune.base takes the folder as it is", file, file);
+        return cli_fail();
+    }
     info_table it;
     memset(&it, 0, sizeof it);
     ckpt_inspect_fns fns = {info_state, info_listed, info_tensor};

@@ -151,7 +151,7 @@ static int sft_bad_line(const char *path, int line, int skip, sft_bad_lines *bad
 {
     char why[384];
     snprintf(why, sizeof why, "%s", loom_error());
-    if (!skip) return loom_fail("%s:%d: %s", path, line, why);
+    if (!skip) return loom_fail("%s:%d: %s (data.skip_bad_lines=true skips such lines)", path, line, why);
     if (bad->count < SFT_BAD_LINES_KEPT) bad->line[bad->count] = line;
     if (bad->count == 0) snprintf(bad->first, sizeof bad->first, "%s:%d: %s", path, line, why);
     bad->count++;
@@ -175,6 +175,11 @@ static int sft_parse_file(const char *path, int skip, int flags, sft_list *out, 
             if (sft_check_line(p, n) == 0 && chat_example_parse(p, n, &ex, flags) == 0) {
                 ex.line = line;
                 if ((rc = sft_list_push(out, &ex)) != 0) chat_example_free(&ex);
+            } else if (out->n == 0 && bad->count == 0 && p[strspn(p, " \t")] != '{') {
+                /* the first line is no JSON object at all: text, not tool-calling data */
+                rc = loom_fail("%s:%d: not JSONL tool-calling data (no JSON object on the line): a fine-tune reads one "
+                               "example a line, {\"query\", \"tools\", \"answers\"} or {\"messages\"} "
+                               "(docs/finetune-data.md); plain text is `loom train`'s data", path, line);
             } else {
                 rc = sft_bad_line(path, line, skip, bad);
             }
