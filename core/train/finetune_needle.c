@@ -320,8 +320,9 @@ static int nf_resume(nf *t, const char *path, int train)
         t->adam_count = (int)st.adam_step;
         char of[32] = ""; /* the run's length is known to a training job only */
         if (train) snprintf(of, sizeof of, " of %d", t->cfg.train.steps);
-        log_info("%s %s: step %lld%s, AdamW step %d, saved by %d rank(s) on %s", train ? "resumed" : "loaded", file,
-                 (long long)st.step, of, t->adam_count, st.world_size, st.backend ? st.backend : "?");
+        log_info("%s %s: step %lld%s, AdamW step %d, saved by %d rank%s on %s", train ? "resumed" : "loaded", file,
+                 (long long)st.step, of, t->adam_count, st.world_size, st.world_size == 1 ? "" : "s",
+                 st.backend ? st.backend : "?");
     }
     free(host);
     ckpt_state_free(&st);

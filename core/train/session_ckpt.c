@@ -467,7 +467,9 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
     if (rc == 0) {
         s->step = st.step;
         s->sample_cursor = st.sample_cursor;
-        log_info("resumed from %s at step %lld (saved by %d rank%s, ZeRO %d, %s)", file,
+        /* eval and sample load weights: nothing is resumed */
+        log_info("%s %s at step %lld (saved by %d rank%s, ZeRO %d, %s)",
+                 s->mode == SESSION_INFER ? "loaded" : "resumed from", file,
                  (long long)st.step, st.world_size, st.world_size == 1 ? "" : "s", st.zero_stage, st.backend ? st.backend : "?");
     }
     ckpt_state_free(&st);

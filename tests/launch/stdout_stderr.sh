@@ -31,7 +31,7 @@ grep -q '^backend cpu .* float32 .*precision tf32 asked: the cpu backend compute
 # sample: the bare continuation on stdout, NUL bytes included; logs on stderr or nowhere
 sample=(sample "$job" --ckpt "$w/run/ckpt" --prompt hello --max-new 16)
 timeout 120 "$loom" "${sample[@]}" > "$w/out" 2> "$w/err" || { cat "$w/err"; fail "sample exit $?"; }
-grep -q '^resumed from ' "$w/err" || { cat "$w/err"; fail "sample: no log line on stderr"; }
+grep -q '^loaded .* at step ' "$w/err" || { cat "$w/err"; fail "sample: no log line on stderr"; }
 bytes=$(od -An -v -tu1 "$w/out" | tr -s ' \n' '\n' | grep -c .)
 nuls=$(od -An -v -tu1 "$w/out" | tr -s ' \n' '\n' | grep -cx 0)
 last=$(od -An -v -tu1 "$w/out" | tr -s ' \n' '\n' | grep . | tail -1)
