@@ -22,6 +22,7 @@ struct metrics {
     int total;
     FILE *jsonl;
     char svg_path[600];
+    char name[128];      /* the job's, the plot's title */
     double elapsed;
     int n;               /* steps recorded */
     plot_series loss, val, tps;
@@ -103,6 +104,7 @@ metrics *metrics_open(const job_config *cfg, int rank, int quiet, long resume_st
     else snprintf(dir, sizeof dir, "runs/%s", cfg->name);
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     snprintf(mt->svg_path, sizeof mt->svg_path, "%s/loss.svg", dir);
+    snprintf(mt->name, sizeof mt->name, "%s", cfg->name);
     if (resume_step >= 0 && metrics_reload(mt, path, resume_step)) {
         metrics_close(mt);
         return NULL;
@@ -145,7 +147,7 @@ void metrics_step(metrics *mt, double peak, int step, double loss, float lr, dou
             "\"tokens_per_s\": %.1f, \"mfu\": %.4f, \"step_s\": %.4f, \"elapsed_s\": %.3f}\n",
             step, lbuf, lr, nbuf, tps, mfu, seconds, mt->elapsed);
     fflush(mt->jsonl);
-    if (step % 10 == 0 || step == mt->total) plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    if (step % 10 == 0 || step == mt->total) plot_write_svg(mt->svg_path, mt->name, &mt->loss, &mt->val, &mt->tps);
     if (mt->quiet) return;
     char el[32], eta[32];
     metrics_format_time(el, sizeof el, mt->elapsed);
@@ -180,7 +182,7 @@ void metrics_val(metrics *mt, int step, double val_loss)
     plot_series_add(&mt->val, step, val_loss);
     fprintf(mt->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
     fflush(mt->jsonl);
-    plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    plot_write_svg(mt->svg_path, mt->name, &mt->loss, &mt->val, &mt->tps);
     if (mt->tty) fputc('\n', stderr);
     log_info("step %d | val loss %.4f", step, val_loss);
 }
@@ -214,7 +216,7 @@ void metrics_summary(const metrics *mt, double *tokens_per_s, double *mfu)
 void metrics_close(metrics *mt)
 {
     if (!mt) return;
-    if (mt->active && mt->loss.n) plot_write_svg(mt->svg_path, &mt->loss, &mt->val, &mt->tps);
+    if (mt->active && mt->loss.n) plot_write_svg(mt->svg_path, mt->name, &mt->loss, &mt->val, &mt->tps);
     if (mt->jsonl) fclose(mt->jsonl);
     plot_series_free(&mt->loss);
     plot_series_free(&mt->val);
