@@ -47,9 +47,11 @@ static char g_src[1024]; /* the source tree */
  *   degree 0 in the gradients, so a relative gradient error eps_g moves it by at most 2 eps_g |r|
  *   through m and again through v: |dr| <= 4 eps_g. A weight's gradient adds K = 128 terms (4 rows of
  *   at most 32 tokens); cancelling to 1 / kappa of their magnitudes it has eps_g = lambda sqrt(K) u
- *   kappa (4.1e-6 kappa). kappa = 250 admits every gradient element whose terms cancel to 0.4% (the
- *   worst element measured is at kappa ~ 30: GPT-2's h.0.mlp.fc.weight). So atol = 4 lambda sqrt(K)
- *   u kappa sum_s lr_s = 4.1e-3 sum_s lr_s, and rtol = 2 u a step for the weight's own roundings
+ *   kappa (4.1e-6 kappa). kappa = 1000 admits every gradient element whose terms cancel to 0.1% (the
+ *   worst elements measured: kappa ~ 30 for GPT-2's h.0.mlp.fc.weight in the Release build, ~ 270
+ *   for Llama's h.1.mlp.down.weight in the -fsanitize build, whose other instruction selection
+ *   rounds otherwise). So atol = 4 lambda sqrt(K) u kappa sum_s lr_s = 1.6e-2 sum_s lr_s, and
+ *   rtol = 2 u a step for the weight's own roundings
  *   (the update and the decay product).
  *   A weight whose exact gradient is 0 by symmetry is the exception: GPT-2's key bias (softmax over
  *   the keys does not see q . b_k, the same for every key). PyTorch's float64 gradient there is
@@ -57,15 +59,15 @@ static char g_src[1024]; /* the source tree */
  *   up to a step of any size |r| <= 1.003: those tensors get atol = 1.003 sum_s lr_s, the most Adam
  *   can move them (measured: 0.015 of it).
  * What plausible bugs cost against these (each was planted in a scratch copy and failed here): weight
- * decay on a norm weight (~1) moves it by wd sum lr = 0.1 sum lr, 24 times the weights' atol (29x
+ * decay on a norm weight (~1) moves it by wd sum lr = 0.1 sum lr, 6 times the weights' atol (7x
  * measured on GPT-2's h.0.ln_1.weight); clipping by the squared norm reweights the steps in Adam's
- * moments (44x on GPT-2's wpe); a warmup off by one step, or floored instead of ceiled at a
+ * moments (11x on GPT-2's wpe); a warmup off by one step, or floored instead of ceiled at a
  * fractional warmup, changes a rate far past 5e-6; an accumulation that also divides by the
  * micro-batch count halves the logged gradient norm (AdamW's scale-free update hides it in the
  * weights: the norm is what catches it). */
 #define TRAJ_V 272.0
 #define TRAJ_K 128.0
-#define TRAJ_KAPPA 250.0
+#define TRAJ_KAPPA 1000.0
 #define TRAJ_R_MAX 1.003
 
 static check_tol tol_loss(void)
