@@ -210,7 +210,7 @@ int main(int argc, char **argv)
     be = cpu_backend_entry.create(&cfg);
     if (!be) return fprintf(stderr, "bench_cpu_step: %s\n", loom_error()), 1;
     if (sgemm_only) { /* one line for bench/train.sh: the square rate, then the shapes' rate */
-        double sq = backend_peak_flops(be) / 1e9;
+        double sq = cpu_blas_calibrate(backend_cfg(be)->threads, 0) / 1e9;
         printf("sgemm_gflops %.1f shapes_gflops %.1f\n", sq, shapes_rate(L, C, B * T, 50304, 0.2) / 1e9);
         return 0;
     }
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
         step_backward(&s, step + 1);
         if (step > 0) t_total += bench_now() - t0;
     }
-    double peak = backend_peak_flops(be);
+    double peak = cpu_blas_calibrate(backend_cfg(be)->threads, 0); /* the sgemm rate, not the FMA peak */
     printf("bench_cpu_step: %s, %d step(s) of a GPT-2 (%d layers, width %d, %d heads) at B %d x T %d\n",
            backend_description(be), steps, L, C, H, B, T);
     for (int f = 0; f < F_COUNT; f++)

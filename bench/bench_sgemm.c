@@ -49,7 +49,7 @@ static double bench_shape(backend *be, const shape *s, double min_s)
 int main(int argc, char **argv)
 {
     cpu_blas_ensure_fast_kernel(argv);
-    /* --peak [THREADS]: only the calibrated rate (the MFU reference loom uses), one line */
+    /* --peak [THREADS]: only the calibrated sgemm rate, one line */
     int peak_only = argc > 1 && strcmp(argv[1], "--peak") == 0;
     if (peak_only) argc--, argv++;
     int threads = argc > 1 ? atoi(argv[1]) : 0;
@@ -62,7 +62,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (peak_only) {
-        printf("sgemm_gflops %.1f\n", backend_peak_flops(be) / 1e9);
+        printf("sgemm_gflops %.1f\n", cpu_blas_calibrate(backend_cfg(be)->threads, 0) / 1e9);
         backend_destroy(be);
         return 0;
     }
@@ -90,8 +90,8 @@ int main(int argc, char **argv)
         else printf("%s: not installed (apt-get install %s)\n", cpu_gemm_lib_name(i),
                     cpu_gemm_lib_package(i));
     }
-    /* the peak (MFU reference) of the library the race or LOOM_GEMM picks, before any forcing */
-    double peak = backend_peak_flops(be) / 1e9;
+    /* the sgemm rate of the library the race or LOOM_GEMM picks, before any forcing */
+    double peak = cpu_blas_calibrate(backend_cfg(be)->threads, 0) / 1e9;
     printf("bench_sgemm: %s, kernel %s, calibrated peak %.1f GFLOP/s (%s)\n",
            backend_description(be), cpu_blas_corename(), peak,
            cpu_gemm_lib_name(cpu_gemm_choose(backend_cfg(be)->threads)));

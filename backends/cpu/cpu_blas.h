@@ -21,4 +21,8 @@ const char *cpu_blas_wanted_kernel(void);
 /* 1 when kernel `core` (as cpu_blas_corename reports it) is at least as fast as `wanted`. */
 int cpu_blas_kernel_ok(const char *core, const char *wanted);
 
+/* The sgemm rate (bf16: the bf16 matmul rate) of `threads` threads on a 1536^3 product, the best
+ * of several runs, FLOP/s; it also makes the start's library choice (docs/cpu-gemm.md). */
+double cpu_blas_calibrate(int threads, int bf16);
+
 #endif

@@ -88,7 +88,6 @@ void cpu_blas_enter_parallel(void); /* before sgemm calls from inside our parall
 void cpu_blas_check_threading(int threads); /* logs when the BLAS threads fight OpenMP's */
 void cpu_matmul(backend *be, float *C, const float *A, const float *B, int M, int N, int K,
                 int transA, int transB, float alpha, float beta);
-double cpu_blas_calibrate(int threads, int bf16);
 /* The fp32 FMA peak FLOP/s of `threads` threads, measured (cpu_peak.c): the MFU reference. */
 double cpu_fma_peak(int threads);
 
