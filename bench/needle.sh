@@ -34,7 +34,7 @@ done
 echo "(ratio: Needle / loom, higher is better for loom; the losses differ: each side draws its own tokens and adapter)"
 # The ceiling: loom's count of the step's model FLOPs (needle_net_step_flops; docs/needle.md section 7
 # counts 1402.1275 GFLOP by hand at B16 T256; Needle executes 1799.0764 with its whole-layer
-# recompute, loom 1317.4718 with its kept projections and factored adapter gradients, section 7) at
+# recompute, loom 1192.8338 with its kept blocks and factored adapter gradients, section 7) at
 # this machine's sgemm rate.
 if [ -x "$build/bench/bench_sgemm" ]; then
   rate=$("$build/bench/bench_sgemm" 2>/dev/null | sed -n 's/.*calibrated peak \([0-9.]*\) GFLOP.*/\1/p')
@@ -43,6 +43,6 @@ if [ -x "$build/bench/bench_sgemm" ]; then
     awk -v g="$gf" 'BEGIN { printf "model FLOPs: loom counts %.4f GFLOP, docs/needle.md by hand 1402.1275: %s\n", g, (g - 1402.1275 < 0.001 && 1402.1275 - g < 0.001) ? "equal" : "DIFFERENT" }'
   fi
   [ -n "$rate" ] && [ -n "$gf" ] && awk -v r="$rate" -v s="$st" -v g="$gf" 'BEGIN {
-    c = g / r; x = c * 1317.4718 / 1402.1275; y = c * 1799.0764 / 1402.1275
+    c = g / r; x = c * 1192.8338 / 1402.1275; y = c * 1799.0764 / 1402.1275
     printf "sgemm %.1f GFLOP/s: ceiling %.2f s/step (model FLOPs), %.2f s (what loom executes), %.2f s (what Needle executes); loom %.2f s = %.2f of the first, %.2f of the second\n", r, c, x, y, s, c / s, x / s }'
 fi

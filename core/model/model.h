@@ -267,11 +267,12 @@ typedef struct needle_net needle_net;
 needle_net *needle_net_open(backend *be, const char *base, int layers, const char *adapter, int qat);
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
-/* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps every
- * layer's stream and its q, k, v and gate projections, so a layer's recompute skips the products
- * that are about 2/3 of its FLOPs (0.49 GB more at the default config and B 16 T 256, loom at 2.9 GB
- * where Needle holds 6.2); 1 keeps only the streams and recomputes each layer whole, as Needle's
- * remat. The numbers are the same bits either way. */
+/* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps a block of
+ * each layer (its q, k, v, gate and out projections, mHC's coefficients, the MLP's s8 and the
+ * layer's output y) and every even layer's stream, the odd ones rebuilt from the block before
+ * them, so a layer's recompute runs about 1/6 of its FLOPs (attention and one Kronecker product);
+ * 1 keeps only the streams and recomputes each layer whole, as Needle's remat. The numbers are the
+ * same bits either way. */
 void needle_net_set_recompute(needle_net *n, int whole);
 /* Rows of the head a training pass runs at a time (default 512, <= 0 the default): each block's
  * logits, loss and dL/dlogits E, in a (rows, V') buffer instead of (B T, V'). */
