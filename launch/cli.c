@@ -1,6 +1,7 @@
 /* cli.c: argument parsing and error reporting shared by the subcommands (see cli.h). */
 #include "launch/cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,17 @@
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
 #include "core/train/train.h"
+
+int cli_long(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno == ERANGE || x < lo || x > hi)
+        return loom_fail("%s '%s': want a whole number in %ld..%ld", flag, v, lo, hi);
+    *out = x;
+    return 0;
+}
 
 static int cli_value(int argc, char **argv, int *i, const char **out)
 {

@@ -27,6 +27,10 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a);
  * base/log.h). */
 int cli_load_config(const cli_job *a, job_config *cfg);
 
+/* A flag's whole-number value v in lo..hi, strictly ("abc", "5x", "" and out of range are errors
+ * naming the flag). 0, or -1 + loom_fail. */
+int cli_long(const char *flag, const char *v, long lo, long hi, long *out);
+
 /* Print "loom: error: <loom_error()>" (prefixed with the rank when several) and return 1. */
 int cli_fail(void);
 

@@ -2,7 +2,6 @@
  * on, as the job renders it (its tokenizer, chat format, data.max_len, validation split): each
  * example's text with the loss-masked spans (the tokens that are targets) between ⟦ and ⟧, or
  * with --json one line per example {"split", "ids", "mask", "text"}. Nothing is trained. */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +27,8 @@ static int render_parse(int *argc, char **argv, render_args *ra)
     for (int i = 0; i < *argc; i++) {
         if (strcmp(argv[i], "--json") == 0) { ra->json = 1; continue; }
         if (strcmp(argv[i], "--limit") == 0) {
-            char *end;
-            errno = 0;
-            long x = i + 1 < *argc ? strtol(argv[i + 1], &end, 10) : -1;
-            if (i + 1 >= *argc || end == argv[i + 1] || *end || errno == ERANGE || x < 0)
-                return loom_fail("--limit '%s': want a whole number >= 0", i + 1 < *argc ? argv[i + 1] : "");
-            ra->limit = x, i++;
+            if (cli_long(argv[i], i + 1 < *argc ? argv[i + 1] : "", 0, LONG_MAX, &ra->limit)) return -1;
+            i++;
             continue;
         }
         argv[w++] = argv[i];

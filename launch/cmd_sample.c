@@ -35,17 +35,6 @@ static int sample_float(const char *flag, const char *v, float *out)
     return 0;
 }
 
-static int sample_int(const char *flag, const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || errno == ERANGE || x < lo || x > hi)
-        return loom_fail("%s '%s': want a whole number in %ld..%ld", flag, v, lo, hi);
-    *out = x;
-    return 0;
-}
-
 /* One sampling flag and its value v; 1 if f is not a sampling flag, -1 + loom_fail if v is bad. */
 static int sample_flag(const char *f, const char *v, sample_args *sa)
 {
@@ -55,9 +44,9 @@ static int sample_flag(const char *f, const char *v, sample_args *sa)
     else if (strcmp(f, "--query") == 0) sa->query = v;
     else if (strcmp(f, "--tools") == 0) sa->tools = v;
     else if (strcmp(f, "--temperature") == 0) rc = sample_float(f, v, &sa->temperature);
-    else if (strcmp(f, "--top-k") == 0) { rc = sample_int(f, v, 0, INT_MAX, &x); sa->top_k = (int)x; }
-    else if (strcmp(f, "--max-new") == 0) { rc = sample_int(f, v, 1, INT_MAX, &x); sa->max_new = (int)x; }
-    else if (strcmp(f, "--batch") == 0) { rc = sample_int(f, v, 1, 4096, &x); sa->batch = (int)x; }
+    else if (strcmp(f, "--top-k") == 0) { rc = cli_long(f, v, 0, INT_MAX, &x); sa->top_k = (int)x; }
+    else if (strcmp(f, "--max-new") == 0) { rc = cli_long(f, v, 1, INT_MAX, &x); sa->max_new = (int)x; }
+    else if (strcmp(f, "--batch") == 0) { rc = cli_long(f, v, 1, 4096, &x); sa->batch = (int)x; }
     else if (strcmp(f, "--seed") == 0) {
         char *end;
         errno = 0;

@@ -223,10 +223,17 @@ static const char *const synonyms[][2] = {
     {"num_train_epochs", "finetune.epochs"}, {"lora_r", "finetune.lora_rank"},
 };
 
-static const char *suggest(const char *name)
+/* loom's field for another trainer's name, or NULL. */
+static const char *synonym(const char *name)
 {
     for (size_t k = 0; k < sizeof synonyms / sizeof synonyms[0]; k++)
-        if (strcmp(leaf(name), synonyms[k][0]) == 0) return synonyms[k][1];
+        if (strcmp(name, synonyms[k][0]) == 0) return synonyms[k][1];
+    return NULL;
+}
+
+static const char *suggest(const char *name)
+{
+    if (synonym(leaf(name))) return synonym(leaf(name));
     int n, best_d = 1000;
     const config_field *f = config_fields(&n);
     const char *best = NULL;
@@ -245,8 +252,7 @@ static const char *suggest(const char *name)
 const char *config_suggest(const char *name, int exact)
 {
     if (!exact) return suggest(name);
-    for (size_t k = 0; k < sizeof synonyms / sizeof synonyms[0]; k++)
-        if (strcmp(name, synonyms[k][0]) == 0) return synonyms[k][1];
+    if (synonym(name)) return synonym(name);
     int n;
     const config_field *f = config_fields(&n);
     for (int i = 0; i < n; i++)

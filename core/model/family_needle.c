@@ -94,7 +94,7 @@ struct needle_net {
     size_t arena_bytes;   /* kernel page clear each: ~1 s a step at the default config) */
     size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
-    int keep_blocks;        /* layers [0, keep_blocks) keep a block from the forward for the backward (nn_point) */
+    int keep_blocks;      /* layers [0, keep_blocks) keep a block from the forward for the backward (nn_point) */
     int head_rows;        /* rows of the head a block in a training pass (needle_net_set_head_rows) */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
@@ -613,7 +613,7 @@ static float *nn_take(char **cur, size_t floats)
  * MLP's s8, and y = Block(u) - u (the MLP after its hada middle's input; the odd stream after the
  * layer is rebuilt from it and hc in a thin pass, nn_carve):
  *   q (N, Q) | k (N, Kw) | v (N, Vw) | gt (N, O) | ao (N, d) | z, hc (N, K) | rx (N) | s8 (N, 8) | y (N, d)
- * 3,193 floats a token at the default config, against 3,072 for a stream. with_y 0: the scratch's
+ * 3,161 floats a token at the default config, against 3,072 for a stream. with_y 0: the scratch's
  * block, whose y is p->ys. */
 static size_t nn_block_floats(const needle_net *n, size_t N, int with_y)
 {
