@@ -3,8 +3,8 @@
  * OpenBLAS one call per product: at those sizes its packing, its separate pass zeroing C for
  * beta = 0 and its short inner loops left the kernel itself 55% of the time, and attention ran at
  * 35-45% of a core's sgemm rate. Here nothing is packed: a tile of C stays in registers while
- * k runs, B's panel (16 to 64 columns) is read from L1 or L2, and A's values are broadcast from memory through
- * its two strides, so Aᵀ costs nothing. */
+ * k runs, B's panel (16 to 64 columns) is read from L1 or L2, and A's values are broadcast from
+ * memory through its two strides, so Aᵀ costs nothing. */
 #include "backends/cpu/cpu_tile.h"
 
 #include "backends/cpu/cpu_skinny.h" /* cpu_skinny_isa and the ISA names */

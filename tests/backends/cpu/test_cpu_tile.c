@@ -1,8 +1,8 @@
 /* test_cpu_tile.c: the register-tiled product (cpu_tile.c), each kernel this CPU runs (AVX-512,
  * AVX2+FMA) and the sgemm it falls back to, against a double reference within the sum bound:
- * ragged tiles (M off the 6/8/12-row tiles, N off the 16- to 64-column panels), A as stored (rows ars apart) and
- * transposed (columns acs apart), acc 0 (C's NaN ignored) and 1, pad columns never written. Its
- * promise that an element's bits depend only on its A row, B column and K: any sub-block of a
+ * ragged tiles (M off the 6/8/12-row tiles, N off the 16- to 64-column panels), A as stored
+ * (rows ars apart) and transposed (columns acs apart), acc 0 (C's NaN ignored) and 1, pad
+ * columns never written. Its promise that an element's bits depend only on its A row, B column and K: any sub-block of a
  * product, computed alone from the same operands, equals the block in the whole, bit for bit. */
 #include "cpu_test.h"
 
