@@ -28,11 +28,12 @@ comm *cli_comm(const job_config *cfg, int *argc, char ***argv)
 }
 
 /* End a job that failed on this rank: the message, then take the other ranks down too (they may
- * be waiting in a collective for this one). */
+ * be waiting in a collective for this one), unless every rank already knows (comm_agree_failure)
+ * and ends here the same way: then no kill cuts off another rank's message. */
 int cli_job_failed(comm *c)
 {
     log_warn("loom: error: %s", loom_error());
-    if (c->size > 1) comm_abort(c, 1);
+    if (c->size > 1 && !c->failed_together) comm_abort(c, 1);
     comm_destroy(c);
     return 1;
 }

@@ -169,6 +169,14 @@ int comm_test(comm *c, comm_request *req)
     return c->ops->test ? c->ops->test(c, req) : 0;
 }
 
+int comm_agree_failure(comm *c, int failed_here)
+{
+    double failed = failed_here != 0;
+    if (comm_allreduce_host(c, &failed, 1)) return -1;
+    if (failed > 0) c->failed_together = 1;
+    return (int)failed;
+}
+
 void comm_abort(comm *c, int code)
 {
     c->ops->abort(c, code);

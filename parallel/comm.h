@@ -46,6 +46,7 @@ struct comm {
     int rank, size;             /* this rank, number of ranks */
     int local_rank, local_size; /* among the ranks sharing this node */
     double timeout_s;           /* per collective; set from parallel.timeout_s */
+    int failed_together;        /* set by comm_agree_failure: every rank knows the job fails */
     void *impl;
 };
 
@@ -102,5 +103,11 @@ int comm_barrier(comm *c);
 int comm_wait(comm *c, comm_request *req);
 int comm_test(comm *c, comm_request *req); /* 1 = done (or no test op: treated as not done = 0) */
 void comm_abort(comm *c, int code);
+
+/* Every rank says whether it failed (a host sum of the flags): returns how many did, or -1 when
+ * the collective itself failed. When one did, c->failed_together is set on every rank: the job can
+ * then end through comm_destroy on each rank, which delivers every rank's last lines, rather than
+ * comm_abort, whose kill may drop lines still on their way to mpirun (a refusal's reason, say). */
+int comm_agree_failure(comm *c, int failed_here);
 
 #endif

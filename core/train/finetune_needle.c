@@ -245,8 +245,8 @@ static int nf_save(nf *t)
         free(host), free(job), free(model);
         if (rc) log_warn("checkpoint: %s", loom_error());
     }
-    double failed = rc != 0; /* every rank learns whether rank 0's write worked */
-    if (comm_allreduce_host(t->c, &failed, 1)) return -1;
+    int failed = comm_agree_failure(t->c, rc != 0); /* every rank learns whether rank 0's write worked */
+    if (failed < 0) return -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: the save failed on rank 0");
     return failed > 0 ? -1 : 0;
 }

@@ -234,11 +234,11 @@ static int session_save(session *s)
     free(table);
     free(model_json);
     free(job_json);
-    /* rank 0 says why first: the agreement below may end the job before its caller logs */
+    /* rank 0 says why first: should the agreement below fail (a rank gone), its error replaces this */
     if (rc != 0 && s->comm->size > 1) log_warn("checkpoint: %s", loom_error());
     /* every rank learns whether rank 0's write worked */
-    double failed = rc != 0;
-    if (comm_allreduce_host(s->comm, &failed, 1)) return -1;
+    int failed = comm_agree_failure(s->comm, rc != 0);
+    if (failed < 0) return -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: the save failed on rank 0");
     return failed > 0 ? -1 : 0;
 }
@@ -248,9 +248,9 @@ int session_lock_dir(comm *c, const job_config *cfg, const char *dir, int *fd)
     if (cfg->checkpoint.every < 0) return 0; /* never saves: nothing to guard */
     int rc = c->rank == 0 ? ckpt_lock(dir, fd) : 0;
     if (c->size == 1) return rc;
-    if (rc != 0) log_warn("checkpoint: %s", loom_error()); /* rank 0 says why before the job ends */
-    double failed = rc != 0;
-    if (comm_allreduce_host(c, &failed, 1)) return -1;
+    if (rc != 0) log_warn("checkpoint: %s", loom_error()); /* said before the agreement can fail */
+    int failed = comm_agree_failure(c, rc != 0);
+    if (failed < 0) return -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: rank 0 could not lock the checkpoint folder %s", dir);
     return failed > 0 ? -1 : 0;
 }
@@ -287,9 +287,9 @@ int session_claim_run(comm *c, const char *out_dir, const char *ckpt_dir, int ov
 {
     int rc = c->rank == 0 ? session_claim_local(out_dir, ckpt_dir, overwrite) : 0;
     if (c->size == 1) return rc;
-    if (rc != 0) log_warn("%s", loom_error()); /* rank 0 says why before the job ends */
-    double failed = rc != 0;
-    if (comm_allreduce_host(c, &failed, 1)) return -1;
+    if (rc != 0) log_warn("%s", loom_error()); /* said before the agreement can fail */
+    int failed = comm_agree_failure(c, rc != 0);
+    if (failed < 0) return -1;
     if (failed > 0 && rc == 0) return loom_fail("rank 0 refused the run folder %s", out_dir);
     return failed > 0 ? -1 : 0;
 }
