@@ -77,6 +77,8 @@ typedef struct bpe {
     int n_pre;
     int byte_level;          /* a ByteLevel pre-tokenizer: symbols are bytes */
     int byte_fallback, fuse_unk, ignore_merges;
+    int word_level;          /* a WordLevel model: a word is its vocab id, or unk; no merges, and
+                                decoding joins the tokens with spaces, as the library does */
     int32_t unk;
     int dec_meta, dec_strip;  /* decoder: "▁" -> " ", strip one leading space */
     char meta[8];            /* the metaspace character the decoder replaces (UTF-8) */

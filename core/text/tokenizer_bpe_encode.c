@@ -445,13 +445,26 @@ static int bpe_cached_word(bpe *b, const char *s, size_t n, tok_ids *out)
     return 0;
 }
 
+/* A WordLevel model's word: its id, else unk (the library fails without one). */
+static int bpe_word_level(bpe *b, const char *s, size_t n, tok_ids *out)
+{
+    if (n == 0) return 0;
+    int32_t id = bpe_lookup(b, s, n);
+    if (id < 0 && (id = b->unk) < 0)
+        return loom_fail("tokenizer: \"%.*s\" is not in the WordLevel vocab, which has no unk_token",
+                         (int)(n < 40 ? n : 40), s);
+    return tok_ids_push(out, id);
+}
+
 /* ---- encode ---- */
 
 /* Pre-tokenize normalized text and merge each word. */
 static int bpe_words(bpe *b, bpe_pieces *p, int first, tok_ids *out)
 {
     int rc = bpe_pretokenize(b, p, first);
-    for (size_t i = 0; rc == 0 && i < p->np; i++) rc = bpe_cached_word(b, p->buf + p->off[i], p->len[i], out);
+    for (size_t i = 0; rc == 0 && i < p->np; i++)
+        rc = b->word_level ? bpe_word_level(b, p->buf + p->off[i], p->len[i], out)
+                           : bpe_cached_word(b, p->buf + p->off[i], p->len[i], out);
     return rc;
 }
 
@@ -643,6 +656,10 @@ size_t bpe_decode(const tokenizer *t, const int32_t *ids, size_t n, char *out, s
         const char *s;
         size_t len = bpe_token_text(b, ids[i], &s, tmp, sizeof tmp);
         if (w == 0 && b->dec_strip && len && s[0] == ' ') { s++; len--; }
+        if (b->word_level && w > 0) { /* the library joins WordLevel tokens with spaces */
+            if (w + 1 >= cap) break;
+            out[w++] = ' ';
+        }
         if (w + len >= cap) break;
         memcpy(out + w, s, len);
         w += len;

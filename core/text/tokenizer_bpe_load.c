@@ -439,8 +439,23 @@ static int bpe_add_pre(bpe *b, const cJSON *o, const char *path)
         p->split = !split || cJSON_IsTrue(split);
         return 0;
     }
+    if (strcmp(type, "Whitespace") == 0 || strcmp(type, "WhitespaceSplit") == 0) {
+        /* WhitespaceSplit: the runs of Unicode White_Space go. Whitespace (the library's regex
+         * \w+|[^\w\s]+, its \w Rust's Unicode one) then also cuts each run of word characters
+         * from the rest: the same pieces, as two Splits. */
+        p->kind = BPE_PRE_SPLIT;
+        p->behavior = BPE_REMOVED;
+        if (!(p->re = bpe_compile("\\p{White_Space}+", path))) return -1;
+        if (strcmp(type, "WhitespaceSplit") == 0) return 0;
+        if (b->n_pre == 8) return loom_fail("%s: pre_tokenizer: more than 8 steps", path);
+        p = &b->pre[b->n_pre++];
+        p->kind = BPE_PRE_SPLIT;
+        p->behavior = BPE_ISOLATED;
+        p->re = bpe_compile("[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]+", path);
+        return p->re ? 0 : -1;
+    }
     return loom_fail("%s: unsupported pre_tokenizer \"%s\" (loom reads ByteLevel, Split, Digits, "
-                     "Metaspace, Sequence)", path, type);
+                     "Metaspace, Whitespace, WhitespaceSplit, Sequence)", path, type);
 }
 
 /* The decoder only decides how metaspace text turns back into spaces; byte-level decoding and
@@ -483,8 +498,14 @@ static int bpe_add_decoder(bpe *b, const cJSON *o, const char *path)
 static int bpe_load_model(bpe *b, const cJSON *model, const char *path)
 {
     const char *type = bpe_type(model);
+    if (strcmp(type, "WordLevel") == 0) { /* a vocab and an unk_token: the word is looked up whole */
+        b->word_level = 1;
+        if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(model, "vocab")))
+            return loom_fail("%s: model needs an object 'vocab'", path);
+        return 0;
+    }
     if (strcmp(type, "BPE") != 0)
-        return loom_fail("%s: unsupported model type \"%s\" (loom reads BPE)", path, type[0] ? type : "none");
+        return loom_fail("%s: unsupported model type \"%s\" (loom reads BPE, WordLevel)", path, type[0] ? type : "none");
     const char *csp = bpe_str(model, "continuing_subword_prefix"), *eow = bpe_str(model, "end_of_word_suffix");
     if ((csp && csp[0]) || (eow && eow[0]))
         return loom_fail("%s: BPE with continuing_subword_prefix / end_of_word_suffix is unsupported", path);
@@ -552,7 +573,9 @@ static int bpe_load(tokenizer *t, bpe *b, const cJSON *root, const char *path)
     int n = bpe_size(b, vocab, added, path);
     if (n < 0 || bpe_load_vocab(b, vocab, path) || bpe_load_added(b, added, n, path)) return -1;
     t->vocab = n;
-    if (bpe_load_merges(b, cJSON_GetObjectItemCaseSensitive(model, "merges"), path, (size_t)n) ||
+    /* WordLevel: no merges (an empty table) */
+    const cJSON *merges = b->word_level ? NULL : cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (bpe_load_merges(b, merges, path, (size_t)n) ||
         bpe_load_joins(b, (size_t)n))
         return -1;
     const char *unk = bpe_str(model, "unk_token");

@@ -11,8 +11,9 @@ shift 3
 rm -rf "$tmp" && mkdir -p "$tmp"
 cd "$tmp"
 head -c 20000 "$repo/configs/data/corpus.txt" >corpus.txt
-# the fixtures' tokenizer.json (WordLevel, for transformers) is not one loom reads: the jobs name
-# loom's byte tokenizer (the fixtures' 272 ids) themselves, which the folders' own would override.
+# the fixtures' tokenizer.json is a WordLevel one (ids w1..w271, for transformers): loom reads it,
+# but it has no chat markers and knows no word of the corpus, so the jobs name loom's byte tokenizer
+# (the fixtures' 272 ids) themselves, which the folders' own would override.
 # tool calls short enough that prompt + answer fit the fixtures' 64 positions (byte tokens)
 for q in a b c d e f; do
     echo "{\"query\":\"$q\",\"tools\":[{\"name\":\"f\"}],\"answers\":[{\"name\":\"f\",\"arguments\":{}}]}"
@@ -44,7 +45,8 @@ for a in gpt2 llama mistral qwen2 qwen3; do
 done
 # import into one .h5 file, train from it, export (tokenizer found beside the file)
 run "$loom" import "$fix/qwen3" one/qwen3.h5
-run "$loom" train train.json --init one/qwen3.h5 --out run_one --quiet
+# the import kept the folder's tokenizer (copied into one/): a job from it names that one
+run "$loom" train train.json --init one/qwen3.h5 --set model.tokenizer=one --out run_one --quiet
 run "$loom" export hf one/qwen3.h5 out_one
 [ -f out_one/tokenizer.json ] && [ -f one/hf_config.json ] || { echo "FAIL: side files of an .h5 import"; exit 1; }
 echo "ok: import to a file, --init from it, export"
@@ -86,7 +88,7 @@ refuse 'model.n_layer = 4 (set by the job) disagrees with 2 from' finetune lora4
 refuse 'model.tied_embeddings = false (set by the job) disagrees with true from' \
     train train.json --init imp_qwen2 --set model.tied_embeddings=false --out run_bad
 sed 's/"model": {"tokenizer": "byte"}, //' lora.json >lora_tok.json # the folder's own tokenizer
-refuse 'qwen2/tokenizer.json: unsupported model type "WordLevel"' finetune lora_tok.json --quiet --set finetune.base="$fix/qwen2" --out run_bad
+refuse 'chat format loom: the tokenizer (bpe .*qwen2/tokenizer.json (272 ids)) has no token <|system|>' finetune lora_tok.json --quiet --set finetune.base="$fix/qwen2" --out run_bad
 echo "ok: explicit model fields: agreeing ones and a lower max_seq run, conflicting ones refused with one line"
 # bad input: one line, non-zero exit
 mkdir -p empty

@@ -72,6 +72,49 @@ static void check_family(const char *name, const char *text, size_t n, int nfc, 
     tokenizer_free(t);
 }
 
+/* A WordLevel model's decode of the first 500 ids of the text equals the library's (name.dec). */
+static void check_word_decode(const char *name, const char *text, size_t n)
+{
+    char file[64];
+    snprintf(file, sizeof file, "%s.json", name);
+    tokenizer *t = tokenizer_open(fixture(file));
+    snprintf(file, sizeof file, "%s.dec", name);
+    size_t want_n = 0, count = 0;
+    char *want = check_read_file(fixture(file), &want_n);
+    int32_t *ids = t ? tokenizer_encode_alloc(t, text, n, &count) : NULL;
+    size_t cap = 4 * want_n + 64, got_n = 0;
+    char *got = malloc(cap);
+    if (ids && got) got_n = tokenizer_decode(t, ids, count < 500 ? count : 500, got, cap, 0);
+    CHECK(want && got && got_n == want_n && memcmp(got, want, want_n) == 0,
+          "%s: decode of the first 500 ids: %zu bytes, the library's %zu", name, got_n, want_n);
+    free(got), free(ids), free(want);
+    tokenizer_free(t);
+}
+
+/* A WordLevel vocab without unk_token: known words encode, an unknown one is refused by name
+ * (the library fails the same way). */
+static void check_word_no_unk(void)
+{
+    const char *path = "test_tokenizer_word.json";
+    FILE *f = fopen(path, "wb");
+    if (!f) { CHECK(0, "write %s", path); return; }
+    fputs("{\"pre_tokenizer\": {\"type\": \"WhitespaceSplit\"}, \"model\": {\"type\": \"WordLevel\", "
+          "\"vocab\": {\"a\": 0, \"b\": 1}}}", f);
+    fclose(f);
+    tokenizer *t = tokenizer_open(path);
+    CHECK(t != NULL, "WordLevel without unk: open: %s", loom_error());
+    size_t count = 0;
+    int32_t *ids = t ? tokenizer_encode_alloc(t, " b  a\tb", 7, &count) : NULL;
+    CHECK(ids && count == 3 && ids[0] == 1 && ids[1] == 0 && ids[2] == 1, "WordLevel: \" b  a\\tb\": %zu ids", count);
+    free(ids);
+    ids = t ? tokenizer_encode_alloc(t, "a cc b", 6, &count) : NULL;
+    CHECK(t && !ids && strstr(loom_error(), "\"cc\" is not in the WordLevel vocab"), "WordLevel unknown word: %s",
+          ids ? "(encoded)" : loom_error());
+    free(ids);
+    tokenizer_free(t);
+    remove(path);
+}
+
 /* User text never becomes a special token; the markers exist by name. */
 static void check_specials(void)
 {
@@ -170,6 +213,13 @@ int main(void)
     static const char *const families[] = {"gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral"};
     for (int i = 0; text && i < (int)(sizeof families / sizeof *families); i++)
         check_family(families[i], text, n, strcmp(families[i], "qwen2") == 0, 1);
+    /* WordLevel models (the tiny HF fixtures' kind) under Whitespace and WhitespaceSplit: the ids,
+     * and the library's decode of the first 500 (the tokens joined with spaces) */
+    for (int i = 0; text && i < 2; i++) {
+        const char *name = i ? "wordsplit" : "wordlevel";
+        check_family(name, text, n, 0, 0);
+        check_word_decode(name, text, n);
+    }
     free(text);
     /* added tokens' lstrip, rstrip, single_word, normalized, and a special token hiding a plain one */
     text = check_read_file(fixture("added.txt"), &n);
@@ -182,6 +232,7 @@ int main(void)
     check_runs("d", 3, 7);
     check_runs("\xc3\xa9", 4, 8);
     check_bad("unsupported model", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", "unsupported model type \"WordPiece\"");
+    check_word_no_unk();
     check_bad("unknown merge token", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, "
               "\"merges\": [\"a b\", \"a c\"]}}", "merge 1 names the unknown token \"c\"");
     check_bad("bad pre-tokenizer", "{\"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"}, \"model\": {\"type\": \"BPE\", "
