@@ -1,6 +1,7 @@
 /* cmd_export.c: `loom export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]`,
- * `loom export peft CKPT OUT_DIR` and `loom export needle CKPT OUT.safetensors`: a loom checkpoint
- * -> a Hugging Face folder, a PEFT adapter, or a Needle adapter. Parsing and printing only: the
+ * `loom export peft CKPT OUT_DIR`, `loom export gguf CKPT OUT.gguf [--type f32|f16|bf16|q8_0] [--adapter]` and
+ * `loom export needle CKPT OUT.safetensors`: a loom checkpoint -> a Hugging Face folder, a PEFT
+ * adapter, a GGUF file for llama.cpp, or a Needle adapter. Parsing and printing only: the
  * work is export_hf's (core/train/export.c) and export_needle's (core/train/export_needle.c). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ static int export_parse(int argc, char **argv, export_options *o)
     const char *kind = argv[2];
     o->ckpt = argv[3];
     o->out_dir = argv[4];
-    if (strcmp(kind, "hf") != 0 && strcmp(kind, "peft") != 0) return loom_fail("export: unknown kind '%s' (hf, peft, needle)", kind);
+    if (strcmp(kind, "hf") != 0 && strcmp(kind, "peft") != 0) return loom_fail("export: unknown kind '%s' (hf, peft, gguf, needle)", kind);
     o->peft = strcmp(kind, "peft") == 0;
     for (int i = 5; i < argc; i++) {
         if (strcmp(argv[i], "--merge") == 0) o->merge = 1;
@@ -38,8 +39,38 @@ static int export_parse(int argc, char **argv, export_options *o)
     return 0;
 }
 
+/* `loom export gguf CKPT OUT.gguf [--type T] [--merge | --adapter]` (a LoRA fine-tune is merged unless
+ * --adapter asks for its adapters alone) */
+static int export_gguf_parse(int argc, char **argv, export_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->gguf = 1;
+    o->merge = 1;
+    o->gguf_type = GGUF_F32;
+    if (argc < 5) return loom_fail("usage: loom export gguf CKPT OUT.gguf [--type f32|f16|bf16|q8_0] [--adapter]");
+    o->ckpt = argv[3];
+    o->out_dir = argv[4];
+    for (int i = 5; i < argc; i++) {
+        if (strcmp(argv[i], "--merge") == 0) continue;
+        if (strcmp(argv[i], "--adapter") == 0) { o->gguf_adapter = 1; continue; }
+        if (strcmp(argv[i], "--type") != 0 || i + 1 >= argc) return loom_fail("export gguf: unexpected argument '%s'", argv[i]);
+        int t = gguf_type_parse(argv[++i]);
+        if (t < 0)
+            return loom_fail("export gguf: --type '%s' (f32, f16, bf16, q8_0; k-quants: llama-quantize on the f16 or f32 file, "
+                             "docs/gguf.md)", argv[i]);
+        o->gguf_type = (gguf_type)t;
+    }
+    return 0;
+}
+
 int cmd_export(int argc, char **argv)
 {
+    if (argc >= 3 && strcmp(argv[2], "gguf") == 0) {
+        export_options g;
+        if (export_gguf_parse(argc, argv, &g) || export_hf(&g)) return cli_fail();
+        printf("%s -> %s\n", g.ckpt, g.out_dir);
+        return 0;
+    }
     if (argc >= 3 && strcmp(argv[2], "needle") == 0) {
         int merge = 0, other = 0, bad = argc < 5;
         for (int i = 5; i < argc; i++) {

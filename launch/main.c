@@ -32,9 +32,12 @@ static void usage(FILE *f)
             "  ckpt seal FILE_OR_DIR                       accept a checkpoint edited outside loom\n"
             "Results (generated text, summaries, JSON) go to stdout, logs to stderr; --quiet keeps\n"
             "only results, warnings and errors.\n"
-            "  import HF_DIR|NEEDLE.safetensors OUT_DIR|OUT.h5  a Hugging Face folder or a Needle base -> a loom checkpoint\n"
+            "  import HF_DIR|NEEDLE.safetensors|MODEL.gguf OUT_DIR|OUT.h5  a Hugging Face folder, a Needle base or a GGUF\n"
+            "                                              -> a loom checkpoint\n"
             "  export hf CKPT OUT_DIR [--dtype f32|bf16|f16] [--merge] [--shard-mb N]\n"
             "  export peft CKPT OUT_DIR                    a LoRA checkpoint -> a PEFT adapter folder\n"
+            "  export gguf CKPT OUT.gguf [--type f32|f16|bf16|q8_0] [--adapter]  -> one GGUF file for llama.cpp\n"
+            "                                              (a LoRA fine-tune merged, or its adapters; docs/gguf.md)\n"
             "  export needle CKPT OUT.safetensors [--merge] a Needle fine-tune -> Needle's adapter (or merged base);\n"
             "                                              an imported Needle base -> its file again\n"
             "Run under mpirun for several ranks: mpirun -np 4 loom train JOB.json\n");

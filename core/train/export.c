@@ -1,4 +1,4 @@
-/* export.c: LoRA merge and HF / PEFT export (see export.h). Works on host arrays through ckpt.h,
+/* export.c: LoRA merge and HF / PEFT / GGUF export (see export.h). Works on host arrays through ckpt.h,
  * hf.h and the model's tensor tables; the CPU backend only hosts the (tiny, 1-token) model object
  * that owns those tables. Never prints: the CLI reports the result. */
 #include "core/train/export.h"
@@ -225,7 +225,8 @@ static int export_streamed(ckpt_reader *r, const char *file, const model_tensor 
     src.piece = malloc(maxp * sizeof(float));
     int rc = ckpt_has_group(r, "model") ? 0 : loom_fail("%s: no /model group", file);
     if (rc == 0 && (!src.ct || !src.buf || !src.piece)) rc = loom_fail("export: out of host memory");
-    if (rc == 0)
+    if (rc == 0 && o->gguf) rc = gguf_export(o->out_dir, mj, file, export_get, export_pieces, &src, o->gguf_type, sd);
+    else if (rc == 0)
         rc = hf_export_pieces(o->out_dir, mj, export_get, export_pieces, &src, o->dtype, sd,
                               (uint64_t)(o->shard_mb * 1024 * 1024));
     free(src.ct);
@@ -241,9 +242,11 @@ int export_hf(const export_options *o)
     int lora = 0;
     ckpt_reader *r = NULL;
     if (export_job(o->ckpt, file, sizeof file, &cfg, &lora, &r)) return -1;
-    int peft = o->peft, rc = 0;
-    if (peft && !lora) rc = loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
-    if (!rc && !peft && lora && !o->merge)
+    int peft = o->peft || (o->gguf && o->gguf_adapter), rc = 0; /* the adapters alone */
+    if (peft && !lora)
+        rc = o->gguf ? loom_fail("%s: not a LoRA checkpoint (no /lora group): --adapter needs one (without it: the model)", file)
+                     : loom_fail("%s: not a LoRA checkpoint (no /lora group): use `loom export hf`", file);
+    if (!rc && !peft && lora && !o->merge && !o->gguf) /* a GGUF of a LoRA fine-tune is always merged */
         rc = loom_fail("%s: a LoRA checkpoint: add --merge (adapters folded into the base) or use `loom export peft`", file);
     lora_spec ls = {0};
     if (!rc && lora && lora_spec_from_config(&cfg.finetune, &cfg.model, &ls)) rc = -1;
@@ -266,11 +269,15 @@ int export_hf(const export_options *o)
     if (rc == 0 && lora && !peft) rc = model_lora_merge(m, base, ad);
     char *mj = rc == 0 ? config_model_to_json(&cfg.model) : NULL;
     if (rc == 0 && !mj) rc = loom_fail("out of memory");
-    if (rc == 0) rc = session_mkdirs(o->out_dir);
+    if (rc == 0 && !o->gguf) rc = session_mkdirs(o->out_dir); /* a GGUF is one file, in a folder that exists */
     const char *sd = export_side_dir(file, &cfg, side, sizeof side);
     if (rc == 0 && peft) {
         export_src src = {m->tensors, m->ntensors, ad, NULL, NULL, NULL, NULL};
-        rc = hf_export_peft(o->out_dir, mj, export_get, &src, ls.rank, ls.alpha, ls.targets, cfg.finetune.base);
+        rc = o->gguf ? gguf_export_adapter(o->out_dir, mj, file, export_get, &src, ls.rank, ls.alpha, ls.targets, o->gguf_type)
+                     : hf_export_peft(o->out_dir, mj, export_get, &src, ls.rank, ls.alpha, ls.targets, cfg.finetune.base);
+    } else if (rc == 0 && lora && o->gguf) {
+        export_src src = {bt, nb, base, NULL, NULL, NULL, NULL};
+        rc = gguf_export(o->out_dir, mj, file, export_get, NULL, &src, o->gguf_type, sd);
     } else if (rc == 0 && lora) {
         export_src src = {bt, nb, base, NULL, NULL, NULL, NULL};
         rc = hf_export(o->out_dir, mj, export_get, &src, o->dtype, sd, (uint64_t)(o->shard_mb * 1024 * 1024));

@@ -4,6 +4,7 @@
 #ifndef LOOM_EXPORT_H
 #define LOOM_EXPORT_H
 
+#include "checkpoints/gguf.h"
 #include "checkpoints/hf.h"
 
 /* `loom ckpt merge BASE ADAPTER OUT`: BASE a model checkpoint (file or dir), ADAPTER a LoRA
@@ -21,6 +22,9 @@ typedef struct export_options {
     int merge;           /* HF folder of a LoRA checkpoint: adapters folded into the base (required) */
     st_dtype dtype;      /* HF folder: the tensors' dtype */
     double shard_mb;     /* HF folder: the largest shard, in MB (> 0) */
+    int gguf;            /* 1: out_dir is a GGUF file (llama.cpp's format) of type gguf_type */
+    gguf_type gguf_type;
+    int gguf_adapter;    /* with gguf: a LoRA checkpoint's adapters as a GGUF LoRA adapter, not merged */
 } export_options;
 
 /* A loom checkpoint -> a Hugging Face folder or a PEFT adapter. The tensors are the checkpoint's
@@ -29,6 +33,9 @@ typedef struct export_options {
  * streamed (no whole model in memory). The tokenizer files and the source config.json come from
  * beside the checkpoint (an import) or from finetune.base. 0, or -1 + loom_fail. */
 int export_hf(const export_options *o);
+/* With o->gguf: the same model (a LoRA checkpoint merged) as one GGUF file (checkpoints/gguf.h),
+ * the tokenizer from where export_hf finds the tokenizer files; with o->gguf_adapter, a LoRA
+ * checkpoint's adapters alone as a GGUF LoRA adapter for the base's GGUF. */
 
 /* `loom export needle CKPT OUT.safetensors [--merge] [--allow-other-base]`: the LoRA adapters of a
  * Needle fine-tune's checkpoint (finetune.base a Needle base) as Needle's write_adapter writes them

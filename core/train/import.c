@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "checkpoints/ckpt.h"
+#include "checkpoints/gguf.h"
 #include "checkpoints/hf.h"
 #include "core/model/model.h"
 #include "core/text/text.h"
@@ -61,7 +62,7 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
     return rc;
 }
 
-/* A tokenizer.json loom reads is named by the checkpoint; one it cannot read (a WordLevel one,
+/* A tokenizer.json loom reads is named by the checkpoint; one it cannot read (a WordPiece one,
  * say) leaves the byte tokenizer, with a warning: the weights are still worth importing. */
 static int import_tokenizer_ok(const char *spec)
 {
@@ -108,17 +109,41 @@ int import_move_single(const char *tmp, const char *out)
     return rc;
 }
 
-int import_hf(const char *dir, const char *out)
+/* import_hf, the job's finetune.base naming `base` (the file the folder was made from) */
+static int import_hf_as(const char *dir, const char *out, const char *base)
 {
     hf_model *h = hf_open(dir);
     if (!h) return -1;
     job_config cfg;
     config_defaults(&cfg);
     snprintf(cfg.name, sizeof cfg.name, "import");
-    snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", dir);
+    snprintf(cfg.finetune.base, sizeof cfg.finetune.base, "%s", base);
     int rc = session_model_from_hf(&cfg.model, dir, NULL);
     if (cfg.train.seq_len > cfg.model.max_seq) cfg.train.seq_len = cfg.model.max_seq; /* a valid job */
     if (rc == 0) rc = import_to(h, &cfg, dir, out);
     hf_close(h);
+    return rc;
+}
+
+int import_hf(const char *dir, const char *out) { return import_hf_as(dir, out, dir); }
+
+int import_gguf(const char *path, const char *out)
+{
+    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    gguf_model *g = gguf_model_open(path);
+    if (!g) return -1;
+    char tmp[4200], f[4300];
+    snprintf(tmp, sizeof tmp, "%s.gguf-import", out);
+    int rc = session_mkdirs(tmp);
+    /* one shard whatever the size: the folder lives only until import_hf_as has read it */
+    if (rc == 0) rc = hf_export(tmp, gguf_model_json(g), gguf_model_get, g, ST_F32, NULL, UINT64_MAX);
+    if (rc == 0) rc = gguf_model_write_tokenizer(g, tmp);
+    gguf_model_close(g);
+    if (rc == 0) rc = import_hf_as(tmp, out, path);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(f, sizeof f, "%s/%s", tmp, files[i]);
+        unlink(f);
+    }
+    rmdir(tmp);
     return rc;
 }

@@ -6,6 +6,11 @@
 /* A Hugging Face folder `dir` -> a loom checkpoint: the folder `out`, or the one file `out` when it
  * ends in .h5 (side files beside it). 0, or -1 + loom_fail naming the file or field. */
 int import_hf(const char *dir, const char *out);
+/* A GGUF model file (one `loom export gguf` wrote, or llama.cpp's converter, of the families loom
+ * imports; checkpoints/gguf.h) -> a loom checkpoint as import_hf makes one: the tensors and keys
+ * go through a Hugging Face folder OUT.gguf-import beside out (removed after), the tokenizer files
+ * rebuilt from its keys; finetune.base names the GGUF. 0, or -1 + loom_fail naming file and field. */
+int import_gguf(const char *path, const char *out);
 /* A Needle base checkpoint (a .safetensors file Needle's write_checkpoint wrote) -> a loom
  * checkpoint, the folder `out` or the file `out` ending in .h5, that needle_open reads as the file
  * (checkpoints/needle.h; mtp_ tensors dropped). Nothing is written unless the whole file opens as
