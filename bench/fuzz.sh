@@ -15,13 +15,15 @@
 #   fuzz_text    text through the reference tokenizers and as a model's tool-call output
 #                (encode, decode round trip, call extraction and grading)  seeds: the tokenizer
 #                fixtures' text and chat rows, rendered tool calls
+#   fuzz_gguf    GGUF files (header, keys, tensor infos, every tensor to fp32, the mapping onto loom's
+#                families)  seed: a small GGUF of every tensor type loom reads (fuzz_gguf_seed)
 #   fuzz_hf      an HF model folder's config.json, tokenizer_config.json or shard index, the rest a fixture's
 #                (hf_open, every tensor, the tokenizer and its chat format)  seeds: the fixtures'
 # RUNS (default 200000) executions for config and jsonl; FUZZ_CKPT_RUNS (default RUNS/10) for
 # ckpt, whose every execution writes and opens an HDF5 file. Crashes, leaks and timeouts are
 # written to $FUZZ_OUT/crashes (FUZZ_OUT defaults to build-fuzz/out); exit 1 if any target found
 # one in loom's code (crashes inside libhdf5 are counted and reported, see in_hdf5). Each crash input belongs in tests/reliability/regress/<target>/ once its bug is fixed.
-# FUZZ_TARGETS="config jsonl ckpt safetensors tokenizer spm text hf" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
+# FUZZ_TARGETS="config jsonl ckpt safetensors tokenizer spm text hf gguf" picks targets. Needs clang with libFuzzer (Debian: clang-14 + libclang-rt-14-dev). Takes minutes: not in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -36,13 +38,13 @@ san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 $san" \
       -DLOOM_CUDA=OFF -DCMAKE_PROJECT_loom_INCLUDE="$root/bench/fuzz/fuzz.cmake" >"$build.configure.log" 2>&1 ||
     { tail -20 "$build.configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_needle fuzz_tokenizer fuzz_spm fuzz_text fuzz_hf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_config fuzz_jsonl fuzz_ckpt fuzz_safetensors fuzz_needle fuzz_tokenizer fuzz_spm fuzz_text fuzz_hf fuzz_gguf fuzz_replay -j2 >"$build.build.log" 2>&1 ||
     { grep -E "error" "$build.build.log" | head -20; exit 1; }
 
 # Seeds (fresh each run; the fuzzer's own finds go to corpus/, kept between runs)
 seeds=$out/seeds
-rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf} \
-    "$out"/corpus/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf} "$out/crashes"
+rm -rf "$seeds" && mkdir -p "$seeds"/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf,gguf} \
+    "$out"/corpus/{config,jsonl,ckpt,safetensors,needle,tokenizer,spm,text,hf,gguf} "$out/crashes"
 cp configs/*.json configs/models/*.json "$seeds/config/"
 i=0
 while IFS= read -r line && [ $i -lt 64 ]; do   # flag byte: bit0 skip_bad_lines, bit1 prompt-only
@@ -62,6 +64,7 @@ cp tests/fixtures/needle/*.model "$seeds/spm/"
 { printf '\001'; cat tests/fixtures/needle/model_lora.safetensors; } >"$seeds/needle/lora"
 "$build/tests/reliability/fuzz_replay" --ckpt-seed "$seeds/ckpt/full.h5"
 "$build/tests/reliability/fuzz_replay" --safetensors-seed "$seeds/safetensors"
+"$build/tests/reliability/fuzz_replay" --gguf-seed "$seeds/gguf/small.gguf"
 for f in tests/fixtures/hf/*/model.safetensors; do [ -f "$f" ] && cp "$f" "$seeds/safetensors/$(basename "$(dirname "$f")").safetensors"; done
 for f in tests/fixtures/tokenizers/*.json tests/fixtures/hf/*/tokenizer.json configs/demo-tokenizer.json; do
     cp "$f" "$seeds/tokenizer/$(echo "$f" | tr / _)"
@@ -152,7 +155,7 @@ run_target()
 }
 
 status=0
-for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors tokenizer spm text hf}; do
+for t in ${FUZZ_TARGETS:-config jsonl ckpt safetensors tokenizer spm text hf gguf}; do
     if [ "$t" = ckpt ]; then run_target ckpt "$ckpt_runs"; else run_target "$t" "$runs"; fi
 done
 ls "$out/crashes" | sed 's/^/crash input: /'

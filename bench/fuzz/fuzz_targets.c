@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
+#include "checkpoints/gguf.h"
 #include "checkpoints/hf.h"
 #include "checkpoints/needle.h"
 #include "checkpoints/safetensors.h"
@@ -250,6 +251,68 @@ int fuzz_safetensors_seed(const char *dir)
     static const float v[12] = {1, -2, 0.5f, 3, 1e-3f, -7, 65504, 1e-8f, 0, -0.0f, 2, 4};
     st_wtensor t[3] = {{"a.weight", 2, {3, 4}}, {"a.bias", 1, {4}}, {"s", 0, {0}}};
     return st_write_dir(dir, "model", ST_BF16, t, 3, fuzz_st_fetch, (void *)v, (uint64_t)1 << 30);
+}
+
+/* ---- GGUF ---- */
+
+int fuzz_gguf(const uint8_t *data, size_t n)
+{
+    char path[512];
+    if (fuzz_to_scratch(path, sizeof path, "gguf", data, n) != 0) return 0;
+    gguf_file *g = gguf_open(path);
+    if (g) { /* the keys an import reads, of each kind, and every tensor up to 4096 elements */
+        const char *s, **ss;
+        const void *iv;
+        uint32_t u;
+        float f;
+        int b;
+        size_t k;
+        if (gguf_get_str(g, "general.architecture", &s) == 0) free((void *)s);
+        if (gguf_get_strs(g, "tokenizer.ggml.tokens", &ss, &k) == 0) {
+            for (size_t i = 0; i < k; i++) free((void *)ss[i]);
+            free((void *)ss);
+        }
+        gguf_get_i32s(g, "tokenizer.ggml.token_type", &iv, &k);
+        gguf_get_u32(g, "llama.block_count", &u);
+        gguf_get_f32(g, "llama.rope.freq_base", &f);
+        gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b);
+        for (size_t i = 0; i < gguf_n_tensors(g); i++) {
+            const char *name = gguf_tensor_name(g, i);
+            int nd;
+            int64_t ne[4];
+            gguf_type t;
+            if (gguf_tensor_info(g, name, &nd, ne, &t) != 0) continue;
+            uint64_t numel = 1;
+            for (int d = 0; d < nd; d++) numel *= (uint64_t)ne[d];
+            float buf[4096];
+            if (numel <= 4096) gguf_tensor_read(g, name, buf, (size_t)numel);
+        }
+        gguf_close(g);
+    }
+    gguf_model_close(gguf_model_open(path)); /* the mapping onto loom's families */
+    unlink(path);
+    return 0;
+}
+
+int fuzz_gguf_seed(const char *path)
+{
+    static const float v[64] = {1, -2, 0.5f, 3, 1e-3f, -7, 65504, 1e-8f, 0, -0.0f, 2, 4, 100, -100, 0.25f, 9};
+    static const char *const toks[] = {"a", "b", "<s>"};
+    static const int32_t types[] = {1, 1, 3};
+    const int64_t ne32[2] = {32, 2}, ne4[1] = {4};
+    gguf_writer *w = gguf_create(path, 32);
+    int rc = !w || gguf_kv_str(w, "general.architecture", "llama") || gguf_kv_u32(w, "llama.block_count", 1) ||
+             gguf_kv_f32(w, "llama.rope.freq_base", 10000.0f) || gguf_kv_bool(w, "tokenizer.ggml.add_bos_token", 1) ||
+             gguf_kv_strs(w, "tokenizer.ggml.tokens", toks, 3) || gguf_kv_i32s(w, "tokenizer.ggml.token_type", types, 3) ||
+             gguf_tensor_add(w, "q8", 2, ne32, GGUF_Q8_0) || gguf_tensor_add(w, "f16", 1, ne4, GGUF_F16) ||
+             gguf_tensor_add(w, "bf16", 1, ne4, GGUF_BF16) || gguf_tensor_add(w, "f32", 1, ne4, GGUF_F32) ||
+             gguf_data_begin(w) || gguf_put(w, v, 64) || gguf_put(w, v, 4) || gguf_put(w, v + 4, 4) ||
+             gguf_put(w, v + 8, 4);
+    if (rc) {
+        if (w) gguf_abort(w);
+        return -1;
+    }
+    return gguf_commit(w);
 }
 
 /* ---- tokenizers ---- */
@@ -500,5 +563,6 @@ fuzz_target_fn fuzz_target_by_name(const char *name)
     if (strcmp(name, "config") == 0) return fuzz_config;
     if (strcmp(name, "jsonl") == 0) return fuzz_jsonl;
     if (strcmp(name, "ckpt") == 0) return fuzz_ckpt;
+    if (strcmp(name, "gguf") == 0) return fuzz_gguf;
     return NULL;
 }

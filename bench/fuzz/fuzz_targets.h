@@ -35,6 +35,13 @@ int fuzz_safetensors_seed(const char *dir);
  * adapter (needle_adapter_open). */
 int fuzz_needle(const uint8_t *data, size_t n);
 
+/* A GGUF file: gguf_open's header, key and tensor-info checks, the keys an import reads (of each
+ * kind), every tensor up to 4096 elements to fp32, then gguf_model_open's mapping onto loom's
+ * families. */
+int fuzz_gguf(const uint8_t *data, size_t n);
+/* Write a small valid GGUF (keys of each kind, a q8_0, f16, bf16 and f32 tensor) to `path`. */
+int fuzz_gguf_seed(const char *path);
+
 /* A tokenizer.json file: tokenizer_open, then a fixed text (words, whitespace runs, accents, CJK,
  * an emoji, a bad UTF-8 sequence, chat markers) encoded and decoded (ids in the vocabulary, the
  * output within its buffer), and a prompt rendered when the file's markers pick a chat format. */

@@ -1,5 +1,5 @@
 /* fuzz_replay.c: `fuzz_replay DIR`: every file DIR/<target>/<name> (target = config, jsonl,
- * ckpt, safetensors, needle, tokenizer, spm, text or hf) run once through the same fuzz entry point bench/fuzz.sh
+ * ckpt, safetensors, needle, tokenizer, spm, text, hf or gguf) run once through the same fuzz entry point bench/fuzz.sh
  * fuzzes. Inputs that once crashed a fuzzer live there, so a fixed bug stays fixed; under LOOM_SANITIZE a leak or a bad read in
  * them fails the test too. `fuzz_replay --ckpt-seed FILE` writes the fuzzer's checkpoint seed;
  * `--ckpt-seal FILE` seals a seed that another tool (h5repack) rewrote. Must never modify DIR. */
@@ -43,6 +43,11 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--ckpt-seed") == 0) return fuzz_ckpt_seed(argv[2]) == 0 ? 0 : 1;
     if (argc == 3 && strcmp(argv[1], "--safetensors-seed") == 0)
         return fuzz_safetensors_seed(argv[2]) == 0 ? 0 : 1;
+    if (argc == 3 && strcmp(argv[1], "--gguf-seed") == 0) {
+        if (fuzz_gguf_seed(argv[2]) == 0) return 0;
+        fprintf(stderr, "fuzz_replay: %s\n", loom_error());
+        return 1;
+    }
     if (argc == 3 && strcmp(argv[1], "--ckpt-seal") == 0) {
         if (ckpt_seal(argv[2]) >= 0) return 0;
         fprintf(stderr, "fuzz_replay: %s\n", loom_error());
@@ -50,11 +55,11 @@ int main(int argc, char **argv)
     }
     if (argc != 2) {
         fprintf(stderr, "usage: fuzz_replay DIR | fuzz_replay --ckpt-seed FILE | fuzz_replay --ckpt-seal FILE | "
-                        "fuzz_replay --safetensors-seed DIR\n");
+                        "fuzz_replay --safetensors-seed DIR | fuzz_replay --gguf-seed FILE\n");
         return 2;
     }
     log_set_quiet(1);
-    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors", "needle", "tokenizer", "spm", "text", "hf"};
+    const char *targets[] = {"config", "jsonl", "ckpt", "safetensors", "needle", "tokenizer", "spm", "text", "hf", "gguf"};
     int total = 0;
     for (int t = 0; t < (int)(sizeof targets / sizeof *targets); t++) {
         char dir[4096], path[8192];
