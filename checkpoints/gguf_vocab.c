@@ -14,20 +14,32 @@
 /* llama.cpp's token types (gguf-py TokenType) */
 enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
 
-/* dir/name parsed into *out (NULL when the file is absent); -1 + loom_fail when it is not JSON */
-static int vocab_json(const char *dir, const char *name, char *path, size_t len, cJSON **out)
+/* The whole file as a NUL-terminated string (malloc'd); NULL when it is absent (*absent = 1) or
+ * cannot be read or held (*absent = 0). */
+static char *vocab_slurp(const char *path, int *absent)
 {
-    snprintf(path, len, "%s/%s", dir, name);
-    *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    *absent = !f;
+    if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
     size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
     fclose(f);
-    if (buf) { buf[got] = '\0'; *out = cJSON_Parse(buf); }
+    if (buf) buf[got] = '\0';
+    return buf;
+}
+
+/* dir/name parsed into *out (NULL when the file is absent); -1 + loom_fail when it is not JSON */
+static int vocab_json(const char *dir, const char *name, char *path, size_t len, cJSON **out)
+{
+    snprintf(path, len, "%s/%s", dir, name);
+    *out = NULL;
+    int absent;
+    char *buf = vocab_slurp(path, &absent);
+    if (absent) return 0;
+    if (buf) *out = cJSON_Parse(buf);
     free(buf);
     return *out ? 0 : loom_fail("%s: not valid JSON", path);
 }
@@ -259,16 +271,10 @@ static int vocab_chat_template(gguf_writer *w, const cJSON *tc, const char *dir)
     if (ct && !cJSON_IsNull(ct)) return 0; /* a list of named templates: not carried (docs/gguf.md) */
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
+    int absent;
+    char *buf = vocab_slurp(path, &absent);
+    if (absent) return 0;
     if (!buf) return loom_fail("%s: out of memory", path);
-    buf[got] = '\0';
     int rc = gguf_kv_str(w, "tokenizer.chat_template", buf);
     free(buf);
     return rc;
