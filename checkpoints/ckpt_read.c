@@ -92,12 +92,21 @@ static hid_t open_h5(const char *file, int sealed)
     return fid;
 }
 
-/* A loom checkpoint of a format version this loom reads, with the `complete` flag set. */
-static int validate_file(hid_t fid, const char *file, int *version_out)
+/* A loom checkpoint of a format version this loom reads, with the `complete` flag set. `sealed`:
+ * the file's loom seal held, so loom wrote (or sealed) it: a bad `loom_format` there is a damaged
+ * root attribute, not another program's file. */
+static int validate_file(hid_t fid, const char *file, int sealed, int *version_out)
 {
     char *magic = NULL;
     int rc = ckpt_attr_read_str(fid, "loom_format", &magic);
     int bad = rc != 0 || strcmp(magic, CKPT_MAGIC) != 0;
+    if (bad && sealed) {
+        char got[80];
+        snprintf(got, sizeof got, rc < 0 ? "unreadable" : rc > 0 ? "missing" : "\"%.60s\"", magic ? magic : "");
+        free(magic);
+        return loom_fail("%s: damaged root attributes under a valid loom seal: loom_format is %s, not \"%s\" "
+                         "(edited before it was sealed?)", file, got, CKPT_MAGIC);
+    }
     free(magic);
     if (bad) return loom_fail("%s: not a loom checkpoint (no loom_format = \"%s\")", file, CKPT_MAGIC);
     int32_t version = 0, complete = 0;
@@ -121,7 +130,7 @@ static ckpt_reader *open_reader(const char *file, int sealed)
     hid_t fid = open_h5(file, sealed);
     if (fid < 0) return NULL;
     int version = 0;
-    if (validate_file(fid, file, &version)) {
+    if (validate_file(fid, file, sealed, &version)) {
         H5Fclose(fid);
         return NULL;
     }

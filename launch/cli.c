@@ -77,16 +77,54 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a)
     return 0;
 }
 
-/* A relative data path that does not exist from here is taken relative to the job file's folder,
- * so `loom train configs/demo.json` works from anywhere. */
-static void cli_resolve_path(char *path, size_t len, const char *job_path)
+/* The path fields of a job: one written in the job file is relative to the file's folder, one given
+ * on the command line (--set, --out, --init) to the current directory, an absolute one is kept as
+ * it is (docs/config.md, "Paths"). "byte" is a tokenizer, not a path. */
+static const char *const cli_path_fields[] = {"data.train", "data.val", "finetune.base", "model.tokenizer",
+                                              "out", "checkpoint.dir", NULL};
+
+/* Whether a --set names field: then its value is the command line's (--set applies after the file). */
+static int cli_set_names(const cli_job *a, const char *field)
 {
-    if (!path[0] || path[0] == '/' || access(path, F_OK) == 0) return;
-    const char *slash = strrchr(job_path, '/');
-    if (!slash) return;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%.*s/%s", (int)(slash - job_path), job_path, path);
-    if (access(buf, F_OK) == 0 && strlen(buf) < len) snprintf(path, len, "%s", buf);
+    size_t l = strlen(field);
+    for (int k = 0; k < a->nsets; k++)
+        if (strncmp(a->sets[k], field, l) == 0 && a->sets[k][l] == '=') return 1;
+    return 0;
+}
+
+static int cli_resolve_paths(const cli_job *a, job_config *cfg)
+{
+    const char *slash = strrchr(a->job_path, '/');
+    if (!slash) return 0; /* the job file's folder is the current directory */
+    int nf;
+    const config_field *fields = config_fields(&nf);
+    for (int i = 0; i < nf; i++) {
+        const config_field *f = &fields[i];
+        int k = 0;
+        while (cli_path_fields[k] && strcmp(cli_path_fields[k], f->path)) k++;
+        char *path = (char *)cfg + f->offset;
+        if (!cli_path_fields[k] || !path[0] || path[0] == '/' || cli_set_names(a, f->path) ||
+            (!strcmp(f->path, "model.tokenizer") && !strcmp(path, "byte")))
+            continue;
+        char buf[1024];
+        int n = snprintf(buf, sizeof buf, "%.*s/%s", (int)(slash - a->job_path), a->job_path, path);
+        if (n < 0 || (size_t)n >= f->size)
+            return loom_fail("%s: %s: %s \"%s\", taken from its folder, is longer than %zu bytes", a->job_path,
+                             f->path, f->path, path, f->size - 1);
+        memcpy(path, buf, (size_t)n + 1);
+    }
+    return 0;
+}
+
+int cli_check_inputs(const job_config *cfg, int which)
+{
+    const struct { int bit; const char *field, *path; } in[] = {
+        {CLI_IN_TRAIN, "data.train", cfg->data.train}, {CLI_IN_VAL, "data.val", cfg->data.val}};
+    for (size_t k = 0; k < sizeof in / sizeof *in; k++)
+        if ((which & in[k].bit) && in[k].path[0] && access(in[k].path, F_OK) != 0)
+            return loom_fail("%s: %s: %s (a job file's relative paths are taken from its folder, --set's from the "
+                             "current directory)", in[k].field, in[k].path, strerror(errno));
+    return 0;
 }
 
 /* --init from a loom checkpoint: its model config is the job's (as an HF folder's is). */
@@ -141,10 +179,7 @@ static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_F
 int cli_load_config(const cli_job *a, job_config *cfg)
 {
     log_set_quiet(a->quiet); /* before anything logs: --quiet leaves results and warnings only */
-    if (config_load(cfg, a->job_path, a->sets, a->nsets)) return -1;
-    cli_resolve_path(cfg->data.train, sizeof cfg->data.train, a->job_path);
-    cli_resolve_path(cfg->data.val, sizeof cfg->data.val, a->job_path);
-    cli_resolve_path(cfg->finetune.base, sizeof cfg->finetune.base, a->job_path);
+    if (config_load(cfg, a->job_path, a->sets, a->nsets) || cli_resolve_paths(a, cfg)) return -1;
     if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
     /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
     unsigned char explicit[CLI_MAX_FIELDS];
@@ -154,8 +189,6 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init, explicit)) {
         return -1;
     }
-    if (strcmp(cfg->model.tokenizer, "byte") != 0)
-        cli_resolve_path(cfg->model.tokenizer, sizeof cfg->model.tokenizer, a->job_path);
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);
     if (a->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", a->backend);
     return config_validate(cfg);

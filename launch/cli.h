@@ -23,9 +23,16 @@ int cli_parse_job(int argc, char **argv, int first, cli_job *a);
 
 /* Load the job config the arguments name, with --set, --out and --backend applied; --init sets
  * finetune.base, and a Hugging Face folder there (or the --init checkpoint) supplies the model
- * config. --quiet silences info lines from here on (logs go to stderr, results to stdout:
+ * config. A path the job file gives relative is taken from the file's folder; --set's, --out's and
+ * --init's from the current directory. --quiet silences info lines from here on (logs go to stderr, results to stdout:
  * base/log.h). */
 int cli_load_config(const cli_job *a, job_config *cfg);
+
+/* The job's data files that a command reads (CLI_IN_* bits: data.train, data.val), when set,
+ * exist: else one line naming the field and the path as resolved (cli_load_config). A missing
+ * finetune.base is named where the base is opened (session_load_base). */
+enum { CLI_IN_TRAIN = 1, CLI_IN_VAL = 2 };
+int cli_check_inputs(const job_config *cfg, int which);
 
 /* A flag's whole-number value v in lo..hi, strictly ("abc", "5x", "" and out of range are errors
  * naming the flag). 0, or -1 + loom_fail. */

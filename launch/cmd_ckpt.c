@@ -106,8 +106,9 @@ static void info_tensor(void *ctx, const ckpt_tensor_report *t)
     it->found++;
 }
 
-/* The group totals and the verdict under the tensor table. */
-static void info_footer(const info_table *it)
+/* The group totals and the verdict under the tensor table (refused: a load refuses the file for
+ * what its attributes say, though every tensor is sound). */
+static void info_footer(const info_table *it, int refused)
 {
     printf("\n%-24s %8s %16s\n", "group", "tensors", "bytes");
     int64_t all = 0;
@@ -117,7 +118,8 @@ static void info_footer(const info_table *it)
         all += it->tot[i].bytes;
     }
     printf("%-24s %8zu %16" PRId64 "  (%.1f MB)\n", "total", it->found, all, all / 1e6);
-    printf("\n%s\n", it->bad ? "STATUS: CORRUPT" : "STATUS: ok");
+    printf("\n%s\n", it->bad ? "STATUS: CORRUPT" : refused ? "STATUS: REFUSED (a load refuses it: see the error)"
+                                                         : "STATUS: ok");
 }
 
 static int ckpt_info(const char *file)
@@ -130,9 +132,14 @@ static int ckpt_info(const char *file)
     info_table it;
     memset(&it, 0, sizeof it);
     ckpt_inspect_fns fns = {info_state, info_listed, info_tensor};
+    /* the verdict is the load's: first what a load refuses before any tensor (the attributes
+     * against each other and against the tensors' shapes), then every tensor's checksum */
+    char refused[1024] = "";
+    if (session_check_file(file)) snprintf(refused, sizeof refused, "%s", loom_error());
     int rc = ckpt_inspect(file, &fns, &it);
-    if (it.listed) info_footer(&it);
+    if (it.listed) info_footer(&it, refused[0] != 0);
     fflush(stdout);
+    if (rc == 0 && refused[0]) rc = loom_fail("%s", refused);
     return rc ? cli_fail() : 0;
 }
 

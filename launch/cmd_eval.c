@@ -35,7 +35,9 @@ int cmd_eval(int argc, char **argv)
 {
     cli_job a;
     job_config cfg;
-    if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg)) return cli_fail();
+    if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg) ||
+        cli_check_inputs(&cfg, CLI_IN_TRAIN | CLI_IN_VAL))
+        return cli_fail();
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     if (finetune_needle_base(cfg.finetune.base)) return cmd_eval_needle(&cfg, c, a.ckpt);
@@ -45,7 +47,8 @@ int cmd_eval(int argc, char **argv)
     tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
     chat_template ct;
     /* data.bucket: the val loss runs each batch at its rows' longest, as the fine-tune's does */
-    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || sft_data_load(&d, &dc, &ct, cfg.train.seed) ||
+    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || chat_template_date(&ct, dc.date_string) ||
+        sft_data_load(&d, &dc, &ct, cfg.train.seed) ||
         sft_data_batching(&d, cfg.train.batch_size, dc.bucket, cfg.train.seed)) {
         tokenizer_free(tok);
         return cli_job_failed(c);

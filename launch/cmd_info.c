@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "backends/backend.h"
+#include "base/error.h"
 #include "launch/cli.h"
 #include "parallel/comm.h"
 
@@ -52,11 +53,16 @@ int cmd_info(int argc, char **argv)
     }
     int from_env;
     const char *pick = backend_preferred(&from_env); /* the start of backend_select's choice */
-    printf("selected: %s (%s", pick ? pick : "none",
-           from_env ? "LOOM_BACKEND" : "auto-detected: first available of");
-    if (!from_env)
-        for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", e[i].name);
-    printf(")\n");
+    char why_env[256];
+    if (from_env && !backend_choose(NULL, why_env, sizeof why_env)) { /* what a job would be refused with */
+        printf("selected: none (LOOM_BACKEND=%s: %s)\n", pick, loom_error());
+        pick = NULL;
+    } else {
+        printf("selected: %s (%s", pick ? pick : "none", from_env ? "LOOM_BACKEND" : "auto-detected: first available of");
+        if (!from_env)
+            for (int i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", e[i].name);
+        printf(")\n");
+    }
     printf("launched_by_mpi: %s\n", comm_launched_by_mpi() ? "yes" : "no");
     /* parallel.comm = auto with that backend: here, and as one rank of an mpirun/srun job */
     char why[256];

@@ -116,14 +116,16 @@ int cmd_render(int argc, char **argv)
     render_args ra;
     cli_job a;
     job_config cfg;
-    if (render_parse(&argc, argv, &ra) || cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg))
+    if (render_parse(&argc, argv, &ra) || cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg) ||
+        cli_check_inputs(&cfg, CLI_IN_TRAIN | CLI_IN_VAL))
         return cli_fail();
     data_config dc = cfg.data;
     if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
     tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
     chat_template ct;
     sft_data d;
-    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || sft_data_load(&d, &dc, &ct, cfg.train.seed)) {
+    if (!tok || chat_template_init(&ct, tok, dc.chat_format) || chat_template_date(&ct, dc.date_string) ||
+        sft_data_load(&d, &dc, &ct, cfg.train.seed)) {
         tokenizer_free(tok);
         return cli_fail();
     }

@@ -193,7 +193,7 @@ int cmd_sample(int argc, char **argv)
     int finetune = cfg.finetune.base[0] != 0;
     tokenizer *tok = tokenizer_open(cfg.model.tokenizer);
     chat_template ct;
-    if (tok && chat_template_init(&ct, tok, cfg.data.chat_format)) {
+    if (tok && (chat_template_init(&ct, tok, cfg.data.chat_format) || chat_template_date(&ct, cfg.data.date_string))) {
         tokenizer_free(tok);
         tok = NULL;
     }

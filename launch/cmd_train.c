@@ -133,7 +133,9 @@ static int cmd_train_or_finetune(int argc, char **argv, int finetune)
 {
     cli_job a;
     job_config cfg;
-    if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg)) return cli_fail();
+    if (cli_parse_job(argc, argv, 2, &a) || cli_load_config(&a, &cfg) ||
+        cli_check_inputs(&cfg, finetune ? CLI_IN_TRAIN | CLI_IN_VAL : CLI_IN_TRAIN))
+        return cli_fail();
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     const char *bad = a.init && finetune ? "--init is for `loom train`; a fine-tune starts from finetune.base"

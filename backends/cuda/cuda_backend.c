@@ -3,6 +3,7 @@
  * kernels: cuda_state.c). Ops run in issue order on one compute
  * stream; the communication layer gets a second stream. It must never use managed memory, print
  * when no driver/device exists, or exit(). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,20 @@ static int cuda_init_device(backend *be)
     return 0;
 }
 
+/* Why cudaGetDeviceCount failed, in words: the runtime reports a missing driver as an old one
+ * (cudaErrorInsufficientDriver, "driver version is insufficient"), so look for the driver library
+ * the runtime loads. */
+static const char *cuda_reason(cudaError_t err)
+{
+    if (err == cudaErrorNoDevice) return "no CUDA device";
+    if (err == cudaErrorInsufficientDriver) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+        if (!h) return "no NVIDIA driver (libcuda.so.1 not found)";
+        dlclose(h);
+    }
+    return cudaGetErrorString(err);
+}
+
 static const backend_ops cuda_ops;
 
 static backend *cuda_create(const backend_config *cfg_in)
@@ -284,7 +299,7 @@ static backend *cuda_create(const backend_config *cfg_in)
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count <= 0) {
         cudaGetLastError();
-        loom_fail("cuda backend: no usable device (%s)", err != cudaSuccess ? cudaGetErrorString(err) : "no CUDA device");
+        loom_fail("cuda backend: no usable device (%s)", err != cudaSuccess ? cuda_reason(err) : "no CUDA device");
         return NULL;
     }
     if (cfg->device_index < 0 || cfg->device_index >= count) {
@@ -327,7 +342,7 @@ static int cuda_available(const char **why)
     const char *reason = NULL;
     if (err != cudaSuccess) {
         cudaGetLastError();
-        reason = err == cudaErrorNoDevice ? "no CUDA device" : cudaGetErrorString(err);
+        reason = cuda_reason(err);
     } else if (count <= 0) {
         reason = "no CUDA device";
     }

@@ -4,6 +4,7 @@
 #include "core/config/config.h"
 #include "core/config/config_table.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "core/config/presets.h"
 
 #include <cjson/cJSON.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_PRESETS 64
 
@@ -344,6 +346,14 @@ static cJSON *json_parse(const char *text, const char *src)
     }
     int at_end = !*end;
     while (end > text && (!*end || strchr(" \t\r\n", *end))) end--;
+    /* a trailing comma: name its line, not the bracket's (under the pointer or just before it) */
+    const char *b = *end != '}' && *end != ']' && end > text ? end - 1 : end;
+    char closer = 0;
+    if (*b == '}' || *b == ']') {
+        const char *c = b;
+        while (c > text && strchr(" \t\r\n", c[-1])) c--;
+        if (c > text && c[-1] == ',') closer = *b, end = c - 1;
+    }
     int line = 1;
     const char *line_start = text;
     for (const char *p = text; p < end; p++)
@@ -351,7 +361,10 @@ static cJSON *json_parse(const char *text, const char *src)
     const char *from = end - line_start > 16 ? end - 16 : line_start;
     size_t w = strcspn(from, "\r\n");
     if (w > (size_t)(end - from) + 16) w = (size_t)(end - from) + 16;
-    if (at_end) fail_at(src, "line %d: invalid JSON: unexpected end of input", line);
+    if (closer)
+        fail_at(src, "line %d: invalid JSON: a trailing comma before '%c' (JSON allows none), near '%.*s'", line,
+                closer, (int)w, from);
+    else if (at_end) fail_at(src, "line %d: invalid JSON: unexpected end of input", line);
     else fail_at(src, "line %d: invalid JSON near '%.*s'", line, (int)w, from);
     return NULL;
 }
@@ -452,12 +465,45 @@ int config_set(job_config *cfg, const char *assignment)
     return override_apply(cfg, assignment, 1);
 }
 
+/* field f holds the same value in a and b */
+static int field_same(const config_field *f, const void *a, const void *b)
+{
+    const char *pa = (const char *)a + f->offset, *pb = (const char *)b + f->offset;
+    switch (f->type) {
+    case CFG_FLOAT: return *(const float *)pa == *(const float *)pb;
+    case CFG_STRING: return strncmp(pa, pb, f->size) == 0;
+    case CFG_U64: return *(const uint64_t *)pa == *(const uint64_t *)pb;
+    default: return *(const int *)pa == *(const int *)pb;
+    }
+}
+
+/* --set model=PRESET on a job file whose "model" object fixes fields: one warning naming the
+ * fields whose file value won over the preset's (after: the config once the file applied). */
+static void warn_model_won(const job_config *preset, const job_config *after, const cJSON *root, const char *src)
+{
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    char won[512] = "";
+    size_t len = 0;
+    for (const cJSON *it = cJSON_IsObject(model) ? model->child : NULL; it; it = it->next) {
+        char path[160];
+        snprintf(path, sizeof path, "model.%s", it->string);
+        int i = strcmp(it->string, "preset") ? config_field_find(path) : -1;
+        if (i < 0 || field_same(&config_fields(NULL)[i], preset, after) || len + 2 >= sizeof won) continue;
+        len += (size_t)snprintf(won + len, sizeof won - len, "%s%s", len ? ", " : "", path);
+    }
+    if (len)
+        log_warn("--set model.preset=%s: the job file's fields win over the preset's: %s (%s; the file's fields "
+                 "apply after the preset, docs/config.md)", after->model.preset, won, src);
+}
+
 /* defaults -> preset (file's, then --set's) -> the file's fields -> the other overrides. */
 static int load_tree(job_config *cfg, const cJSON *root, const char *src,
                      const char *const *overrides, int n)
 {
     const char *preset_src = src;
     if (root && file_preset(cfg, root, src)) return -1;
+    char file_preset_name[sizeof cfg->model.preset];
+    memcpy(file_preset_name, cfg->model.preset, sizeof file_preset_name);
     for (int k = 0; k < n; k++) {
         if (!is_preset_override(overrides[k])) continue;
         if (override_apply(cfg, overrides[k], 0)) return -1;
@@ -465,7 +511,10 @@ static int load_tree(job_config *cfg, const cJSON *root, const char *src,
     }
     if (cfg->model.preset[0] && config_apply_preset(&cfg->model, cfg->model.preset))
         return fail_prefixed(preset_src);
+    job_config preset = *cfg;
     if (root && file_apply(cfg, root, src)) return -1;
+    if (root && preset_src != src && strcmp(file_preset_name, preset.model.preset) != 0)
+        warn_model_won(&preset, cfg, root, src);
     for (int k = 0; k < n; k++)
         if (!is_preset_override(overrides[k]) && override_apply(cfg, overrides[k], 0)) return -1;
     return 0;
@@ -498,6 +547,11 @@ int config_load_string(job_config *out, const char *json, const char *source,
 /* Whole file into a malloc'd string, or NULL with the reason recorded. */
 static char *file_read(const char *path)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        loom_fail("%s: is a directory, not a job file (give its JSON file, e.g. configs/demo.json)", path);
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         loom_fail("%s: cannot open: %s", path, strerror(errno));
@@ -630,12 +684,35 @@ static int validate_train(const train_config *t, const model_config *m)
     return 0;
 }
 
+/* The offset of the first byte of s that is not well-formed UTF-8 (RFC 3629: no overlongs, no
+ * surrogates, at most U+10FFFF) or is a control character, or -1 when there is none. */
+static long utf8_bad_at(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (long i = 0; s[i];) {
+        unsigned c = s[i];
+        int n = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (n < 0 || (n == 0 && (c < 0x20 || c == 0x7F))) return i;
+        for (int k = 1; k <= n; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) || (c == 0xF0 && s[i + 1] < 0x90) ||
+            (c == 0xF4 && s[i + 1] > 0x8F))
+            return i;
+        i += n + 1;
+    }
+    return -1;
+}
+
 int config_validate(const job_config *cfg)
 {
     if (validate_fields(cfg)) return -1;
-    if (!cfg->name[0] || strchr(cfg->name, '/'))
-        return loom_fail("field 'name' must be a non-empty name without '/', got \"%s\"",
+    if (!cfg->name[0] || strchr(cfg->name, '/') || !strcmp(cfg->name, ".") || !strcmp(cfg->name, ".."))
+        return loom_fail("field 'name' must be a non-empty name without '/' (and not . or ..), got \"%s\"",
                          cfg->name);
+    long bad = utf8_bad_at(cfg->name);
+    if (bad >= 0)
+        return loom_fail("field 'name' must be UTF-8 text without control characters (it names the run folder): "
+                         "byte %ld is 0x%02x", bad, (unsigned char)cfg->name[bad]);
     if (validate_model(&cfg->model) || validate_train(&cfg->train, &cfg->model)) return -1;
     /* which bases are Needle's (a .safetensors file, or a loom checkpoint imported from one) the
      * runs tell when they open them: here only a job with no base at all is sure to have none */
@@ -686,15 +763,7 @@ const char *config_model_diff(const model_config *a, const model_config *b)
         /* The preset is only the name the fields started from; the fields decide. */
         if (strncmp(f[i].path, "model.", 6) != 0 || strcmp(f[i].path, "model.preset") == 0)
             continue;
-        const char *pa = (const char *)&ja + f[i].offset, *pb = (const char *)&jb + f[i].offset;
-        int same;
-        switch (f[i].type) {
-        case CFG_FLOAT: same = *(const float *)pa == *(const float *)pb; break;
-        case CFG_STRING: same = strncmp(pa, pb, f[i].size) == 0; break;
-        case CFG_U64: same = *(const uint64_t *)pa == *(const uint64_t *)pb; break;
-        default: same = *(const int *)pa == *(const int *)pb; break;
-        }
-        if (!same) return f[i].path;
+        if (!field_same(&f[i], &ja, &jb)) return f[i].path;
     }
     return NULL;
 }

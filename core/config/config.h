@@ -62,6 +62,8 @@ typedef struct data_config {
     int max_len;             /* finetune: cap on padded example length */
     int skip_bad_lines;
     char chat_format[32];    /* finetune: "" = from the model (its template, Needle's tokenizer), else loom */
+    char date_string[32];    /* llama3 format's "Today Date"; "" = the job's start date (resolved
+                                and saved with the checkpoint by core/train) */
     int bucket;              /* finetune: global batches of similar lengths, each at its own length */
     int pack;                /* finetune: micro-batches packed without padding (ragged passes) */
 } data_config;

@@ -24,7 +24,7 @@
  * values of configs/models/tiny.json (test_config checks that they agree). */
 #define CONFIG_TABLE(X) \
     X("name", CFG_STRING, name, "\"job\"", ANY, \
-      "Job name: a non-empty name without `/`; names the output folder.") \
+      "Job name: non-empty UTF-8 text without `/` or control characters, not `.` or `..`; names the output folder.") \
     X("out", CFG_STRING, out, "\"\"", ANY, \
       "Output folder for the metrics file, logs and checkpoints; `\"\"` = `runs/<name>`.") \
     X("backend", CFG_STRING, backend, "\"\"", ANY, \
@@ -85,7 +85,8 @@
       "Weights start as N(0, init_std); output projections use init_std / sqrt(2 n_layer).") \
     X("model.tokenizer", CFG_STRING, model.tokenizer, "\"byte\"", ANY, \
       "Tokenizer: `byte` (ids 0-255 + loom's specials) or a `tokenizer.json` file or a model " \
-      "folder holding one (docs/tokenizers.md); a relative path is tried from the job file's folder.") \
+      "folder holding one (docs/tokenizers.md); a relative path is taken from the job file's folder " \
+      "(see Paths above).") \
     X("train.steps", CFG_INT, train.steps, "20", POS, "Optimizer steps to run.") \
     X("train.batch_size", CFG_INT, train.batch_size, "8", POS, \
       "Global batch: sequences per optimizer step, summed over ranks and micro-batches.") \
@@ -121,7 +122,8 @@
       "A Needle fine-tune recomputes in any case (its remat): false keeps a block of each layer " \
       "(its projections, mHC coefficients and output) so that a recompute runs only its attention " \
       "and one Kronecker product, true recomputes whole layers.") \
-    X("train.log_every", CFG_INT, train.log_every, "1", POS, "Print a progress line every N steps.") \
+    X("train.log_every", CFG_INT, train.log_every, "1", POS, "Print a progress line every N steps, and for the first and last step a run takes " \
+      "(`metrics.jsonl` gets every step).") \
     X("train.max_bad_steps", CFG_INT, train.max_bad_steps, "5", POS, \
       "Steps with a non-finite loss or gradient are skipped; this many in a row stop the job.") \
     X("train.allow_change", CFG_BOOL, train.allow_change, "false", ANY, \
@@ -143,6 +145,11 @@
     X("data.chat_format", CFG_STRING, data.chat_format, "\"\"", ANY, \
       "Finetune: chat format (`loom`, `qwen2.5`, `qwen3`, `chatml`, `llama3`, `mistral`, `needle`; docs/finetune-data.md); " \
       "`\"\"` = from the model folder's chat_template, `needle` for a Needle SentencePiece model, else `loom`.") \
+    X("data.date_string", CFG_STRING, data.date_string, "\"\"", ANY, \
+      "Finetune, Llama 3 chat format: the `Today Date:` its system turn writes (the template's " \
+      "`date_string`, as transformers and llama.cpp name it); `\"\"` = the job's start date as the " \
+      "template's `strftime_now(\"%d %b %Y\")` writes it (`26 Jul 2024`). The date used is kept in " \
+      "the checkpoint's job config, so a resume renders the same bytes.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
       "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \
       "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \
@@ -163,7 +170,8 @@
       "(4x until step 1 is done and during a checkpoint save).") \
     X("parallel.threads", CFG_INT, parallel.threads, "0", RANGE(0, 256), \
       "CPU threads per rank; 0 = cores / ranks on the node. At most 256: each thread reserves " \
-      "its own stack and BLAS buffer.") \
+      "its own stack and BLAS buffer. More than the node's cores is clamped to them, and more than " \
+      "the cores over the node's ranks together is oversubscribed: each says so in a warning.") \
     X("checkpoint.dir", CFG_STRING, checkpoint.dir, "\"\"", ANY, \
       "Checkpoint folder; `\"\"` = `<out>/ckpt`.") \
     X("checkpoint.every", CFG_INT, checkpoint.every, "0", RANGE(-1, HUGE_VAL), \

@@ -77,6 +77,8 @@ typedef struct chat_template {
                              [AVAILABLE_TOOLS] tools); bos is also Needle's BOS */
     int32_t eot;             /* generation stops at this id (end of the assistant turn) */
     int32_t pad;             /* padding id (never a target) */
+    char date[32];           /* llama3's "Today Date": chat_template_init puts today's
+                                (chat_date_today), chat_template_date another */
 } chat_template;
 
 /* Resolve format on tok: "loom", "qwen2.5" (ChatML, Hermes tools, Qwen2.5's default system,
@@ -88,6 +90,14 @@ typedef struct chat_template {
  * from the model folder's chat_template by its markers, else loom's. -1 + loom_fail naming a marker the
  * tokenizer lacks or an unknown format. */
 int chat_template_init(chat_template *ct, tokenizer *tok, const char *format);
+
+/* Today's date as Llama 3's template writes it, strftime_now("%d %b %Y") in the C locale and
+ * local time ("26 Jul 2024"), into out (NUL-terminated, cut before len). */
+void chat_date_today(char *out, size_t len);
+
+/* The date llama3's system turn writes (data.date_string): "" or NULL keeps today's. -1 +
+ * loom_fail naming data.date_string when it does not fit or holds a control character. */
+int chat_template_date(chat_template *ct, const char *date);
 
 /* Render the whole example. Writes the first min(len, cap) tokens to tokens and their mask bits to
  * loss_mask (either may be NULL to only measure) and returns the full length len, which may

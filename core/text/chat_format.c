@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "core/text/pyjson.h"
@@ -431,7 +432,9 @@ static void llama3_system(chat_writer *w, const sft_example *ex, const char *sys
     chat_put(w, tokenizer_special(w->ct->tok, "<|begin_of_text|>"), 0);
     llama3_header(w, "system");
     if (tools) chat_put_text(w, "Environment: ipython\n", 0);
-    chat_put_text(w, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n", 0);
+    chat_put_text(w, "Cutting Knowledge Date: December 2023\nToday Date: ", 0);
+    chat_put_text(w, w->ct->date, 0);
+    chat_put_text(w, "\n\n", 0);
     char *t = sys ? chat_trim(sys) : NULL;
     chat_put_text(w, t ? t : "", 0);
     free(t);
@@ -714,10 +717,33 @@ static int chat_unknown_template(const tokenizer *tok)
                      "on, or convert the data (docs/finetune-data.md)", tokenizer_describe(tok), start);
 }
 
+void chat_date_today(char *out, size_t len)
+{
+    static const char *const mon[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                      "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm)) gmtime_r(&now, &tm);
+    snprintf(out, len, "%02d %s %d", tm.tm_mday, mon[tm.tm_mon % 12], tm.tm_year + 1900);
+}
+
+int chat_template_date(chat_template *ct, const char *date)
+{
+    if (!date || !date[0]) return 0;
+    if (strlen(date) >= sizeof ct->date)
+        return loom_fail("data.date_string \"%.40s...\": at most %zu bytes", date, sizeof ct->date - 1);
+    for (const char *c = date; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return loom_fail("data.date_string: a control character at byte %d", (int)(c - date));
+    snprintf(ct->date, sizeof ct->date, "%s", date);
+    return 0;
+}
+
 int chat_template_init(chat_template *ct, tokenizer *tok, const char *format)
 {
     memset(ct, 0, sizeof *ct);
     ct->tok = tok;
+    chat_date_today(ct->date, sizeof ct->date);
     if ((!format || !format[0]) && !(format = chat_detect(tok))) return chat_unknown_template(tok);
     for (size_t i = 0; i < sizeof chat_formats / sizeof *chat_formats; i++)
         if (strcmp(chat_formats[i].name, format) == 0) ct->fmt = &chat_formats[i];

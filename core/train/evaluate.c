@@ -25,17 +25,18 @@ static double eval_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The validation loss's progress line on stderr (rank 0, every 2 s, and when done). */
+/* The validation loss's progress line on stderr (rank 0, every 2 s, and when done; log_info, so
+ * --quiet silences it). */
 static void eval_loss_progress(const session *s, int done, int rounds, double t0, double *last)
 {
     double now = eval_now(), dt = now - t0;
     if (s->comm->rank != 0 || (done < rounds && now - *last < 2.0)) return;
     *last = now;
     if (done < rounds)
-        fprintf(stderr, "eval val loss: %d/%d batches, ETA %.0f s\n", done, rounds,
+        log_info("eval val loss: %d/%d batches, ETA %.0f s", done, rounds,
                 done > 0 ? dt * (rounds - done) / done : 0.0);
     else
-        fprintf(stderr, "eval val loss: %d batches, done in %.1f s\n", rounds, dt);
+        log_info("eval val loss: %d batches, done in %.1f s", rounds, dt);
 }
 
 /* Where a row's turn ends: the chat format's end-of-turn token (the one place that knows it). */
@@ -154,7 +155,7 @@ static void eval_meter_show(eval_meter *mt, double partial, int final)
     char eta[48] = "ETA ?";
     if (final) snprintf(eta, sizeof eta, "done in %.1f s", dt);
     else if (f > 0) snprintf(eta, sizeof eta, "ETA %.0f s", dt * (1.0 - f) / f);
-    fprintf(stderr, "eval %s: %d/%d examples%s, %ld tokens, %.1f tokens/s, %s\n", mt->what,
+    log_info("eval %s: %d/%d examples%s, %ld tokens, %.1f tokens/s, %s", mt->what,
             mt->done, mt->total, mt->W > 1 ? " (rank 0's share)" : "", mt->tokens,
             dt > 0 ? (double)mt->tokens / dt : 0.0, eta);
 }

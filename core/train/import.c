@@ -50,6 +50,7 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
         st.model_config_json = model_json;
         st.job_config_json = job_json;
         st.world_size = 1;
+        st.seed = cfg->train.seed; /* step 0 of the job it records: its state agrees with it (ckpt info, loads) */
         st.backend = "import";
         rc = ckpt_save_pieces(out_dir, &st, &g, import_piece, &ic, 0);
     }

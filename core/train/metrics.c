@@ -20,6 +20,8 @@ struct metrics {
     int quiet;
     int tty;             /* stderr (where progress goes) is a terminal: draw a bar */
     int total;
+    int every;           /* train.log_every: a progress line each `every` steps, the first and last */
+    int shown;           /* progress lines printed by this run */
     FILE *jsonl;
     char svg_path[600];
     char name[128];      /* the job's, the plot's title */
@@ -86,6 +88,7 @@ metrics *metrics_open(const job_config *cfg, int rank, int quiet, long resume_st
     metrics *mt = calloc(1, sizeof *mt);
     if (!mt) { loom_fail("out of host memory"); return NULL; }
     mt->total = cfg->train.steps;
+    mt->every = cfg->train.log_every > 0 ? cfg->train.log_every : 1;
     mt->tps_hist = calloc((size_t)mt->total + 1, sizeof(double));
     mt->mfu_hist = calloc((size_t)mt->total + 1, sizeof(double));
     if (!mt->tps_hist || !mt->mfu_hist || plot_series_init(&mt->loss, mt->total, "train loss") ||
@@ -148,7 +151,8 @@ void metrics_step(metrics *mt, double peak, int step, double loss, float lr, dou
             step, lbuf, lr, nbuf, tps, mfu, seconds, mt->elapsed);
     fflush(mt->jsonl);
     if (step % 10 == 0 || step == mt->total) plot_write_svg(mt->svg_path, mt->name, &mt->loss, &mt->val, &mt->tps);
-    if (mt->quiet) return;
+    if (mt->quiet || !(mt->shown == 0 || step % mt->every == 0 || step == mt->total)) return;
+    mt->shown++;
     char el[32], eta[32];
     metrics_format_time(el, sizeof el, mt->elapsed);
     metrics_format_time(eta, sizeof eta, mt->elapsed / step * (mt->total - step));

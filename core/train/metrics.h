@@ -1,4 +1,5 @@
-/* metrics.h: what a run reports: one progress line per step on rank 0 (step/total, loss, lr,
+/* metrics.h: what a run reports: a progress line on rank 0 every train.log_every steps, and for
+ * the run's first and last step (step/total, loss, lr,
  * grad norm, tokens/s, MFU, elapsed, ETA), metrics.jsonl in the output folder, and the
  * loss-curve picture next to it. Other ranks get a handle that records nothing. */
 #ifndef LOOM_METRICS_H

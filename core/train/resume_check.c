@@ -16,7 +16,7 @@
 static const char *const resume_free[] = {"train.steps", "train.micro_batch", "train.recompute",
                                           "train.log_every", "train.max_bad_steps", "train.allow_change",
                                           NULL};
-static const char *const resume_data[] = {"data.val_split", "data.max_len", "data.bucket", NULL};
+static const char *const resume_data[] = {"data.val_split", "data.max_len", "data.bucket", "data.date_string", NULL};
 
 static int resume_listed(const char *path, const char *const *list)
 {
@@ -48,6 +48,7 @@ const char *resume_changed_field(const job_config *saved, const job_config *now,
         size_t size = f[i].type == CFG_STRING ? f[i].size : f[i].type == CFG_FLOAT ? sizeof(float)
                     : f[i].type == CFG_U64 ? sizeof(uint64_t) : sizeof(int);
         if (f[i].type == CFG_STRING ? strncmp(pa, pb, size) == 0 : memcmp(pa, pb, size) == 0) continue;
+        if (!strcmp(f[i].path, "data.date_string") && !pb[0]) continue; /* "": the checkpoint's */
         char a[96], b[96];
         resume_value(&f[i], saved, a, sizeof a);
         resume_value(&f[i], now, b, sizeof b);
@@ -65,6 +66,16 @@ static void resume_fields_before(job_config *saved, const char *saved_json)
     cJSON *root = cJSON_Parse(saved_json);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     if (cJSON_IsObject(data) && !cJSON_GetObjectItemCaseSensitive(data, "bucket")) saved->data.bucket = 0;
+    cJSON_Delete(root);
+    resume_saved_date(saved_json, saved->data.date_string, sizeof saved->data.date_string);
+}
+
+void resume_saved_date(const char *saved_json, char *date, size_t len)
+{
+    cJSON *root = saved_json ? cJSON_Parse(saved_json) : NULL;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(data, "date_string");
+    snprintf(date, len, "%s", cJSON_IsString(d) ? d->valuestring : "26 Jul 2024");
     cJSON_Delete(root);
 }
 

@@ -9,9 +9,14 @@
 /* The first field that may not change on a resume and differs between saved and now, or NULL.
  * Compared: every train.* field but steps (a run may be extended), micro_batch (any split gives
  * the same rows), recompute, log_every, max_bad_steps and allow_change; and data.val_split,
- * data.max_len. *what gets
+ * data.max_len, data.bucket, data.date_string. *what gets
  * "A -> B" (the saved and the new value) when a field differs. */
 const char *resume_changed_field(const job_config *saved, const job_config *now, char *what, size_t len);
+
+/* The data.date_string a checkpoint's job rendered with: the saved job config's, or for one saved
+ * before the field (or unreadable) "26 Jul 2024", the date loom's Llama 3 format then wrote. A
+ * job's "" matches any saved date (it means the checkpoint's: session_resolve_date). */
+void resume_saved_date(const char *saved_json, char *date, size_t len);
 
 /* Compare the job config saved in checkpoint `file` (JSON, NULL/"" for none) with `now`:
  * a changed field is one line naming it (-1 + loom_fail), unless now->train.allow_change,

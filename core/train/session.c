@@ -36,13 +36,26 @@ void session_out_dir(const job_config *cfg, char *dir, size_t len)
     else snprintf(dir, len, "runs/%s", cfg->name);
 }
 
-/* Threads per rank: the configured number, else this node's cores split between its ranks. */
+/* Threads per rank: the configured number, else this node's cores split between its ranks. More
+ * than the cores is clamped to them (threads beyond them only wait on each other: 64 on 2 cores,
+ * under an address-space limit, spun without a step); more than the cores over the node's ranks
+ * together is a warning. Both said once per node, by its first rank. */
 static int session_threads(const job_config *cfg, const comm *c)
 {
-    if (cfg->parallel.threads > 0) return cfg->parallel.threads;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int t = (int)(cores > 0 ? cores : 1) / (c->local_size > 0 ? c->local_size : 1);
-    return t > 0 ? t : 1;
+    int n = (int)(cores > 0 ? cores : 1), ranks = c->local_size > 0 ? c->local_size : 1;
+    int t = cfg->parallel.threads, say = c->local_rank == 0;
+    if (t <= 0) return n / ranks > 0 ? n / ranks : 1;
+    if (t > n) {
+        if (say)
+            log_warn("parallel.threads %d is more than this node's %d cores: using %d threads per rank", t, n, n);
+        t = n;
+    }
+    if (t * ranks > n && say)
+        log_warn("parallel.threads %d x %d ranks on this node = %d threads on %d cores: oversubscribed, steps run "
+                 "slower (parallel.threads=%d fits, or 0 splits the cores)", t, ranks, t * ranks, n,
+                 n / ranks > 0 ? n / ranks : 1);
+    return t;
 }
 
 backend *session_backend_open(const job_config *cfg, const comm *c)

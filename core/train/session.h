@@ -56,6 +56,20 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
  * (session_claim_run with s->overwrite). */
 int session_init_or_resume(session *s, const char *resume);
 
+/* What a resume of the checkpoint at `path` (file or directory) would refuse before reading a
+ * tensor, for `loom ckpt info`'s verdict: its state against the job config it stores
+ * (sample_cursor, tokens_seen, rng_counter, seed) and its model_config against the shapes of the
+ * stored /model tensors (and, past step 0, of the AdamW moments; a tensor missing from a file
+ * whose `tensors` manifest is gone too is found here). Files whose model_config is not a loom model's (Needle's) are left to
+ * their own loader. 0, or -1 + loom_fail naming the file and the attribute. */
+int session_check_file(const char *path);
+
+/* data.date_string when the job leaves it "": on a resume (`resume` a checkpoint file or
+ * directory) the checkpoint's (resume_saved_date), else today's (chat_date_today). Written into
+ * cfg, whose JSON the checkpoints keep, so a resume renders the same bytes. -1 + loom_fail when
+ * the resume's checkpoint does not open. */
+int session_resolve_date(job_config *cfg, const char *resume);
+
 /* Load a checkpoint (file or directory): parameters, optimizer state, step and data cursor.
  * Any world size and ZeRO stage; the model config must match. */
 int session_resume(session *s, const char *path);

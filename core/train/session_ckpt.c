@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/train/resume_check.h"
+#include "core/text/text.h"
 
 ckpt_tensor *session_ckpt_table_of(const model_tensor *mt, int n)
 {
@@ -488,7 +489,7 @@ int session_load_base(session *s)
     model_base_table(s->model, &bt, &nb, &nparams);
     if (hf_is_folder(base)) return session_load_hf(s, base, bt, nb);
     char file[1024];
-    if (ckpt_resolve(base, file, sizeof file)) return -1;
+    if (ckpt_resolve(base, file, sizeof file)) return loom_fail("finetune.base: %s", loom_error());
     ckpt_reader *r = ckpt_open(file);
     if (!r) return -1;
     ckpt_state st = {0};
@@ -502,6 +503,66 @@ int session_load_base(session *s)
     ckpt_state_free(&st);
     ckpt_close(r);
     if (rc == 0) log_info("base model loaded from %s", base);
+    return rc;
+}
+
+/* model_config against the shapes of the stored /model tensors (not a LoRA file's adapters), and
+ * of the AdamW moments a resume reads when the file is past step 0 (an import has none). */
+static int session_check_file_shapes(const char *file, ckpt_reader *r, const model_config *mc, int moments)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    int rc = model_layout(&m, mc);
+    ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(m.tensors, m.ntensors) : NULL;
+    if (rc == 0 && !table) rc = loom_fail("out of host memory");
+    const char *groups[3] = {"model", "optimizer/m", "optimizer/v"};
+    for (int k = 0; rc == 0 && k < (moments ? 3 : 1); k++) {
+        ckpt_group g = {groups[k], table, m.ntensors, NULL, NULL, NULL};
+        if (ckpt_check_shapes(r, &g)) /* a moment's error is the read's, which names the tensor */
+            rc = k ? -1 : loom_fail("%s: attribute model_config does not describe the stored tensors: %s", file, loom_error());
+    }
+    free(table);
+    free(m.tensors);
+    free(m.region_offset);
+    return rc;
+}
+
+int session_check_file(const char *path)
+{
+    char file[1024];
+    if (ckpt_resolve(path, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open_peek(file); /* ckpt_inspect's open next does not read it all again */
+    if (!r) return -1;
+    ckpt_state st = {0};
+    model_config mc;
+    job_config saved;
+    int rc = ckpt_read_state(r, &st);
+    /* a model config of another kind (a Needle file's) is its own loader's to check */
+    int ours = rc == 0 && config_model_from_json(&mc, st.model_config_json) == 0 &&
+               config_load_string(&saved, st.job_config_json, file, NULL, 0) == 0;
+    if (rc == 0 && ours) rc = session_check_state(file, &st);
+    if (rc == 0 && ours && !(saved.finetune.base[0] && !strcmp(saved.finetune.method, "lora")))
+        rc = session_check_file_shapes(file, r, &mc, st.step > 0);
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    return rc;
+}
+
+int session_resolve_date(job_config *cfg, const char *resume)
+{
+    char *d = cfg->data.date_string;
+    if (d[0]) return 0;
+    if (!resume || !resume[0]) return chat_date_today(d, sizeof cfg->data.date_string), 0;
+    char file[1024];
+    if (ckpt_resolve(resume, file, sizeof file)) return -1;
+    ckpt_reader *r = ckpt_open_peek(file); /* the resume's open does not read it all again */
+    if (!r) return -1;
+    ckpt_state st = {0};
+    int rc = ckpt_read_state(r, &st);
+    if (rc == 0) resume_saved_date(st.job_config_json, d, sizeof cfg->data.date_string);
+    ckpt_state_free(&st);
+    ckpt_close(r);
+    if (rc == 0 && !d[0]) chat_date_today(d, sizeof cfg->data.date_string); /* saved unresolved */
     return rc;
 }
 

@@ -173,7 +173,7 @@ static int trainer_load_data(trainer *t)
     if (tokenizer_vocab(t->tok) > cfg->model.vocab) /* the chat markers may be any of its ids */
         return loom_fail("model.vocab %d is smaller than the tokenizer's %d ids (%s)", cfg->model.vocab,
                          tokenizer_vocab(t->tok), tokenizer_describe(t->tok));
-    if (chat_template_init(&t->chat, t->tok, dc.chat_format) ||
+    if (chat_template_init(&t->chat, t->tok, dc.chat_format) || chat_template_date(&t->chat, dc.date_string) ||
         sft_data_load(&t->sft, &dc, &t->chat, cfg->train.seed))
         return -1;
     t->T = t->sft.T;
@@ -313,13 +313,31 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
     return rc;
 }
 
+/* data.date_string for this job (session_resolve_date), rank 0's on every rank: ranks may start on
+ * either side of midnight. */
+static int train_date(job_config *job, comm *c, const train_options *opt)
+{
+    if (session_resolve_date(job, opt ? opt->resume : NULL)) return -1;
+    if (c->size == 1) return 0;
+    double v[sizeof job->data.date_string];
+    int n = (int)(sizeof v / sizeof *v);
+    for (int i = 0; i < n; i++) v[i] = c->rank == 0 ? (unsigned char)job->data.date_string[i] : 0;
+    if (comm_allreduce_host(c, v, n)) return -1;
+    for (int i = 0; i < n; i++) job->data.date_string[i] = (char)(int)v[i];
+    job->data.date_string[n - 1] = '\0';
+    return 0;
+}
+
 int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
 {
-    return train_job(cfg, c, opt, report, 0);
+    job_config job = *cfg;
+    return train_date(&job, c, opt) ? -1 : train_job(&job, c, opt, report, 0);
 }
 
 int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report)
 {
-    if (finetune_needle_base(cfg->finetune.base)) return finetune_needle_run(cfg, c, opt, report);
-    return train_job(cfg, c, opt, report, 1);
+    job_config job = *cfg;
+    if (train_date(&job, c, opt)) return -1;
+    if (finetune_needle_base(job.finetune.base)) return finetune_needle_run(&job, c, opt, report);
+    return train_job(&job, c, opt, report, 1);
 }

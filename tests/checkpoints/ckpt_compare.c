@@ -268,6 +268,17 @@ static int attr_edit(const char *op, const char *file, const char *name, const c
     return rc;
 }
 
+/* Unlink one dataset (as h5py's `del f[name]` does): a tensor lost from an otherwise sound file. */
+static int del_dataset(const char *file, const char *name)
+{
+    hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) return printf("FAIL: cannot open %s with HDF5\n", file), -1;
+    int rc = H5Ldelete(f, name, H5P_DEFAULT) >= 0 ? 0 : -1;
+    if (H5Fclose(f) < 0) rc = -1;
+    if (rc) printf("FAIL: --del-dataset %s %s\n", file, name);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && (strcmp(argv[1], "--get-attr") == 0 || strcmp(argv[1], "--del-attr") == 0))
@@ -275,9 +286,10 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "--set-attr") == 0) return attr_edit(argv[1], argv[2], argv[3], argv[4]) ? 1 : 0;
     if (argc == 5 && strcmp(argv[1], "--flip") == 0) return flip_byte(argv[2], argv[3], atol(argv[4])) ? 1 : 0;
     if (argc == 3 && strcmp(argv[1], "--seal") == 0) return force_seal(argv[2]) ? 1 : 0;
+    if (argc == 4 && strcmp(argv[1], "--del-dataset") == 0) return del_dataset(argv[2], argv[3]) ? 1 : 0;
     if (argc < 3) {
         fprintf(stderr, "usage: ckpt_compare A.h5 B.h5 [GROUP...] | --flip FILE DSET AT | --seal FILE | "
-                        "--get-attr FILE NAME | --set-attr FILE NAME VALUE | --del-attr FILE NAME\n");
+                        "--get-attr FILE NAME | --set-attr FILE NAME VALUE | --del-attr FILE NAME | --del-dataset FILE DSET\n");
         return 2;
     }
     const char *defaults[] = {"model", "optimizer/m", "optimizer/v"};

@@ -50,5 +50,7 @@ add_test(NAME ckpt_state_attrs COMMAND ${LOOM_RESUME_DIR}/state_attrs.sh ${LOOM_
 # 7. issue 18.6: LoRA adapters bound to their base (digest): resume / eval / merge on another base
 # refused unless allowed explicitly; a copy of the base is the same base
 add_test(NAME ckpt_lora_base COMMAND ${LOOM_RESUME_DIR}/lora_base.sh ${LOOM_RESUME_ARGS})
+# 8. issue 39: `ckpt info`'s verdict is the load's (edited, re-sealed copies a resume refuses)
+add_test(NAME ckpt_info_verdict COMMAND ${LOOM_RESUME_DIR}/info_verdict.sh ${LOOM_RESUME_ARGS})
 set_tests_properties(resume_refused ckpt_info_cli ckpt_damaged_links ckpt_seal_cli ckpt_state_attrs ckpt_lora_base
-                     PROPERTIES TIMEOUT 120)
+                     ckpt_info_verdict PROPERTIES TIMEOUT 120)

@@ -374,7 +374,8 @@ static void edited(const char *dir)
     H5Adelete(fid, "loom_format");
     H5Fclose(fid);
     CHECK(ckpt_seal_write(path, 0) == 0, "raw seal: %s", loom_error());
-    CHECK_FAILS(ckpt_open(path) == NULL, "not a loom checkpoint");
+    /* sealed by loom, so not another program's file: its root attributes are damaged */
+    CHECK_FAILS(ckpt_open(path) == NULL, "damaged root attributes under a valid loom seal: loom_format is missing");
 
     snprintf(path, sizeof path, "%s/text.h5", dir);
     FILE *f = fopen(path, "w");

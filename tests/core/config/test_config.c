@@ -222,7 +222,12 @@ static void test_errors(void)
           "%s", loom_error());
 
     expect_fail("{\n  \"name\": \"x\",\n  \"train\": {\"steps\": 10,}\n}", NULL,
-                "job.json: line 3: invalid JSON near '", "\"steps\": 10,}'");
+                "job.json: line 3: invalid JSON: a trailing comma before '}' (JSON allows none), near '",
+                "\"steps\": 10,}'");
+    /* the comma's line, not the closing bracket's */
+    expect_fail("{\n  \"train\": {\n    \"steps\": 10,\n  }\n}", NULL,
+                "job.json: line 3: invalid JSON: a trailing comma before '}'", "near '    \"steps\": 10,'");
+    expect_fail("{\"a\": [1, 2,\n]}", NULL, "job.json: line 1: invalid JSON: a trailing comma before ']'", NULL);
     expect_fail("{\"a\": 1,\n \"b\": tru}", NULL, "job.json: line 2: invalid JSON near ' \"b\": tru}'",
                 NULL);
     expect_fail("{\"name\": \"x\"", NULL, "line 1", "end of input");

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "core/text/chat.h"
@@ -125,6 +126,7 @@ static void check_fixture(const char *tok_file, const char *format, const char *
     chat_template ct;
     CHECK(tok && chat_template_init(&ct, tok, format) == 0 && ct.eot == tokenizer_special(tok, eot),
           "%s template: %s", format, loom_error());
+    CHECK(chat_template_date(&ct, "26 Jul 2024") == 0, "date: %s", loom_error()); /* the fixtures' date_string */
     FILE *rows = fopen(fixture(rows_file), "r");
     FILE *want = fopen(fixture(want_file), "r");
     CHECK(rows && want, "chat fixtures %s", rows_file);
@@ -170,6 +172,36 @@ static void check_chatml(void)
 
 /* A folder saved by transformers 5: the template in chat_template.jinja, none in
  * tokenizer_config.json (here: no config at all). */
+/* Llama 3's system turn writes data.date_string, by default today's date as strftime_now("%d %b
+ * %Y") writes it (never a fixed one); a date with a control character is refused naming the field. */
+static void check_llama3_date(void)
+{
+    tokenizer *tok = tokenizer_open(fixture("llama3.json"));
+    chat_template ct;
+    if (!tok || chat_template_init(&ct, tok, "llama3")) { CHECK(0, "llama3: %s", loom_error()); tokenizer_free(tok); return; }
+    const char *row = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                      "{\"role\": \"assistant\", \"content\": \"yo\"}]}";
+    sft_example ex;
+    CHECK(chat_example_parse(row, strlen(row), &ex, 0) == 0, "parse: %s", loom_error());
+    char today[32], want[64];
+    time_t now = time(NULL);
+    strftime(today, sizeof today, "%d %b %Y", localtime(&now));
+    for (int k = 0; k < 2; k++) {
+        if (k) CHECK(chat_template_date(&ct, "01 Feb 2025") == 0, "date: %s", loom_error());
+        snprintf(want, sizeof want, "Today Date: %s\n\n", k ? "01 Feb 2025" : today);
+        int32_t ids[512];
+        static char text[8192];
+        int n = chat_render(&ct, &ex, ids, NULL, 512);
+        CHECK(n > 0 && n <= 512, "render: %d", n);
+        tokenizer_decode(tok, ids, (size_t)(n > 0 ? n : 0), text, sizeof text, 0);
+        CHECK(strstr(text, want) != NULL, "llama3 system turn lacks \"%s\": %.200s", want, text);
+    }
+    CHECK(chat_template_date(&ct, "01\nFeb") != 0 && strstr(loom_error(), "data.date_string"),
+          "a newline in the date: %s", loom_error());
+    chat_example_free(&ex);
+    tokenizer_free(tok);
+}
+
 static void check_template_file(void)
 {
     char cmd[1200];
@@ -403,6 +435,7 @@ int main(void)
     check_loom_multiturn();
     check_mistral();
     check_template_file();
+    check_llama3_date();
     check_qwen3_detect();
     check_bad_rows();
     if (failures) { printf("%d checks failed\n", failures); return 1; }

@@ -37,6 +37,7 @@ int main(void)
         {"train.grad_clip=0", "train.grad_clip"}, {"train.seed=7", "train.seed"},
         {"data.val_split=0.2", "data.val_split"}, {"data.max_len=512", "data.max_len"},
         {"data.bucket=false", "data.bucket"}, /* batches by length or not: another data order */
+        {"data.date_string=01 Feb 2025", "data.date_string"}, /* Llama 3 renders another text */
     };
     for (size_t i = 0; i < sizeof changed / sizeof changed[0]; i++) check_one(changed[i][0], changed[i][1]);
     const char *free_fields[] = {"train.steps=40", "train.micro_batch=4", "train.recompute=true", "train.log_every=5",

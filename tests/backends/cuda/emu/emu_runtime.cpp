@@ -474,6 +474,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNotReady: return "device not ready";
     default: return "unknown error";
     }
@@ -494,8 +495,15 @@ int emu_device_count(void)
     return v && *v ? atoi(v) : 1;
 }
 
+/* EMU_NO_DRIVER=1: the runtime of a machine without NVIDIA's driver (it reports the missing
+ * libcuda.so.1 as an old driver, as the real runtime does). */
 cudaError_t cudaGetDeviceCount(int *count)
 {
+    const char *nd = getenv("EMU_NO_DRIVER");
+    if (nd && *nd == '1') {
+        *count = 0;
+        return cudaErrorInsufficientDriver;
+    }
     *count = emu_device_count();
     return *count ? cudaSuccess : cudaErrorNoDevice;
 }
