@@ -154,11 +154,7 @@ static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_F
     const config_field *f = config_fields(&nfields);
     if (nfields > CLI_MAX_FIELDS) return loom_fail("config table: %d fields, more than %d", nfields, CLI_MAX_FIELDS);
     memset(explicit, 0, CLI_MAX_FIELDS);
-    for (int k = 0; k < a->nsets; k++)
-        for (int i = 0; i < nfields; i++) {
-            size_t l = strlen(f[i].path);
-            if (strncmp(a->sets[k], f[i].path, l) == 0 && a->sets[k][l] == '=') explicit[i] = 1;
-        }
+    for (int i = 0; i < nfields; i++) explicit[i] = (unsigned char)cli_set_names(a, f[i].path);
     FILE *fp = fopen(a->job_path, "rb");
     if (!fp) return 0; /* config_load read it a moment ago; nothing to add */
     char *text = malloc(1 << 22);
