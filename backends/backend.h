@@ -285,9 +285,24 @@ void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, in
  * a x b (row-major), A (a, a), Bm (b, b):
  *   transpose = 0:  out[r] = A^T Z Bm      out[k][l] = sum_i sum_j A[i][k] Z[i][j] Bm[j][l]
  *   transpose = 1:  out[r] = A Z Bm^T      (the input gradient of the former)
- * out must not overlap z. */
+ * out must not overlap z. io: the column gathers and scales around the product (NULL: none), so
+ * the MLP's permutations and diagonals ride on the product's row instead of passes of their own:
+ *   z'[r][j]  = x[r][in_perm[j]] in_scale[j]   for j < n_in;  0 for n_in <= j < a b
+ *   out[r][m] = P[r][out_perm[m]] out_scale[m]  for m < n_out   (P = the product of z')
+ * each part optional (a NULL perm: the identity; a NULL scale: no multiply). The rows of z have
+ * n_in floats, those of out n_out, both in [1, a b]; n_in < a b needs in_scale and no in_perm (a
+ * gather needs every column), n_out < a b needs out_scale. The same bits as the separate
+ * permute_cols and scale_cols around a plain product. */
+typedef struct backend_kron_io {
+    const int32_t *in_perm;   /* device int32 (a b), a permutation, or NULL */
+    const float *in_scale;    /* device (n_in), or NULL */
+    int n_in;                 /* z's row width: a b, or less with in_scale and no in_perm (zero pad) */
+    const int32_t *out_perm;  /* device int32 (a b), a permutation, or NULL */
+    const float *out_scale;   /* device (n_out), or NULL */
+    int n_out;                /* out's row width: a b, or less with out_scale (a truncation) */
+} backend_kron_io;
 void backend_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                        int N, int a, int b, int transpose);
+                        int N, int a, int b, int transpose, const backend_kron_io *io);
 /* A column permutation of N rows of n: inverse = 0 gathers out[r][m] = x[r][perm[m]]; inverse = 1
  * scatters out[r][perm[m]] = x[r][m] (the gather's backward). perm: device int32 (n), a
  * permutation of [0, n). out must not overlap x. */

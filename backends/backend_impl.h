@@ -106,7 +106,7 @@ typedef struct backend_ops {
 
     /* --- Needle's mixing layers: optional as a group (BACKEND_OP_NEEDLE_MIX: all or none) --- */
     void (*kron_apply)(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                       int N, int a, int b, int transpose);
+                       int N, int a, int b, int transpose, const backend_kron_io *io);
     void (*permute_cols)(backend *be, float *out, const float *x, const int32_t *perm, int N,
                          int n, int inverse);
     void (*scale_cols)(backend *be, float *out, const float *x, const float *d, int N, int n_in,

@@ -232,9 +232,9 @@ void backend_fake_quant_a8(backend *be, float *out, const float *x, int rows, in
     be->ops->fake_quant_a8(be, out, x, rows, cols);
 }
 void backend_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                        int N, int a, int b, int transpose)
+                        int N, int a, int b, int transpose, const backend_kron_io *io)
 {
-    be->ops->kron_apply(be, out, z, A, Bm, N, a, b, transpose);
+    be->ops->kron_apply(be, out, z, A, Bm, N, a, b, transpose, io);
 }
 void backend_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N,
                           int n, int inverse)

@@ -133,7 +133,7 @@ PROF_WRAP(scalar_gate_forward, (backend *be, float *o, const float *x, const flo
 PROF_WRAP(scalar_gate_backward, (backend *be, float *dx, float *ds, const float *d, const float *x, const float *sc, size_t n), (be, dx, ds, d, x, sc, n))
 PROF_WRAP(cq_w4_quant, (backend *be, float *o, const float *w, const float *cb, int r, int c), (be, o, w, cb, r, c))
 PROF_WRAP(fake_quant_a8, (backend *be, float *o, const float *x, int r, int c), (be, o, x, r, c))
-PROF_WRAP(kron_apply, (backend *be, float *o, const float *z, const float *A, const float *Bm, int N, int a, int b, int t), (be, o, z, A, Bm, N, a, b, t))
+PROF_WRAP(kron_apply, (backend *be, float *o, const float *z, const float *A, const float *Bm, int N, int a, int b, int t, const backend_kron_io *io), (be, o, z, A, Bm, N, a, b, t, io))
 PROF_WRAP(permute_cols, (backend *be, float *o, const float *x, const int32_t *p, int N, int n, int inv), (be, o, x, p, N, n, inv))
 PROF_WRAP(scale_cols, (backend *be, float *o, const float *x, const float *d, int N, int ni, int no), (be, o, x, d, N, ni, no))
 PROF_WRAP(softmax_rows, (backend *be, float *o, const float *x, int N, int n), (be, o, x, N, n))

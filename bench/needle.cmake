@@ -6,3 +6,7 @@ target_link_libraries(bench_needle PRIVATE loom_core)
 # decoding (and the cache-less one) in tokens/s: the loom side of bench/needle_decode.sh.
 add_executable(bench_needle_decode ${CMAKE_CURRENT_SOURCE_DIR}/bench_needle_decode.c)
 target_link_libraries(bench_needle_decode PRIVATE loom_core)
+# bench_needle_ops [THREADS [ROUNDS]]: the needle family's element-wise and mixing ops at the
+# default config's step shapes, each against the bytes it moves at the same run's copy rate.
+add_executable(bench_needle_ops ${CMAKE_CURRENT_SOURCE_DIR}/bench_needle_ops.c)
+target_link_libraries(bench_needle_ops PRIVATE loom_cpu loom_util)

@@ -95,31 +95,79 @@ static inline __attribute__((always_inline)) void mix_mm(float *restrict C,
     }
 }
 
-/* Rows [r0, r1): out[r] = L Z R (Z = z[r] as a x b) as T = L Z, then T R; T: a x b scratch. */
-CPU_CLONES static void mix_k_kron(float *out, const float *z, const float *L, const float *R,
-                                  float *T, size_t r0, size_t r1, int a, int b)
+/* z' of row zr (backend_kron_io's in part) into Zi: the gather, the scale, the zero pad. */
+static inline __attribute__((always_inline)) void mix_kron_in(float *restrict Zi,
+                                                              const float *restrict zr,
+                                                              const backend_kron_io *io, int ab)
 {
-    const size_t ab = (size_t)a * b;
+    const int32_t *ip = io->in_perm;
+    const float *is = io->in_scale;
+    if (ip && is)
+        for (int j = 0; j < ab; j++) Zi[j] = zr[ip[j]] * is[j];
+    else if (ip)
+        for (int j = 0; j < ab; j++) Zi[j] = zr[ip[j]];
+    else {
+#pragma omp simd
+        for (int j = 0; j < io->n_in; j++) Zi[j] = zr[j] * is[j];
+        for (int j = io->n_in; j < ab; j++) Zi[j] = 0.0f;
+    }
+}
+
+/* out's row from the product's row P (backend_kron_io's out part): the gather, the scale, the
+ * truncation. */
+static inline __attribute__((always_inline)) void mix_kron_out(float *restrict o,
+                                                               const float *restrict P,
+                                                               const backend_kron_io *io)
+{
+    const int32_t *op = io->out_perm;
+    const float *os = io->out_scale;
+    const int n = io->n_out;
+    if (op && os)
+        for (int m = 0; m < n; m++) o[m] = P[op[m]] * os[m];
+    else if (op)
+        for (int m = 0; m < n; m++) o[m] = P[op[m]];
+    else if (os) {
+#pragma omp simd
+        for (int m = 0; m < n; m++) o[m] = P[m] * os[m];
+    } else
+        memcpy(o, P, (size_t)n * sizeof(float));
+}
+
+/* Rows [r0, r1): out[r] = L Z R (Z = z[r] as a x b) as T = L Z, then T R, with io's gathers and
+ * scales on the row going in (into Zi) and coming out (from P): each row's a b floats stay in
+ * L1 between the product and its permutation, where separate ops passed the whole (N, a b)
+ * through memory twice more each. T, Zi, P: a x b scratch each. */
+CPU_CLONES static void mix_k_kron(float *out, const float *z, const float *L, const float *R,
+                                  float *T, float *Zi, float *P, size_t r0, size_t r1, int a,
+                                  int b, const backend_kron_io *io)
+{
+    const int ab = a * b;
+    const int n_in = io ? io->n_in : ab, n_out = io ? io->n_out : ab;
+    const int in_io = io && (io->in_perm || io->in_scale);
+    const int out_io = io && (io->out_perm || io->out_scale || n_out < ab);
     for (size_t r = r0; r < r1; r++) {
-        mix_mm(T, L, z + r * ab, a, a, b);
-        mix_mm(out + r * ab, T, R, a, b, b);
+        const float *zr = z + r * (size_t)n_in;
+        if (in_io) mix_kron_in(Zi, zr, io, ab), zr = Zi;
+        mix_mm(T, L, zr, a, a, b);
+        mix_mm(out_io ? P : out + r * (size_t)n_out, T, R, a, b, b);
+        if (out_io) mix_kron_out(out + r * (size_t)n_out, P, io);
     }
 }
 
 /* transpose 0: out = A^T Z Bm (L = A^T, R = Bm); 1: out = A Z Bm^T (L = A, R = Bm^T). Each
  * thread lays L and R out row-major in its own scratch, then runs its rows. */
 void cpu_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                    int N, int a, int b, int transpose)
+                    int N, int a, int b, int transpose, const backend_kron_io *io)
 {
     if (N <= 0 || a <= 0 || b <= 0) return;
     cpu_state *st = cpu_st(be);
     const size_t aa = (size_t)a * a, bb = (size_t)b * b, ab = (size_t)a * b;
-    if (cpu_scratch_reserve(st, aa + bb + ab) != 0) return;
+    if (cpu_scratch_reserve(st, aa + bb + 3 * ab) != 0) return;
     /* 2 (a + b) flops per element: worth threads from a few rows on */
     int nt = mix_threads(be, (size_t)N, ab * (size_t)(a + b) / 8);
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
-        float *L = st->scratch[CPU_TID()], *R = L + aa, *T = R + bb;
+        float *L = st->scratch[CPU_TID()], *R = L + aa, *T = R + bb, *Zi = T + ab, *P = Zi + ab;
         for (size_t i = 0; i < (size_t)a; i++)
             for (size_t k = 0; k < (size_t)a; k++)
                 L[i * a + k] = transpose ? A[i * a + k] : A[k * a + i];
@@ -128,7 +176,7 @@ void cpu_kron_apply(backend *be, float *out, const float *z, const float *A, con
                 R[j * b + l] = transpose ? Bm[l * b + j] : Bm[j * b + l];
         size_t lo, hi;
         cpu_split((size_t)N, &lo, &hi);
-        mix_k_kron(out, z, L, R, T, lo, hi, a, b);
+        mix_k_kron(out, z, L, R, T, Zi, P, lo, hi, a, b, io);
     }
 }
 
@@ -300,11 +348,12 @@ void cpu_hada_mid_backward(backend *be, float *dz1, float *dcond, const float *d
 /* --- mHC: coefficients --- */
 
 /* Rows a block: Sinkhorn runs on MIX_RB rows at once, each matrix entry an array of MIX_RB values
- * (one a row), so every exp and log is a loop over the block's rows, vectorised (8 rows fill an
- * AVX2 clone's float vectors) where one row's 16 entries in 4 lines would not be. Each row gets
+ * (one a row), so every exp and log is a loop over the block's rows, vectorised (16 rows fill an
+ * AVX-512 clone's float vectors, two of an AVX2 one's: 1.4-1.5x the coefficients' speed of 8 rows
+ * on Zen 4, bench_needle_ops) where one row's 16 entries in 4 lines would not be. Each row gets
  * the row-at-a-time arithmetic (the same operations in the same order), so its bits do not depend
  * on its block or lane, nor on the thread split. */
-#define MIX_RB 8
+#define MIX_RB 16
 
 /* Entry (i, j) of line i in a block's matrix (axis 0: lines are rows, 1: columns) */
 #define MIX_AT(Z, L, axis, i, j) \
@@ -559,26 +608,55 @@ void cpu_mhc_collapse_backward(backend *be, float *dX, float *dh, const float *d
     }
 }
 
-/* Xo[r][i] = sum_j H[i][j] X[r][j] (j in order) + h_post[i] y[r] */
+/* The expand's lanes kept in registers: up to MIX_XL lanes take the register path (Needle's 4). */
+#define MIX_XL 8
+
+/* Xo[r][i] = sum_j H[i][j] X[r][j] (j in order) + h_post[i] y[r], eight columns at a time with
+ * every lane's X and y in registers and each output written once (one pass per output lane over
+ * the row, as it was, read the row's outputs back L + 1 times: 0.56 of the copy rate, now near
+ * it, bench_needle_ops); the same operations in the same order as the one-column rest, so the
+ * bits do not depend on the path. Always inlined, so a constant L unrolls. */
+static inline __attribute__((always_inline)) void mix_expand_row(float *restrict o,
+                                                                 const float *restrict x,
+                                                                 const float *restrict H,
+                                                                 const float *restrict hp,
+                                                                 const float *restrict yr, int L,
+                                                                 int d)
+{
+    int c = 0;
+    if (L <= MIX_XL)
+        for (; c + 8 <= d; c += 8) {
+            mix_v8 xv[MIX_XL] = {0};
+            for (int j = 0; j < L; j++) xv[j] = mix_ld(x + (size_t)j * d + c);
+            const mix_v8 yv = mix_ld(yr + c);
+            for (int i = 0; i < L; i++) {
+                const float *Hi = H + (size_t)i * L;
+                mix_v8 acc = Hi[0] * xv[0];
+                for (int j = 1; j < L; j++) acc += Hi[j] * xv[j];
+                acc += hp[i] * yv;
+                mix_st(o + (size_t)i * d + c, acc);
+            }
+        }
+    for (; c < d; c++)
+        for (int i = 0; i < L; i++) {
+            const float *Hi = H + (size_t)i * L;
+            float acc = Hi[0] * x[c];
+            for (int j = 1; j < L; j++) acc += Hi[j] * x[(size_t)j * d + c];
+            acc += hp[i] * yr[c];
+            o[(size_t)i * d + c] = acc;
+        }
+}
+
 CPU_CLONES static void mix_k_expand(float *Xo, const float *X, const float *h, const float *y,
                                     size_t r0, size_t r1, int L, int d)
 {
     const size_t K = 2 * (size_t)L + (size_t)L * L;
     for (size_t r = r0; r < r1; r++) {
-        const float *hr = h + r * K, *H = hr + 2 * L, *x = X + r * L * d, *yr = y + r * d;
-        for (int i = 0; i < L; i++) {
-            float *o = Xo + (r * L + i) * d;
-            const float *Hi = H + (size_t)i * L, hp = hr[L + i];
-#pragma omp simd
-            for (int c = 0; c < d; c++) o[c] = Hi[0] * x[c];
-            for (int j = 1; j < L; j++) {
-                const float hij = Hi[j], *xj = x + (size_t)j * d;
-#pragma omp simd
-                for (int c = 0; c < d; c++) o[c] += hij * xj[c];
-            }
-#pragma omp simd
-            for (int c = 0; c < d; c++) o[c] += hp * yr[c];
-        }
+        const float *hr = h + r * K;
+        if (L == 4)
+            mix_expand_row(Xo + r * 4 * d, X + r * 4 * d, hr + 8, hr + 4, y + r * d, 4, d);
+        else
+            mix_expand_row(Xo + r * L * d, X + r * L * d, hr + 2 * L, hr + L, y + r * d, L, d);
     }
 }
 
@@ -603,6 +681,72 @@ static inline float mix_dot(const float *a, const float *b, int d)
     return acc;
 }
 
+/* v's eight lanes summed in a fixed tree: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)) */
+static inline float mix_hsum(mix_v8 v)
+{
+    return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+/* One row of the backward: dX[j] = sum_i H[i][j] g[i], dy = sum_i h_post[i] g[i] (i in order),
+ * and the L (L + 1) dot products <g[i], y>, <g[i], X[j]> of dh, all in one pass over eight
+ * columns at a time (the row's g, X and y read once; the products' sums one accumulator lane per
+ * column mod 8, summed by mix_hsum, then the one-column rest added in order: a fixed order on
+ * every CPU, where omp simd's reduction followed the vector width). */
+static inline __attribute__((always_inline)) void mix_expand_bwd_row(
+    float *restrict dX, float *restrict dhr, float *restrict dyr, const float *restrict gr,
+    const float *restrict x, const float *restrict hr, const float *restrict yr, int L, int d)
+{
+    const float *H = hr + 2 * L, *hp = hr + L;
+    mix_v8 ay[MIX_XL], ax[MIX_XL * MIX_XL];
+    const mix_v8 zero = {0};
+    int c = 0;
+    if (L <= MIX_XL) {
+        for (int i = 0; i < L; i++) ay[i] = zero;
+        for (int q = 0; q < L * L; q++) ax[q] = zero;
+        for (; c + 8 <= d; c += 8) {
+            mix_v8 gv[MIX_XL] = {0}, xv[MIX_XL] = {0};
+            for (int i = 0; i < L; i++) gv[i] = mix_ld(gr + (size_t)i * d + c);
+            for (int j = 0; j < L; j++) xv[j] = mix_ld(x + (size_t)j * d + c);
+            const mix_v8 yv = mix_ld(yr + c);
+            for (int j = 0; j < L; j++) {
+                mix_v8 acc = H[j] * gv[0];
+                for (int i = 1; i < L; i++) acc += H[(size_t)i * L + j] * gv[i];
+                mix_st(dX + (size_t)j * d + c, acc);
+            }
+            mix_v8 dv = hp[0] * gv[0];
+            for (int i = 1; i < L; i++) dv += hp[i] * gv[i];
+            mix_st(dyr + c, dv);
+            for (int i = 0; i < L; i++) {
+                ay[i] += gv[i] * yv;
+                for (int j = 0; j < L; j++) ax[i * L + j] += gv[i] * xv[j];
+            }
+        }
+    }
+    const int c0 = c;
+    for (; c < d; c++) {
+        for (int j = 0; j < L; j++) {
+            float acc = H[j] * gr[c];
+            for (int i = 1; i < L; i++) acc += H[(size_t)i * L + j] * gr[(size_t)i * d + c];
+            dX[(size_t)j * d + c] = acc;
+        }
+        float dv = hp[0] * gr[c];
+        for (int i = 1; i < L; i++) dv += hp[i] * gr[(size_t)i * d + c];
+        dyr[c] = dv;
+    }
+    for (int i = 0; i < L; i++) {
+        const float *gi = gr + (size_t)i * d;
+        float sy = c0 ? mix_hsum(ay[i]) : 0.0f;
+        for (int k = c0; k < d; k++) sy += gi[k] * yr[k];
+        dhr[L + i] = sy;
+        for (int j = 0; j < L; j++) {
+            const float *xj = x + (size_t)j * d;
+            float sx = c0 ? mix_hsum(ax[i * L + j]) : 0.0f;
+            for (int k = c0; k < d; k++) sx += gi[k] * xj[k];
+            dhr[2 * L + i * L + j] = sx;
+        }
+    }
+}
+
 /* dX[r][j] = sum_i H[i][j] g[r][i], dy[r] = sum_i h_post[i] g[r][i] (i in order);
  * dh post[i] = <g[r][i], y[r]>, res[i][j] = <g[r][i], X[r][j]> */
 CPU_CLONES static void mix_k_expand_bwd(float *dX, float *dh, float *dy, const float *g,
@@ -611,33 +755,12 @@ CPU_CLONES static void mix_k_expand_bwd(float *dX, float *dh, float *dy, const f
 {
     const size_t K = 2 * (size_t)L + (size_t)L * L;
     for (size_t r = r0; r < r1; r++) {
-        const float *hr = h + r * K, *H = hr + 2 * L, *gr = g + r * L * d, *x = X + r * L * d;
-        const float *yr = y + r * d;
-        float *dhr = dh + r * K, *dyr = dy + r * d;
-        for (int j = 0; j < L; j++) {
-            float *o = dX + (r * L + j) * d;
-            const float h0 = H[j];
-#pragma omp simd
-            for (int c = 0; c < d; c++) o[c] = h0 * gr[c];
-            for (int i = 1; i < L; i++) {
-                const float hij = H[(size_t)i * L + j], *gi = gr + (size_t)i * d;
-#pragma omp simd
-                for (int c = 0; c < d; c++) o[c] += hij * gi[c];
-            }
-        }
-        const float p0 = hr[L];
-#pragma omp simd
-        for (int c = 0; c < d; c++) dyr[c] = p0 * gr[c];
-        for (int i = 1; i < L; i++) {
-            const float pi = hr[L + i], *gi = gr + (size_t)i * d;
-#pragma omp simd
-            for (int c = 0; c < d; c++) dyr[c] += pi * gi[c];
-        }
-        for (int i = 0; i < L; i++) {
-            const float *gi = gr + (size_t)i * d;
-            dhr[L + i] = mix_dot(gi, yr, d);
-            for (int j = 0; j < L; j++) dhr[2 * L + i * L + j] = mix_dot(gi, x + (size_t)j * d, d);
-        }
+        if (L == 4)
+            mix_expand_bwd_row(dX + r * 4 * d, dh + r * K, dy + r * d, g + r * 4 * d, X + r * 4 * d,
+                               h + r * K, y + r * d, 4, d);
+        else
+            mix_expand_bwd_row(dX + r * L * d, dh + r * K, dy + r * d, g + r * L * d, X + r * L * d,
+                               h + r * K, y + r * d, L, d);
     }
 }
 

@@ -8,7 +8,7 @@
 #include "backends/cpu/cpu_internal.h"
 
 void cpu_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                    int N, int a, int b, int transpose);
+                    int N, int a, int b, int transpose, const backend_kron_io *io);
 void cpu_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N, int n,
                       int inverse);
 void cpu_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,

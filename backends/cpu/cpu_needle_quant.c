@@ -108,16 +108,16 @@ void cpu_cq_w4_quant(backend *be, float *out, const float *w, const float *codeb
  * is a chain the compiler must not reorder (it cannot know the NaN rule makes order moot). */
 static inline float cpu_absmax(const float *x, int n)
 {
-    float m[8] = {0};
+    float m[32] = {0};
     int c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int l = 0; l < 8; l++) {
+    for (; c + 32 <= n; c += 32)
+        for (int l = 0; l < 32; l++) {
             const float a = fabsf(x[c + l]);
             m[l] = a > m[l] ? a : m[l];
         }
     for (int l = 0; c + l < n; l++) m[l] = fabsf(x[c + l]) > m[l] ? fabsf(x[c + l]) : m[l];
     float amax = 0.0f;
-    for (int l = 0; l < 8; l++) amax = m[l] > amax ? m[l] : amax;
+    for (int l = 0; l < 32; l++) amax = m[l] > amax ? m[l] : amax;
     return amax;
 }
 

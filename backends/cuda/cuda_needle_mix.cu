@@ -78,13 +78,18 @@ static __device__ __forceinline__ void kron_mm(float *C, int out_t, const float 
     }
 }
 
+/* io (backend_kron_io), its parts as arguments: ip/is gather and scale the row as it is staged
+ * into Zs (n_in: the row's width, zero padded to a b); with op, os or n_out < a b the product's row
+ * lands in Zs (free once T = L Z ran), then is gathered and scaled into out's row of n_out. */
 __global__ void __launch_bounds__(KRON_THREADS)
 cuda_kron_kernel(float *out, const float *z, const float *A, const float *Bm, int N, int a, int b,
-                 int tr)
+                 int tr, const int32_t *ip, const float *is, int n_in, const int32_t *op,
+                 const float *os, int n_out)
 {
     extern __shared__ float kron_smem[];
     const int ps = kron_stride(a);
     const size_t ab = (size_t)a * b;
+    const int out_io = op || os || (size_t)n_out < ab;
     float *LT = kron_smem, *TT = LT + (size_t)a * ps, *R = TT + (size_t)b * ps;
     float *Zs = R + (size_t)b * b;
     for (int e = threadIdx.x; e < a * ps; e += blockDim.x) {
@@ -96,17 +101,35 @@ cuda_kron_kernel(float *out, const float *z, const float *A, const float *Bm, in
         R[e] = tr ? Bm[(size_t)l * b + j] : Bm[e];
     }
     for (int r = blockIdx.x; r < N; r += gridDim.x) {
-        const float *zr = z + (size_t)r * ab;
-        for (size_t e = threadIdx.x; e < ab; e += blockDim.x) Zs[e] = zr[e];
+        const float *zr = z + (size_t)r * n_in;
+        for (size_t e = threadIdx.x; e < ab; e += blockDim.x) {
+            if (e >= (size_t)n_in) {
+                Zs[e] = 0.0f;
+                continue;
+            }
+            const float v = zr[ip ? ip[e] : e];
+            Zs[e] = is ? v * is[e] : v;
+        }
         __syncthreads(); /* Zs (and LT, R) written; every thread is past the last row's T R */
         kron_mm(TT, 1, LT, ps, Zs, a, b, a);      /* T = L Z */
-        __syncthreads();                          /* TT written */
-        kron_mm(out + (size_t)r * ab, 0, TT, ps, R, a, b, b); /* out = T R */
+        __syncthreads();                          /* TT written, Zs read */
+        if (!out_io) {
+            kron_mm(out + (size_t)r * ab, 0, TT, ps, R, a, b, b); /* out = T R */
+            continue;
+        }
+        kron_mm(Zs, 0, TT, ps, R, a, b, b); /* P = T R, then out's row gathered from it */
+        __syncthreads();
+        float *o = out + (size_t)r * n_out;
+        for (int m = threadIdx.x; m < n_out; m += blockDim.x) {
+            const float v = Zs[op ? op[m] : m];
+            o[m] = os ? v * os[m] : v;
+        }
+        __syncthreads(); /* Zs read before the next row stages into it */
     }
 }
 
 void cuda_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                     int N, int a, int b, int transpose)
+                     int N, int a, int b, int transpose, const backend_kron_io *io)
 {
     if (N <= 0 || a <= 0 || b <= 0 || cuda_broken(be)) return;
     cuda_impl *im = cuda_im(be);
@@ -124,8 +147,11 @@ void cuda_kron_apply(backend *be, float *out, const float *z, const float *A, co
         return;
     size_t grid = (size_t)(im->sm_count > 0 ? im->sm_count : 1) * KRON_BLOCKS_PER_SM;
     if (grid > (size_t)N) grid = (size_t)N;
-    cuda_kron_kernel<<<(unsigned)grid, KRON_THREADS, smem, im->compute>>>(out, z, A, Bm, N, a, b,
-                                                                          transpose);
+    const backend_kron_io none = {NULL, NULL, a * b, NULL, NULL, a * b};
+    const backend_kron_io *x = io ? io : &none;
+    cuda_kron_kernel<<<(unsigned)grid, KRON_THREADS, smem, im->compute>>>(
+        out, z, A, Bm, N, a, b, transpose, x->in_perm, x->in_scale, x->n_in, x->out_perm,
+        x->out_scale, x->n_out);
     cuda_check_launch(be, "kron_apply");
 }
 

@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 void cuda_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                     int N, int a, int b, int transpose);
+                     int N, int a, int b, int transpose, const backend_kron_io *io);
 void cuda_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N, int n,
                        int inverse);
 void cuda_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,

@@ -23,29 +23,59 @@ static size_t metal_mix_chunk_rows(int N, size_t per_row)
 
 /* --- Kronecker-factored products --- */
 
+static void metal_permute_cols(backend *be, float *out, const float *x, const int32_t *perm, int N, int n,
+                               int inverse);
+static void metal_scale_cols(backend *be, float *out, const float *x, const float *d, int N, int n_in,
+                             int n_out);
+
 /* out[r] = L Z[r] R in row chunks: T = L Z by loom_mix_kron_left into scratch, then T, as
- * (rows a, b), times R on MPS: R = Bm (transpose 0) or Bm^T (transpose 1). */
+ * (rows a, b), times R on MPS: R = Bm (transpose 0) or Bm^T (transpose 1). io's gathers and
+ * scales (backend_kron_io) are the permute and scale launches around it, through the chunk's
+ * scratch rows Zi (the row going in) and P (the product coming out): the same kernels, so the
+ * same bits as the separate ops (a fused kernel would save the GPU two passes; not written). */
 static void metal_kron_apply(backend *be, float *out, const float *z, const float *A, const float *Bm,
-                             int N, int a, int b, int transpose)
+                             int N, int a, int b, int transpose, const backend_kron_io *io)
 {
     metal_ctx *c = metal_c(be);
     if (N <= 0 || a <= 0 || b <= 0) return;
-    const size_t ab = (size_t)a * b, rows = metal_mix_chunk_rows(N, ab);
-    float *T = metal_scratch(c, rows * ab);
+    const int iab = a * b;
+    const size_t ab = (size_t)iab, parts = io ? 3 : 1, rows = metal_mix_chunk_rows(N, parts * ab);
+    const size_t n_in = io ? (size_t)io->n_in : ab, n_out = io ? (size_t)io->n_out : ab;
+    const int in_io = io && (io->in_perm || io->in_scale), out_io = io && (io->out_perm || io->out_scale);
+    float *T = metal_scratch(c, rows * parts * ab), *Zi = T + rows * ab, *P = Zi + rows * ab;
     if (!T) return;
     for (size_t r0 = 0; r0 < (size_t)N; r0 += rows) {
         const size_t m = (size_t)N - r0 < rows ? (size_t)N - r0 : rows;
+        const int im = (int)m;
+        const float *zc = z + r0 * n_in;
+        if (in_io && io->in_perm) {
+            metal_permute_cols(be, Zi, zc, io->in_perm, im, iab, 0);
+            if (io->in_scale) metal_scale_cols(be, Zi, Zi, io->in_scale, im, iab, iab);
+            zc = Zi;
+        } else if (in_io) {
+            metal_scale_cols(be, Zi, zc, io->in_scale, im, (int)n_in, iab);
+            zc = Zi;
+        }
         metal_p_mix p = {.N = (unsigned)m, .a = (unsigned)a, .b = (unsigned)b, .flag = transpose != 0};
-        metal_launch(c, MK_MIX_KRON_LEFT, m * ab, (void *[]){T, MB(z + r0 * ab), MB(A)}, 3, &p, sizeof p);
+        metal_launch(c, MK_MIX_KRON_LEFT, m * ab, (void *[]){T, MB(zc), MB(A)}, 3, &p, sizeof p);
         const int ma = (int)(m * (size_t)a);
+        float *oc = out + r0 * n_out;
         metal_mm mm = {
-            .left = T, .right = Bm, .result = out + r0 * ab,
+            .left = T, .right = Bm, .result = out_io ? P : oc,
             .left_rows = ma, .left_cols = b, .right_rows = b, .right_cols = b,
             .result_rows = ma, .result_cols = b,
             .trans_left = 0, .trans_right = transpose != 0,
             .M = ma, .N = b, .K = b, .alpha = 1.0, .beta = 0.0,
         };
         c->dev->matmul(c->ds, &mm);
+        if (!out_io) continue;
+        const float *pc = P;
+        if (io->out_perm) { /* gathered into out itself when no scale follows, else through Zi */
+            float *g = io->out_scale ? Zi : oc;
+            metal_permute_cols(be, g, P, io->out_perm, im, iab, 0);
+            pc = g;
+        }
+        if (io->out_scale) metal_scale_cols(be, oc, pc, io->out_scale, im, iab, (int)n_out);
     }
 }
 

@@ -85,6 +85,7 @@ struct needle_net {
     float *ones, *qpad;   /* (max width) ones; (dq) f32(sqrt(F / dq)) */
     float *lane_mean;     /* (lanes) 1 / lanes */
     int32_t *p1, *p2;     /* (n) the Hadamard MLP's permutations */
+    int32_t *p1i, *p2i;   /* (n) their inverses: the backward's gathers (backend_kron_io) */
     nn_layer *layer;
     nn_lora lora[NN_TARGETS];
     const float *codebook; /* W4's (device), NULL in float */
@@ -464,7 +465,7 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
     const int widths[6] = {g->q_dim, g->k_dim, g->v_dim, g->attn_dim, g->hada_n, g->lanes * n->d};
     for (int i = 0; i < 6; i++) wide = widths[i] > wide ? widths[i] : wide;
     float *tmp = malloc((size_t)(wide + dq + g->lanes) * sizeof(float));
-    int32_t *p = malloc((size_t)2 * g->hada_n * sizeof(int32_t));
+    int32_t *p = malloc((size_t)4 * g->hada_n * sizeof(int32_t)); /* p1, p2, their inverses */
     int rc = tmp && p ? 0 : loom_fail("needle: out of memory");
     if (rc == 0) {
         const float theta = (float)c->rope_theta;
@@ -476,13 +477,14 @@ static int nn_load(needle_net *n, needle_file *f, needle_adapter *ad)
         n->ones = nn_upload(n, tmp, (size_t)wide);
         for (int i = 0; i < g->lanes; i++) tmp[i] = 1.0f / (float)g->lanes;
         n->lane_mean = nn_upload(n, tmp, (size_t)g->lanes);
-        needle_hada_perms(g->hada_n, c->ladder_widths.n > 0, p, p + g->hada_n);
-        n->p1 = (int32_t *)nn_alloc(n, (size_t)g->hada_n), n->p2 = (int32_t *)nn_alloc(n, (size_t)g->hada_n);
-        if (n->p1 && n->p2) {
-            backend_copy_h2d(n->be, n->p1, p, (size_t)g->hada_n * sizeof(int32_t));
-            backend_copy_h2d(n->be, n->p2, p + g->hada_n, (size_t)g->hada_n * sizeof(int32_t));
-        }
-        if (!n->freqs || !n->qpad || !n->ones || !n->lane_mean || !n->p1 || !n->p2) rc = -1;
+        const int hn = g->hada_n;
+        needle_hada_perms(hn, c->ladder_widths.n > 0, p, p + hn);
+        for (int m = 0; m < hn; m++) p[2 * hn + p[m]] = m, p[3 * hn + p[hn + m]] = m; /* inverses */
+        int32_t **dst[4] = {&n->p1, &n->p2, &n->p1i, &n->p2i};
+        for (int k = 0; k < 4; k++)
+            if ((*dst[k] = (int32_t *)nn_alloc(n, (size_t)hn)))
+                backend_copy_h2d(n->be, *dst[k], p + (size_t)k * hn, (size_t)hn * sizeof(int32_t));
+        if (!n->freqs || !n->qpad || !n->ones || !n->lane_mean || !n->p1 || !n->p2 || !n->p1i || !n->p2i) rc = -1;
     }
     free(tmp), free(p);
     if (rc == 0) nn_merge(n, 1);
@@ -556,6 +558,7 @@ typedef struct nn_acts {
     float *dqf, *dkf, *dvf, *datt; /* padded as their forwards */
     float *dq, *dk, *dv, *dqt, *dkt, *dvt; /* (N, Q), (N, Kw), (N, Vw), then again before the taps */
     float *dn0, *dn1, *dcond, *ds8;  /* (N, n) x3, (N, 8) */
+    float *d3p;                 /* (n) the layer's d3 gathered by p2's inverse (nn_mlp_backward) */
     float *lx, *ly;             /* (N, r) x A and dy B^T of a LoRA target (nn_lora_backward) */
 } nn_acts;
 
@@ -706,7 +709,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
         a->dq = nn_take(&cur, N * Q), a->dk = nn_take(&cur, N * Kw), a->dv = nn_take(&cur, N * Vw);
         a->dqt = nn_take(&cur, N * Q), a->dkt = nn_take(&cur, N * Kw), a->dvt = nn_take(&cur, N * Vw);
         a->dn0 = a->z0, a->dn1 = a->z1, a->dcond = nn_take(&cur, N * nh);
-        a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK);
+        a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->d3p = nn_take(&cur, nh);
         size_t r = 0;
         for (int t = 0; t < NN_TARGETS; t++) r = n->lora[t].A && (size_t)n->lora[t].r > r ? (size_t)n->lora[t].r : r;
         a->lx = nn_take(&cur, N * r), a->ly = nn_take(&cur, N * r);
@@ -978,16 +981,16 @@ static void nn_mlp(const needle_net *n, const nn_layer *y, nn_acts *a, size_t N,
     }
     backend_fill(be, a->cond, 1.0f, N * (size_t)nh);
     backend_matmul(be, a->cond, a->s8, y->cu, (int)N, nh, NEEDLE_COND_RANK, 0, 0, 1.0f, 1.0f);
-    backend_scale_cols(be, a->z0, a->h2, y->d1, (int)N, d, nh);
-    backend_kron_apply(be, a->z1, a->z0, y->w1a, y->w1b, (int)N, A, Bb, 0);
-    backend_permute_cols(be, a->zin, a->z1, n->p1, (int)N, nh, 0);
+    /* the diagonals and permutations ride on the products (backend_kron_io): zin = P1 K1 (D1 h2,
+     * padded), z1 = D3 P2 K2 SiLU(..), out = D4 K3 z1 (truncated) */
+    const backend_kron_io first = {NULL, y->d1, d, n->p1, NULL, nh};
+    backend_kron_apply(be, a->zin, a->h2, y->w1a, y->w1b, (int)N, A, Bb, 0, &first);
     if (kept) return;
     backend_hada_mid_forward(be, a->z0, a->zin, a->cond, y->d2, y->b2, (int)N, nh);
-    backend_kron_apply(be, a->z1, a->z0, y->w2a, y->w2b, (int)N, A, Bb, 0);
-    backend_permute_cols(be, a->z0, a->z1, n->p2, (int)N, nh, 0);
-    backend_scale_cols(be, a->z0, a->z0, y->d3, (int)N, nh, nh);
-    backend_kron_apply(be, a->z1, a->z0, y->w3a, y->w3b, (int)N, A, Bb, 0);
-    backend_scale_cols(be, out, a->z1, y->d4, (int)N, nh, d);
+    const backend_kron_io mid = {NULL, NULL, nh, n->p2, y->d3, nh};
+    backend_kron_apply(be, a->z1, a->z0, y->w2a, y->w2b, (int)N, A, Bb, 0, &mid);
+    const backend_kron_io last = {NULL, NULL, nh, NULL, y->d4, d};
+    backend_kron_apply(be, out, a->z1, y->w3a, y->w3b, (int)N, A, Bb, 0, &last);
 }
 
 /* Layer l: the stream X (N, lanes, d) into Xo (NULL: a recompute, which needs only the
@@ -1360,15 +1363,16 @@ static void nn_mlp_backward(const needle_net *n, const nn_layer *y, nn_acts *a, 
 {
     backend *be = n->be;
     const int d = n->d, nh = n->g.hada_n, A = n->g.hada_a, Bb = n->g.hada_b;
-    backend_scale_cols(be, a->dn0, dout, y->d4, (int)N, d, nh);
-    backend_kron_apply(be, a->dn1, a->dn0, y->w3a, y->w3b, (int)N, A, Bb, 1);
-    backend_scale_cols(be, a->dn1, a->dn1, y->d3, (int)N, nh, nh);
-    backend_permute_cols(be, a->dn0, a->dn1, n->p2, (int)N, nh, 1);
-    backend_kron_apply(be, a->dn1, a->dn0, y->w2a, y->w2b, (int)N, A, Bb, 1);
+    /* the forward's adjoints, each scatter by a permutation a gather by its inverse: dn0 = P2^T D3
+     * K3^T (D4 dout, padded), so out's scale is d3 gathered by p2's inverse (d3p); dh2 = D1 K1^T
+     * P1^T dn0 (truncated) */
+    backend_permute_cols(be, a->d3p, y->d3, n->p2, 1, nh, 1);
+    const backend_kron_io last = {NULL, y->d4, d, n->p2i, a->d3p, nh};
+    backend_kron_apply(be, a->dn0, dout, y->w3a, y->w3b, (int)N, A, Bb, 1, &last);
+    backend_kron_apply(be, a->dn1, a->dn0, y->w2a, y->w2b, (int)N, A, Bb, 1, NULL);
     backend_hada_mid_backward(be, a->dn0, a->dcond, a->dn1, a->zin, a->cond, y->d2, y->b2, (int)N, nh);
-    backend_permute_cols(be, a->dn1, a->dn0, n->p1, (int)N, nh, 1);
-    backend_kron_apply(be, a->dn0, a->dn1, y->w1a, y->w1b, (int)N, A, Bb, 1);
-    backend_scale_cols(be, a->dh2, a->dn0, y->d1, (int)N, nh, d);
+    const backend_kron_io first = {n->p1i, NULL, nh, NULL, y->d1, d};
+    backend_kron_apply(be, a->dh2, a->dn0, y->w1a, y->w1b, (int)N, A, Bb, 1, &first);
     /* cond = 1 + s8 Cu, s8 = softmax(h2 Cv) */
     backend_matmul(be, a->ds8, a->dcond, y->cu, (int)N, NEEDLE_COND_RANK, nh, 0, 1, 1.0f, 0.0f);
     backend_softmax_rows_backward(be, a->ds8, a->ds8, a->s8, (int)N, NEEDLE_COND_RANK);

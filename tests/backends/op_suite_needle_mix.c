@@ -160,7 +160,7 @@ static void suite_kron_one(suite *s, int N, int a, int b, int fd)
     for (int tr = 0; tr < 2; tr++) {
         FOR_SIDES (be)
             backend_kron_apply(be, PF(out, side), PF(z, side), PF(A, side), PF(B, side), N, a, b,
-                               tr);
+                               tr, NULL);
         ref_kron(want, zd, Ad, Bd, N, a, b, tr);
         char name[96];
         snprintf(name, sizeof name, "kron_apply N%d a%d b%d transpose %d", N, a, b, tr);
@@ -176,6 +176,98 @@ static void suite_kron_one(suite *s, int N, int a, int b, int fd)
     }
     free(zh), free(Ah), free(Bh), free(zd), free(Ad), free(Bd), free(want);
     pair_free(s, &z), pair_free(s, &A), pair_free(s, &B), pair_free(s, &out);
+}
+
+/* A random permutation of [0, n) (Fisher-Yates on the suite's stream). */
+static int32_t *mix_perm(suite *s, int n)
+{
+    int32_t *perm = malloc((size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)((suite_rnd(s) + 1.0) * 0.5 * (i + 1));
+        j = j > i ? i : j;
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    return perm;
+}
+
+/* The sides' copies of p and q equal bit for bit, each side on its own. */
+static void mix_check_same(suite *s, const char *op, const pair *p, const pair *q)
+{
+    const size_t n = p->bytes / sizeof(float);
+    float *a = malloc(p->bytes), *b = malloc(p->bytes);
+    for (int side = 0; side < 2; side++) {
+        backend *be = side ? s->r : s->t;
+        backend_sync(be);
+        backend_copy_d2h(be, a, side ? p->r : p->t, p->bytes);
+        backend_copy_d2h(be, b, side ? q->r : q->t, q->bytes);
+        double *bw = to_d(b, n);
+        char name[160];
+        snprintf(name, sizeof name, "op_suite %s: %s side == its separate ops", op, side ? "reference" : "tested");
+        suite_count(s, check_allclose_v(name, a, bw, n, CHECK_EXACT, s->verbose));
+        free(bw);
+    }
+    free(a), free(b);
+}
+
+/* kron_apply with io (backend_kron_io): the Needle MLP's five uses (the forward's three and the
+ * backward's two, docs/needle.md 2.6) on each side, against the double reference and bit for bit
+ * against the same side's permute_cols / scale_cols around a plain product. which: bit 0 in_perm,
+ * 1 in_scale, 2 out_perm, 3 out_scale; n_in, n_out: the rows' widths. */
+static void suite_kron_io_one(suite *s, int N, int a, int b, int tr, int which, int n_in, int n_out)
+{
+    const int ab = a * b;
+    const size_t nz = (size_t)N * n_in, no = (size_t)N * n_out, nab = (size_t)N * ab;
+    float *zh = host_rand(s, nz, 1), *Ah = host_rand(s, (size_t)a * a, 1);
+    float *Bh = host_rand(s, (size_t)b * b, 1), *ish = host_rand(s, (size_t)n_in, 1.5);
+    float *osh = host_rand(s, (size_t)n_out, 1.5);
+    int32_t *iph = mix_perm(s, ab), *oph = mix_perm(s, ab);
+    pair z = pair_new(s, zh, nz * 4), A = pair_new(s, Ah, (size_t)a * a * 4), B = pair_new(s, Bh, (size_t)b * b * 4);
+    pair is = pair_new(s, ish, (size_t)n_in * 4), os = pair_new(s, osh, (size_t)n_out * 4);
+    pair ip = pair_new(s, iph, (size_t)ab * 4), op = pair_new(s, oph, (size_t)ab * 4);
+    pair out = pair_rand(s, no, 1), sep = pair_rand(s, no, 1);
+    pair t1 = pair_rand(s, nab, 1), t2 = pair_rand(s, nab, 1), t3 = pair_rand(s, nab, 1);
+    FOR_SIDES (be) {
+        const backend_kron_io io = {which & 1 ? PI(ip, side) : NULL, which & 2 ? PF(is, side) : NULL, n_in,
+                                    which & 4 ? PI(op, side) : NULL, which & 8 ? PF(os, side) : NULL, n_out};
+        backend_kron_apply(be, PF(out, side), PF(z, side), PF(A, side), PF(B, side), N, a, b, tr, &io);
+        /* the same as separate ops: gather, scale (with its pad), product, gather, scale */
+        const float *zc = PF(z, side);
+        if (which & 1) backend_permute_cols(be, PF(t1, side), zc, PI(ip, side), N, ab, 0), zc = PF(t1, side);
+        if (which & 2) backend_scale_cols(be, PF(t2, side), zc, PF(is, side), N, n_in, ab), zc = PF(t2, side);
+        float *pc = which & 12 ? PF(t3, side) : PF(sep, side);
+        backend_kron_apply(be, pc, zc, PF(A, side), PF(B, side), N, a, b, tr, NULL);
+        if (which & 4) backend_permute_cols(be, which & 8 ? PF(t1, side) : PF(sep, side), pc, PI(op, side), N, ab, 0),
+            pc = which & 8 ? PF(t1, side) : PF(sep, side);
+        if (which & 8) backend_scale_cols(be, PF(sep, side), pc, PF(os, side), N, ab, n_out);
+    }
+    /* the reference: z' in double, the product, out's gather and scale */
+    double *zd = malloc(nab * sizeof(double)), *pd = malloc(nab * sizeof(double)), *want = malloc(no * sizeof(double));
+    double *Ad = to_d(Ah, (size_t)a * a), *Bd = to_d(Bh, (size_t)b * b);
+    for (size_t r = 0; r < (size_t)N; r++) {
+        for (int j = 0; j < ab; j++) {
+            const double v = j < n_in ? zh[r * n_in + (which & 1 ? iph[j] : j)] : 0.0;
+            zd[r * ab + j] = which & 2 && j < n_in ? v * ish[j] : v;
+        }
+    }
+    ref_kron(pd, zd, Ad, Bd, N, a, b, tr);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (int m = 0; m < n_out; m++) {
+            const double v = pd[r * ab + (which & 4 ? oph[m] : m)];
+            want[r * n_out + m] = which & 8 ? v * osh[m] : v;
+        }
+    char name[128];
+    snprintf(name, sizeof name, "kron_apply io N%d a%d b%d tr %d (%s%s%s%s) %d -> %d", N, a, b, tr,
+             which & 1 ? "in_perm " : "", which & 2 ? "in_scale " : "", which & 4 ? "out_perm " : "",
+             which & 8 ? "out_scale" : "", n_in, n_out);
+    /* the plain product's bound, the scales' factors (|d| < 1.5) each a rounding more */
+    mix_check(s, name, &out, want, tol_times(tol_sum((double)ab, ab / 8.0, 4), 2.25), 1);
+    mix_check_same(s, name, &out, &sep);
+    free(zh), free(Ah), free(Bh), free(ish), free(osh), free(iph), free(oph);
+    free(zd), free(pd), free(want), free(Ad), free(Bd);
+    pair *ps[] = {&z, &A, &B, &is, &os, &ip, &op, &out, &sep, &t1, &t2, &t3};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) pair_free(s, ps[i]);
 }
 
 /* --- permute_cols, scale_cols --- */
@@ -199,14 +291,7 @@ static void fwd_permute(mix_ctx *c)
 static void suite_permute_one(suite *s, int N, int n, int fd)
 {
     const size_t nn = (size_t)N * n;
-    int32_t *perm = malloc((size_t)n * sizeof(int32_t));
-    for (int i = 0; i < n; i++) perm[i] = i;
-    for (int i = n - 1; i > 0; i--) { /* Fisher-Yates */
-        int j = (int)((suite_rnd(s) + 1.0) * 0.5 * (i + 1));
-        j = j > i ? i : j;
-        int32_t t = perm[i];
-        perm[i] = perm[j], perm[j] = t;
-    }
+    int32_t *perm = mix_perm(s, n);
     float *xh = host_rand(s, nn, 1);
     double *xd = to_d(xh, nn), *want = malloc(nn * sizeof(double));
     pair pp = pair_new(s, perm, (size_t)n * sizeof(int32_t)), x = pair_new(s, xh, nn * 4);
@@ -844,6 +929,16 @@ void suite_needle_mix(suite *s)
     suite_kron_one(s, 5, 16, 8, 0);
     suite_kron_one(s, 9, 3, 5, 1); /* nothing a multiple of a vector */
     suite_kron_one(s, 64, 32, 32, 0); /* Needle's 1024 = 32 x 32, several threads' rows */
+    /* with io: the MLP's uses, forward (scale-pad + gather; gather + scale; scale-truncate) and
+     * backward (scale-pad, gather + scale; gather in, scale-truncate), odd widths, then Needle's */
+    suite_kron_io_one(s, 7, 8, 6, 0, 2 | 4, 37, 48);
+    suite_kron_io_one(s, 7, 8, 6, 0, 4 | 8, 48, 48);
+    suite_kron_io_one(s, 7, 8, 6, 0, 8, 48, 37);
+    suite_kron_io_one(s, 7, 8, 6, 1, 2 | 4 | 8, 37, 48);
+    suite_kron_io_one(s, 7, 8, 6, 1, 1 | 8, 48, 37);
+    suite_kron_io_one(s, 9, 3, 5, 1, 1 | 2 | 4 | 8, 15, 15);
+    suite_kron_io_one(s, 40, 32, 32, 0, 2 | 4, 768, 1024);
+    suite_kron_io_one(s, 40, 32, 32, 1, 1 | 8, 1024, 768);
     suite_permute_one(s, 7, 37, 1);
     suite_permute_one(s, 40, 1024, 0);
     suite_scale_one(s, 7, 37, 50, 0, 1); /* zero pad */

@@ -174,9 +174,9 @@ static void test_mix_chunks(backend *be)
     const size_t ab = (size_t)a * b;
     float *z = dev_rand(be, (size_t)N * ab, 1), *A = dev_rand(be, ab, 2), *B = dev_rand(be, ab, 3);
     float *o1 = backend_alloc(be, (size_t)N * ab * 4), *o2 = backend_alloc(be, (size_t)N * ab * 4);
-    backend_kron_apply(be, o1, z, A, B, N, a, b, 1);
-    backend_kron_apply(be, o2, z, A, B, cut, a, b, 1);
-    backend_kron_apply(be, o2 + cut * ab, z + cut * ab, A, B, N - cut, a, b, 1);
+    backend_kron_apply(be, o1, z, A, B, N, a, b, 1, NULL);
+    backend_kron_apply(be, o2, z, A, B, cut, a, b, 1, NULL);
+    backend_kron_apply(be, o2 + cut * ab, z + cut * ab, A, B, N - cut, a, b, 1, NULL);
     float *h1 = dev_read(be, o1, (size_t)N * ab), *h2 = dev_read(be, o2, (size_t)N * ab);
     check_equal_f32("kron_apply N4101 32x32 (2 chunks) == 2 calls", h1, h2, (size_t)N * ab);
     free(h1), free(h2);
