@@ -36,6 +36,14 @@
 #define NEEDLE_MAX_SITES 16
 #define NN_HEAD_ROWS 512   /* rows of the head a block in training by default (nn_loss) */
 
+/* A thin pass keeps every span-th stream (n->span, NN_SPAN by default, at most NN_SPAN_MAX); the
+ * span - 1 between are rebuilt from it for the backward, an expand each (nn_stream_rebuild). 4: the
+ * 200 MB of the default's streams this frees (against every 2nd) pay for keeping attention's
+ * output in the blocks, which spares every layer's recompute its attention forward (0.24 s a
+ * step) for 6 more expands (0.02 s). */
+#define NN_SPAN 4
+#define NN_SPAN_MAX 8
+
 typedef struct nn_layer {
     float *phi;           /* (K, lanes d): rows pre | post | res (row 2 lanes + i lanes + j: H[i][j]) */
     float *mhc_bias;      /* (K) the same columns */
@@ -96,6 +104,7 @@ struct needle_net {
     size_t owned_bytes;   /* what nn_alloc holds: weights, adapters, their gradients and moments */
     int have_grads;       /* a needle_net_grad ran since the adapters were made */
     int keep_blocks;      /* layers [0, keep_blocks) keep a block from the forward for the backward (nn_point) */
+    int span;             /* with every block kept, the streams kept: every span-th (nn_carve) */
     int head_rows;        /* rows of the head a block in a training pass (needle_net_set_head_rows) */
     void **owned;         /* every device allocation, freed by needle_net_close */
     int nowned, capowned;
@@ -505,7 +514,7 @@ needle_net *needle_net_open(backend *be, const char *base, int layers, const cha
         n->L = n->c.num_layers, n->d = n->c.d_model, n->V = n->c.vocab_size;
         n->Vout = n->c.out_vocab > 0 ? n->c.out_vocab : n->V;
         n->K = 2 * n->g.lanes + n->g.lanes * n->g.lanes;
-        n->keep_blocks = n->L, n->head_rows = NN_HEAD_ROWS;
+        n->keep_blocks = n->L, n->head_rows = NN_HEAD_ROWS, n->span = NN_SPAN;
         n->layer = calloc((size_t)n->L, sizeof *n->layer);
         rc = !n->layer ? loom_fail("needle: out of memory") : nn_check(n, base) || nn_load(n, f, ad);
     }
@@ -529,6 +538,11 @@ void needle_net_close(needle_net *n)
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
 
 void needle_net_set_recompute(needle_net *n, int whole) { n->keep_blocks = whole ? 0 : n->L; }
+
+void needle_net_set_stream_span(needle_net *n, int span)
+{
+    n->span = span < 2 ? 2 : span > NN_SPAN_MAX ? NN_SPAN_MAX : span;
+}
 
 void needle_net_set_head_rows(needle_net *n, int rows) { n->head_rows = rows > 0 ? rows : NN_HEAD_ROWS; }
 
@@ -587,8 +601,9 @@ typedef struct nn_pass {
     float **blk;                /* blk[l]: layer l's block kept from the forward (nn_point; layers
                                  * below n->keep_blocks but the last), else NULL; blk[L]: the others' */
     float **X;                  /* X[l] (N, W) the stream entering layer l; X[L] the last (nn_carve) */
-    int thin;                   /* the odd streams share Xr, rebuilt for the backward (nn_carve) */
-    float *Xr, *ys;             /* (N, W); (N, d) y of a layer whose block has none */
+    int thin;                   /* only every span-th stream kept, the others in Xr (nn_carve) */
+    float *Xr[NN_SPAN_MAX - 1]; /* (N, W) each: X[l] at l % span = 1, 2, .., rebuilt for the backward */
+    float *ys;                  /* (N, d) y of a layer whose block has none */
     float *dX, *dX2;            /* (N, W) */
     float *e, *evt;             /* (N, e), (N, d) */
     float *ek[NEEDLE_MAX_SITES], *ev[NEEDLE_MAX_SITES];
@@ -611,18 +626,20 @@ static float *nn_take(char **cur, size_t floats)
 }
 
 /* Layer l's block: what its recompute would redo at the highest cost per byte kept, so a layer with
- * its block kept skips it (nn_layer_forward): the q, k, v, gate and out projections, the mHC
- * coefficients' chain (z from x-hat's RMSNorm, A8 and product, the coefficients hc, the rstd rx), the
- * MLP's s8, and y = Block(u) - u (the MLP after its hada middle's input; the odd stream after the
- * layer is rebuilt from it and hc in a thin pass, nn_carve):
- *   q (N, Q) | k (N, Kw) | v (N, Vw) | gt (N, O) | ao (N, d) | z, hc (N, K) | rx (N) | s8 (N, 8) | y (N, d)
- * 3,161 floats a token at the default config, against 3,072 for a stream. with_y 0: the scratch's
+ * its block kept skips it (nn_layer_forward): the q, k, v, gate and out projections, attention's
+ * output and log-sum-exp, the mHC coefficients' chain (z from x-hat's RMSNorm, A8 and product, the
+ * coefficients hc, the rstd rx), the MLP's s8, and y = Block(u) - u (the MLP after its hada
+ * middle's input; the streams after the layer are rebuilt from it and hc in a thin pass, nn_carve):
+ *   q (N, Q) | k (N, Kw) | v (N, Vw) | gt (N, O) | ao (N, d) | att (N, H, F) | lse (N, H) |
+ *   z, hc (N, K) | rx (N) | s8 (N, 8) | y (N, d)
+ * 3,941 floats a token at the default config, against 3,072 for a stream. with_y 0: the scratch's
  * block, whose y is p->ys. */
 static size_t nn_block_floats(const needle_net *n, size_t N, int with_y)
 {
     const needle_geometry *g = &n->g;
-    const size_t w = (size_t)g->q_dim + g->k_dim + g->v_dim + g->attn_dim + n->d + 2 * (size_t)n->K + 1 +
-                     NEEDLE_COND_RANK;
+    const size_t H = (size_t)n->c.num_heads, F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    const size_t w = (size_t)g->q_dim + g->k_dim + g->v_dim + g->attn_dim + n->d + H * F + H + 2 * (size_t)n->K +
+                     1 + NEEDLE_COND_RANK;
     return N * (w + (with_y ? (size_t)n->d : 0));
 }
 
@@ -638,6 +655,9 @@ static void nn_point(const needle_net *n, const nn_pass *p, int l, nn_acts *a)
     a->v = b, b += N * g->v_dim;
     a->gt = b, b += N * g->attn_dim;
     a->ao = b, b += N * n->d;
+    const size_t H = (size_t)n->c.num_heads, F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    a->att = b, b += N * H * F;
+    a->lse = b, b += N * H;
     a->z = b, b += N * K;
     a->hc = b, b += N * K;
     a->rx = b, b += N;
@@ -658,16 +678,20 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     nn_acts *a = &p->a;
     /* a forward alone keeps two streams in turn; a backward keeps every one, but X[L] shares
      * X[0]'s memory (X[0] is dead once the head's backward ran; the backward embeds it again), and
-     * with the layers' blocks kept (thin) the odd streams X[1], X[3], .. share Xr: the backward
-     * rebuilds X[l] = expand(X[l-1], hc, y) of layer l - 1's block, the forward's bits again */
-    const int share = p->keep && n->L >= 2;
+     * with the layers' blocks kept (thin) only X[0], X[span], .. are kept, X[l] between them in
+     * Xr[l % span - 1]: the backward rebuilds X[l] = expand(X[l-1], hc, y) of layer l - 1's
+     * block, the forward's bits again */
+    const int share = p->keep && n->L >= 2, span = n->span;
     p->thin = share && n->keep_blocks >= n->L;
-    float *xr = nn_take(&cur, p->thin ? N * W : 0);
-    if (base) p->Xr = p->thin ? xr : NULL;
+    const int nr = p->thin ? (n->L - 1 < span - 1 ? n->L - 1 : span - 1) : 0;
+    for (int k = 0; k < NN_SPAN_MAX - 1; k++) {
+        float *xr = nn_take(&cur, k < nr ? N * W : 0);
+        if (base) p->Xr[k] = k < nr ? xr : NULL;
+    }
     for (int l = 0; l <= n->L; l++) {
-        const int odd = p->thin && l % 2 == 1 && l < n->L;
-        float *x = (p->keep || l < 2) && !(share && l == n->L) && !odd ? nn_take(&cur, N * W) : NULL;
-        if (base) p->X[l] = x ? x : odd ? p->Xr : share ? p->X[0] : p->X[l % 2];
+        const int rebuilt = p->thin && l % span != 0 && l < n->L;
+        float *x = (p->keep || l < 2) && !(share && l == n->L) && !rebuilt ? nn_take(&cur, N * W) : NULL;
+        if (base) p->X[l] = x ? x : rebuilt ? p->Xr[l % span - 1] : share ? p->X[0] : p->X[l % 2];
     }
     p->dX = nn_take(&cur, p->keep ? N * W : 0), p->dX2 = nn_take(&cur, p->keep ? N * W : 0);
     p->e = nn_take(&cur, N * e), p->evt = nn_take(&cur, N * d);
@@ -691,7 +715,6 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
     a->qt = nn_take(&cur, N * Q), a->kt = nn_take(&cur, N * Kw), a->vt = nn_take(&cur, N * Vw);
     a->qn = nn_take(&cur, N * Q), a->kn = nn_take(&cur, N * Kw), a->rq = nn_take(&cur, N * H), a->rk = nn_take(&cur, N * Hk);
     a->qf = nn_take(&cur, N * H * F), a->kf = nn_take(&cur, N * Hk * F), a->vf = nn_take(&cur, N * Hk * F);
-    a->att = nn_take(&cur, N * H * F), a->lse = nn_take(&cur, N * H);
     a->opre = nn_take(&cur, F != (size_t)g->v_head_dim ? N * O : 0), a->og = nn_take(&cur, N * O); /* nn_opre */
     a->rp = nn_take(&cur, N), a->ap = nn_take(&cur, N * d);
     a->x1 = nn_take(&cur, N * d), a->h2 = nn_take(&cur, N * d), a->r2 = nn_take(&cur, N);
@@ -953,7 +976,7 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     if (F != dv) backend_scale_cols(be, a->vf, a->vt, n->ones, (int)N * Hk, dv, F), vf = a->vf;
     if (step)
         nn_attention_step(n, y, dc, l, a->att, a->qf, kf, vf);
-    else
+    else if (project) /* else a kept block's att and lse: the forward's */
         backend_attention_forward(be, a->att, a->lse, a->qf, kf, vf, B, T, H, Hk, F, y->window);
     if (dc && dc->prefill) /* the prompts' keys and values, as attention read them, into the caches */
         for (int b = 0; b < B; b++) {
@@ -1032,8 +1055,8 @@ static void nn_layer_forward(const needle_net *n, nn_pass *p, int l, const float
     if (Xo) backend_mhc_expand(be, Xo, X, a->hc, a->y, (int)N, lanes, n->d);
 }
 
-/* A thin pass's odd stream X[l] = H_res X[l-1] + h_post y of layer l - 1's block (nn_carve): the
- * expand of its forward on the same inputs, so the same bits. */
+/* A thin pass's stream X[l] (l % span != 0) = H_res X[l-1] + h_post y of layer l - 1's block
+ * (nn_carve): the expand of its forward on the same inputs, so the same bits. */
 static void nn_stream_rebuild(const needle_net *n, nn_pass *p, int l)
 {
     nn_acts t;
@@ -1500,7 +1523,11 @@ int needle_net_grad(needle_net *n, const int32_t *tokens, const float *weights, 
         backend_mhc_collapse_backward(be, p.dX, NULL, p.a.dx1, p.X[n->L], n->lane_mean, 0, (int)N, g->lanes, n->d);
         if (p.X[0] == p.X[n->L]) nn_embed_stream(n, &p); /* X[L] is dead now (nn_carve) */
         for (int l = n->L - 1; l >= 0; l--) {
-            if (p.thin && l % 2 == 1 && l < n->L - 1) nn_stream_rebuild(n, &p, l);
+            /* entering a thin pass's group of layers from its top: its streams after the first are
+             * rebuilt (the last group's are still the forward's) */
+            const int S = n->span, top = l % S == S - 1 && l / S < (n->L - 1) / S;
+            if (p.thin && top)
+                for (int m = l - S + 2; m <= l; m++) nn_stream_rebuild(n, &p, m);
             nn_layer_backward(n, &p, l, accumulate ? 1.0f : 0.0f);
         }
         n->have_grads = 1;

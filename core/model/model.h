@@ -268,12 +268,16 @@ needle_net *needle_net_open(backend *be, const char *base, int layers, const cha
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
 /* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps a block of
- * each layer (its q, k, v, gate and out projections, mHC's coefficients, the MLP's s8 and the
- * layer's output y) and every even layer's stream, the odd ones rebuilt from the block before
- * them, so a layer's recompute runs about 1/6 of its FLOPs (attention and one Kronecker product);
- * 1 keeps only the streams and recomputes each layer whole, as Needle's remat. The numbers are the
- * same bits either way. */
+ * each layer (its q, k, v, gate and out projections, attention's output and log-sum-exp, mHC's
+ * coefficients, the MLP's s8 and the layer's output y) and every 4th layer's stream, the others
+ * rebuilt from the blocks before them, so a layer's recompute runs about 1/10 of its FLOPs (one
+ * Kronecker product); 1 keeps only the streams and recomputes each layer whole, as Needle's
+ * remat. The numbers are the same bits either way. */
 void needle_net_set_recompute(needle_net *n, int whole);
+/* With the blocks kept (not whole): keep every span-th layer's input stream (2..8, 4 by default;
+ * each stream is N lanes d floats), the others rebuilt by an expand for the backward, the same bits
+ * at any span. Memory against a few expands; tests use it to run the rebuild on a few layers. */
+void needle_net_set_stream_span(needle_net *n, int span);
 /* Rows of the head a training pass runs at a time (default 512, <= 0 the default): each block's
  * logits, loss and dL/dlogits E, in a (rows, V') buffer instead of (B T, V'). */
 void needle_net_set_head_rows(needle_net *n, int rows);

@@ -244,6 +244,21 @@ static void check_recompute(needle_net *n, const int32_t *tok, const float *mask
         printf("%s needle %s: whole-layer recompute equal bitwise to the kept blocks (%zu gradient elements)\n",
                loss[0] == loss[1] && diff == 0 ? "ok  " : "FAIL", qat ? "QAT" : "float", count[0]);
     }
+    /* the kept streams every 2nd and 3rd layer instead of every 4th: on L = 3 or 4 layers the
+     * default's one group is the last, never rebuilt; these rebuild one and two streams in a row */
+    for (int span = 2; span <= 3 && g[1]; span++) {
+        double ls = 0;
+        size_t cs = 0, diff = 0;
+        needle_net_set_stream_span(n, span);
+        CHECK(needle_net_grad(n, tok, mask, B, T, 0, 0, &ls) == 0, "grad: %s", loom_error());
+        float *gs = all_grads(n, &cs);
+        CHECK(gs && cs == count[1], "gradients at span %d: %s", span, loom_error());
+        for (size_t i = 0; gs && i < cs && cs == count[1]; i++) diff += memcmp(&gs[i], &g[1][i], sizeof(float)) != 0;
+        CHECK(ls == loss[1] && diff == 0, "%s: streams kept every %d layers: loss %.9g vs %.9g, %zu of %zu "
+              "gradient elements differ", qat ? "QAT" : "float", span, ls, loss[1], diff, cs);
+        free(gs);
+    }
+    needle_net_set_stream_span(n, 4);
     free(g[0]), free(g[1]);
 }
 
