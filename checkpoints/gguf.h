@@ -40,9 +40,10 @@ int gguf_kv_str(gguf_writer *w, const char *key, const char *val);
 int gguf_kv_u32(gguf_writer *w, const char *key, uint32_t val);
 int gguf_kv_f32(gguf_writer *w, const char *key, float val);
 int gguf_kv_bool(gguf_writer *w, const char *key, int val);
-/* Arrays: strings, or int32 values. */
+/* Arrays: strings, int32 or float32 values. */
 int gguf_kv_strs(gguf_writer *w, const char *key, const char *const *vals, size_t n);
 int gguf_kv_i32s(gguf_writer *w, const char *key, const int32_t *vals, size_t n);
+int gguf_kv_f32s(gguf_writer *w, const char *key, const float *vals, size_t n);
 /* ne[0] is the fastest-varying dim (a row); ggml's order, the reverse of numpy's shape. */
 int gguf_tensor_add(gguf_writer *w, const char *name, int ndim, const int64_t *ne, gguf_type type);
 int gguf_data_begin(gguf_writer *w);
@@ -55,7 +56,7 @@ void gguf_abort(gguf_writer *w);
  * llama.cpp's names and layouts (norms, biases and position embeddings f32, the rest `type`; a
  * q8_0 tensor whose rows are not a multiple of 32 falls back to f16 as the converter's does), the
  * architecture's metadata from loom's model config JSON, the tokenizer and chat template from
- * src_dir's tokenizer.json / tokenizer_config.json (+ config.json's token ids). get and pieces as
+ * src_dir's tokenizer.model or tokenizer.json / tokenizer_config.json (+ config.json's token ids). get and pieces as
  * hf_export_pieces takes them (pieces may be NULL); what names the model's file in messages. 0, or -1 + loom_fail naming the file and field;
  * no file at out_path then. */
 int gguf_export(const char *out_path, const char *model_json, const char *what, hf_get_fn get, hf_pieces_fn pieces,
@@ -84,9 +85,10 @@ int gguf_get_f32(const gguf_file *g, const char *key, float *out);
 int gguf_get_bool(const gguf_file *g, const char *key, int *out);
 /* Strings are malloc'd (the caller frees); an array of strings too, each and the array. */
 int gguf_get_str(const gguf_file *g, const char *key, const char **out);
-/* Arrays: strings as above; int32 values borrowed from the mapping (read them with memcpy). */
+/* Arrays: strings as above; int32 / float32 values borrowed from the mapping (read them with memcpy). */
 int gguf_get_strs(const gguf_file *g, const char *key, const char ***out, size_t *n);
 int gguf_get_i32s(const gguf_file *g, const char *key, const void **out, size_t *n);
+int gguf_get_f32s(const gguf_file *g, const char *key, const void **out, size_t *n);
 /* The tensors in file order: their count and the name of the i-th (borrowed). */
 size_t gguf_n_tensors(const gguf_file *g);
 const char *gguf_tensor_name(const gguf_file *g, size_t i);
@@ -99,7 +101,8 @@ int gguf_tensor_read(const gguf_file *g, const char *name, float *out, size_t n)
  * families) as loom's model: the architecture keys -> loom's model config JSON (borrowed), every
  * tensor checked against the list that config implies (name, shape; none missing, none extra),
  * and each loom tensor by its loom name through gguf_model_get (an hf_get_fn: valid until the next
- * call). llama3 RoPE scaling is refused: the file keeps only the factors, not the parameters.
+ * call). llama3 RoPE scaling comes back from rope_freqs.weight's factors (Llama 3's low 1 and high
+ * 4, the factor and original context that give the same factors bit for bit; else refused).
  * NULL / -1 + loom_fail naming the file and the key or tensor. */
 typedef struct gguf_model gguf_model;
 
@@ -108,8 +111,11 @@ void gguf_model_close(gguf_model *m);
 const char *gguf_model_json(const gguf_model *m);
 const float *gguf_model_get(void *m, const char *loom_name);
 /* The tokenizer as Hugging Face files in dir: tokenizer.json (byte-level BPE: vocab, merges, added
- * tokens, the pre-tokenizer of tokenizer.ggml.pre) and tokenizer_config.json (special tokens,
- * add_*_token, chat template), which `loom export gguf` reads back to the same keys. */
+ * tokens, the pre-tokenizer of tokenizer.ggml.pre; or, for a "llama" vocabulary from a
+ * tokenizer.json, a byte-fallback BPE with merges rebuilt), or tokenizer.model (a "llama"
+ * vocabulary with real scores; with the Llama converter's tokenizer.json of it beside when the file's
+ * add_sep_token came from one), and tokenizer_config.json (special tokens, add_*_token, chat
+ * template), which `loom export gguf` reads back to the same keys. */
 int gguf_model_write_tokenizer(const gguf_model *m, const char *dir);
 
 #endif

@@ -204,7 +204,7 @@ static int gg_arch_keys(gguf_writer *w, const hf_dims *d, int arch, gguf_type ty
 }
 
 /* conversion/llama.py generate_extra_tensors, in float32 as torch computes it there */
-static void gg_rope_freqs(const hf_dims *d, float *out)
+void gguf_rope_freqs(const hf_dims *d, float *out)
 {
     int dim = hf_head_dim(d);
     double lo_wave = d->rope_original_max_seq / d->rope_low, hi_wave = d->rope_original_max_seq / d->rope_high;
@@ -265,7 +265,7 @@ static int gg_write_data(gg_ctx *c, const hf_dims *d, const gg_list *l)
         if (t->rope_freqs) {
             float f[512];
             if (t->ne[0] > 512) return loom_fail("export gguf: head dim %lld too large", (long long)(2 * t->ne[0]));
-            gg_rope_freqs(d, f);
+            gguf_rope_freqs(d, f);
             if (gguf_put(c->w, f, (size_t)t->ne[0])) return -1;
             continue;
         }
@@ -288,7 +288,7 @@ int gguf_export(const char *out_path, const char *model_json, const char *what, 
     gguf_writer *w = rc == 0 ? gguf_create(out_path, 32) : NULL;
     if (rc == 0 && !w) rc = -1;
     if (rc == 0) rc = gg_arch_keys(w, &d, arch, type);
-    if (rc == 0) rc = gguf_vocab_write(w, src_dir, d.vocab, arch == ARCH_LLAMA);
+    if (rc == 0) rc = gguf_vocab_write(w, src_dir, d.vocab, arch);
     for (int i = 0; rc == 0 && i < l.n; i++) rc = gguf_tensor_add(w, l.t[i].name, l.t[i].ndim, l.t[i].ne, gg_type(&l.t[i], type));
     gg_ctx c = {w, get, pieces, ctx, NULL, 0};
     if (rc == 0) rc = gguf_data_begin(w) || gg_write_data(&c, &d, &l);

@@ -3,6 +3,7 @@
  * Hugging Face tokenizer files. One GGUF tensor in memory at a time. */
 #include "checkpoints/gguf_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,63 @@ static int gm_f32(const gguf_file *f, const char *arch, const char *key, double 
     return 0;
 }
 
+/* the original context of llama3 scaling with this factor (low 1, high 4) that gives factors fr for
+ * the wavelengths wl: from the first smoothed frequency, else any between the bounds the others set
+ * (Llama 3's 8192 when it is one); -1 none */
+static double gm_llama3_orig(const float *fr, const float *wl, int half, double factor)
+{
+    double lo = 0, hi = 1e12;
+    for (int i = 0; i < half; i++) {
+        if (fr[i] == 1.0f) { if (4.0 * wl[i] > lo) lo = 4.0 * wl[i]; continue; }  /* wavelen < orig / high */
+        if (fr[i] == (float)factor) { if (wl[i] < hi) hi = wl[i]; continue; }      /* wavelen > orig / low */
+        double s = (1.0 / fr[i] - 1.0 / factor) / (1.0 - 1.0 / factor);            /* 1/f = (1 - s)/factor + s */
+        return floor(wl[i] * (1.0 + 3.0 * s) + 0.5);                               /* s = (orig/wavelen - 1)/3 */
+    }
+    if (8192 > lo && 8192 < hi) return 8192;
+    return floor(lo) + 1 < hi ? floor(lo) + 1 : -1;
+}
+
+int gguf_llama3_params(hf_dims *d, const float *fr, int half)
+{
+    float wl[512], again[512], fmax = 1;
+    if (half < 1 || half > 512) return -1;
+    for (int i = 0; i < half; i++) { /* as gguf_rope_freqs computes them */
+        float freq = 1.0f / powf((float)d->rope_theta, (float)(2 * i) / (float)(2 * half));
+        wl[i] = (float)(2 * 3.14159265358979323846) / freq;
+        if (fr[i] > fmax) fmax = fr[i];
+    }
+    const double factors[] = {fmax, 8, 32, 16, 4};
+    d->llama3 = 1;
+    d->rope_low = 1;
+    d->rope_high = 4;
+    for (size_t k = 0; k < sizeof factors / sizeof factors[0]; k++) {
+        if (factors[k] <= 1) continue;
+        d->rope_factor = factors[k];
+        double orig = gm_llama3_orig(fr, wl, half, factors[k]);
+        for (int delta = -1; orig > 0 && delta <= 1; delta++) {
+            if (orig + delta < 1 || orig + delta > 1e9) continue;
+            d->rope_original_max_seq = (int)orig + delta;
+            gguf_rope_freqs(d, again);
+            if (memcmp(again, fr, (size_t)half * sizeof *fr) == 0) return 0;
+        }
+    }
+    return -1;
+}
+
+/* llama3 RoPE scaling back from rope_freqs.weight (gguf_llama3_params) */
+static int gm_llama3(gguf_model *m, int ndim, const int64_t *ne)
+{
+    hf_dims *d = &m->d;
+    int half = hf_head_dim(d) / 2;
+    if (ndim != 1 || ne[0] != half || half > 512)
+        return loom_fail("%s: tensor rope_freqs.weight has %lld values, the head dim implies %d", gguf_path(m->f), (long long)ne[0], half);
+    float fr[512];
+    if (gguf_tensor_read(m->f, "rope_freqs.weight", fr, (size_t)half)) return -1;
+    if (gguf_llama3_params(d, fr, half) == 0) return 0;
+    return loom_fail("%s: tensor rope_freqs.weight: no llama3 RoPE scaling with low_freq_factor 1 and high_freq_factor 4 "
+                     "gives these factors (import the Hugging Face folder)", gguf_path(m->f));
+}
+
 /* the architecture keys -> dims, as gguf_export.c's gg_arch_keys wrote them */
 static int gm_dims(gguf_model *m)
 {
@@ -84,9 +142,7 @@ static int gm_dims(gguf_model *m)
         d->bias = gguf_tensor_info(f, "blk.0.attn_output.bias", &ndim, ne, &ty) == 0;
         if (kl && (d->d_model % d->n_head || kl != d->d_model / d->n_head)) d->head_dim = kl;
         rc = gm_f32(f, a, "attention.layer_norm_rms_epsilon", 1e-6, &d->norm_eps) || gm_f32(f, a, "rope.freq_base", 10000, &d->rope_theta);
-        if (rc == 0 && gguf_tensor_info(f, "rope_freqs.weight", &ndim, ne, &ty) == 0)
-            rc = loom_fail("%s: tensor rope_freqs.weight (llama3 RoPE scaling): the file keeps the factors, not the "
-                           "factor / low / high / original context loom's model needs: import the Hugging Face folder", gguf_path(f));
+        if (rc == 0 && gguf_tensor_info(f, "rope_freqs.weight", &ndim, ne, &ty) == 0) rc = gm_llama3(m, ndim, ne);
     }
     d->tied = gguf_tensor_info(f, "output.weight", &ndim, ne, &ty) != 0;
     free((void *)a);

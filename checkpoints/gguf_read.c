@@ -291,6 +291,17 @@ int gguf_get_i32s(const gguf_file *g, const char *key, const void **out, size_t 
     return 0;
 }
 
+int gguf_get_f32s(const gguf_file *g, const char *key, const void **out, size_t *n)
+{
+    int rc;
+    const gr_kv *kv = gr_find(g, key, GV_ARRAY, &rc);
+    if (!kv) return rc;
+    if (kv->elem != 6) return loom_fail("%s: key %s is an array of type %u, not of float32", g->path, key, kv->elem);
+    *out = kv->val;
+    *n = (size_t)kv->n;
+    return 0;
+}
+
 size_t gguf_n_tensors(const gguf_file *g) { return (size_t)g->nt; }
 const char *gguf_tensor_name(const gguf_file *g, size_t i) { return i < g->nt ? g->t[i].name : NULL; }
 

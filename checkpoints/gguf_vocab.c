@@ -1,13 +1,16 @@
-/* gguf_vocab.c: a Hugging Face BPE tokenizer (tokenizer.json + tokenizer_config.json) as the
- * tokenizer keys of a GGUF, following llama.cpp's converter: TextModel.get_vocab_base and
- * _set_vocab_gpt2 (conversion/base.py), gguf-py's SpecialVocab (vocab.py). Byte-fallback (SentencePiece
- * style) and WordLevel tokenizers are refused with the field that says so (docs/gguf.md). */
+/* gguf_vocab.c: a Hugging Face tokenizer as the tokenizer keys of a GGUF, following llama.cpp's
+ * converter: its choice of vocabulary (LlamaModel / Qwen2Model.set_vocab: tokenizer.model, a
+ * byte-fallback tokenizer.json, else byte-level BPE), TextModel.get_vocab_base and _set_vocab_gpt2
+ * (conversion/base.py), gguf-py's SpecialVocab (vocab.py); the "llama" token lists are
+ * gguf_vocab_spm.c's. Tokenizers it has no form for (WordLevel, a byte-fallback one the converter
+ * would not take) are refused with the field that says so (docs/gguf.md). */
 #include "checkpoints/gguf_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -18,16 +21,9 @@ enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
  * cannot be read or held (*absent = 0). */
 static char *vocab_slurp(const char *path, int *absent)
 {
-    FILE *f = fopen(path, "rb");
-    *absent = !f;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (buf) buf[got] = '\0';
+    size_t n;
+    char *buf = gguf_slurp(path, &n);
+    *absent = !buf && access(path, F_OK) != 0;
     return buf;
 }
 
@@ -70,14 +66,6 @@ static const char *vocab_pre_name(const cJSON *pre)
     return NULL;
 }
 
-/* TextModel.does_token_look_special, the cases a BPE vocab of these families meets */
-static int vocab_looks_special(const char *t)
-{
-    size_t n = strlen(t);
-    if (strcmp(t, "<pad>") == 0 || strcmp(t, "<mask>") == 0 || strcmp(t, "<2mass>") == 0 || strcmp(t, "[@BOS@]") == 0) return 1;
-    if (n >= 4 && strncmp(t, "<|", 2) == 0 && strcmp(t + n - 2, "|>") == 0) return 1;
-    return n >= 8 && strncmp(t, "<unused", 7) == 0 && t[n - 1] == '>';
-}
 
 typedef struct vocab {
     const char *path;          /* tokenizer.json, for messages */
@@ -114,7 +102,7 @@ static int vocab_tokens(vocab *v, const cJSON *tj)
         if (id->valueint >= v->n)
             return loom_fail("%s: added_tokens '%s' has id %d, beyond the model's vocab_size %d", v->path, c->valuestring, id->valueint, v->n);
         v->tok[id->valueint] = c->valuestring;
-        v->type[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) || vocab_looks_special(c->valuestring)
+        v->type[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) || gguf_looks_special(c->valuestring)
                                     ? TT_CONTROL : TT_USER_DEFINED;
     }
     for (int i = 0; i < v->n; i++)
@@ -193,6 +181,37 @@ static const char *special_content(const cJSON *tc, const char *typ)
     return cJSON_IsString(e) ? e->valuestring : NULL;
 }
 
+/* the id of a TemplateProcessing item i's `kind` ("SpecialToken" or "Sequence"), NULL if none */
+static const char *tmpl_id(const cJSON *items, int i, const char *kind)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i), kind), "id");
+    return cJSON_IsString(id) ? id->valuestring : NULL;
+}
+
+/* TemplateProcessing<pair> (SpecialVocab): past single's first and last special tokens, "A ... B"
+ * with a separator (sep or eos) between sets add_sep_token, any other middle clears it */
+static void vocab_pair_sep(specials *s, const cJSON *pair, const char *first, const char *last, const char *sep, const char *eos)
+{
+    int n = cJSON_GetArraySize(pair), lo = 0, hi = n;
+    if (n == 0) return;
+    const char *p0 = tmpl_id(pair, 0, "SpecialToken"), *pn = tmpl_id(pair, n - 1, "SpecialToken");
+    if (first && p0 && strcmp(p0, first) == 0) lo = 1;
+    if (last && pn && strcmp(pn, last) == 0) hi = n - 1;
+    if (hi <= lo) return;
+    const char *a = tmpl_id(pair, lo, "Sequence"), *b = tmpl_id(pair, hi - 1, "Sequence");
+    if (!a || !b || strcmp(a, "A") != 0 || strcmp(b, "B") != 0 || hi - lo <= 2) return;
+    int add_sep = 0;
+    const char *m0 = tmpl_id(pair, lo + 1, "SpecialToken");
+#define IS_SEP(x) ((sep && strcmp((x), sep) == 0) || (eos && strcmp((x), eos) == 0))
+    if (m0 && IS_SEP(m0) && !last) add_sep = 1;
+    if (hi - lo - 2 == 2) {
+        const char *m1 = tmpl_id(pair, lo + 2, "SpecialToken");
+        if (m1 && IS_SEP(m1)) add_sep = 1;
+    }
+#undef IS_SEP
+    special_add(s, 3, add_sep, 0);
+}
+
 /* SpecialVocab._try_load_from_tokenizer_json (the post-processor's add_* defaults, its simple
  * TemplateProcessing case) and _try_load_from_config_json */
 static void vocab_specials(specials *s, const cJSON *tj, const cJSON *tc, const cJSON *cfg, int nvocab)
@@ -210,11 +229,10 @@ static void vocab_specials(specials *s, const cJSON *tj, const cJSON *tc, const 
         } else if (strcmp(ty->valuestring, "TemplateProcessing") == 0) {
             const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
             int n = cJSON_GetArraySize(single);
-            if (n <= 1) continue;
-            const cJSON *first = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(single, 0), "SpecialToken"), "id");
-            const cJSON *last = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(single, n - 1), "SpecialToken"), "id");
-            if (cJSON_IsString(first)) special_add(s, 0, bos && strcmp(first->valuestring, bos) == 0, 0);
-            if (cJSON_IsString(last)) special_add(s, 1, eos && strcmp(last->valuestring, eos) == 0, 0);
+            const char *first = n > 1 ? tmpl_id(single, 0, "SpecialToken") : NULL, *last = n > 1 ? tmpl_id(single, n - 1, "SpecialToken") : NULL;
+            if (first) special_add(s, 0, bos && strcmp(first, bos) == 0, 0);
+            if (last) special_add(s, 1, eos && strcmp(last, eos) == 0, 0);
+            vocab_pair_sep(s, cJSON_GetObjectItemCaseSensitive(p, "pair"), first, last, special_content(tc, "sep"), eos);
         }
     }
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens"), *a;
@@ -281,47 +299,94 @@ static int vocab_chat_template(gguf_writer *w, const cJSON *tc, const char *dir)
 }
 
 /* The tokenizer.json must be one GGUF's "gpt2" model describes: byte-level BPE. */
-static int vocab_check(const cJSON *tj, const char *path, const char **pre)
+static int vocab_check(const cJSON *tj, const char *path, const char **pre, int arch)
 {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "?";
     if (strcmp(t, "BPE") != 0)
-        return loom_fail("%s: field 'model.type' is '%s': GGUF export takes byte-level BPE tokenizers only", path, t);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
-        return loom_fail("%s: field 'model.byte_fallback' is true (a SentencePiece-style vocab): not supported by "
-                         "GGUF export yet (docs/gguf.md)", path);
+        return loom_fail("%s: field 'model.type' is '%s': GGUF export takes BPE tokenizers only", path, t);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) {
+        if (arch != GGUF_ARCH_LLAMA)
+            return loom_fail("%s: field 'model.byte_fallback' is true (a SentencePiece-style vocab): llama.cpp's converter "
+                             "writes one for a model other than Llama / Mistral only from a tokenizer.model beside it "
+                             "(docs/gguf.md)", path);
+        const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "decoder"), "type");
+        return loom_fail("%s: field 'decoder.type' is '%s': llama.cpp's converter reads a byte-fallback tokenizer.json only "
+                         "with the Llama converter's Sequence decoder, else from tokenizer.model (docs/gguf.md)", path,
+                         cJSON_IsString(dec) ? dec->valuestring : "none");
+    }
     *pre = vocab_pre_name(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"));
     if (!*pre) return loom_fail("%s: field 'pre_tokenizer' is not one llama.cpp names (GPT-2, Llama 3, Qwen2, SmolLM)", path);
     return 0;
 }
 
-int gguf_vocab_write(gguf_writer *w, const char *src_dir, int nvocab, int llama_family)
+/* LlamaHfVocab takes a tokenizer.json of a BPE model with byte fallback and a Sequence decoder */
+static int vocab_is_llama_hf(const cJSON *tj)
 {
-    char tpath[4096], cpath[4096], gpath[4096];
-    if (!src_dir) return loom_fail("export gguf: no tokenizer.json beside the checkpoint or in finetune.base "
-                                   "(a GGUF carries its tokenizer)");
-    cJSON *tj = NULL, *tc = NULL, *cfg = NULL;
-    int rc = vocab_json(src_dir, "tokenizer.json", tpath, sizeof tpath, &tj);
-    if (rc == 0 && !tj) rc = loom_fail("%s: missing (a GGUF carries its tokenizer)", tpath);
-    if (rc == 0) rc = vocab_json(src_dir, "tokenizer_config.json", cpath, sizeof cpath, &tc);
-    if (rc == 0) rc = vocab_json(src_dir, "config.json", gpath, sizeof gpath, &cfg);
-    if (rc == 0 && !cfg) rc = vocab_json(src_dir, "hf_config.json", gpath, sizeof gpath, &cfg);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const cJSON *dec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "decoder"), "type");
+    return cJSON_IsString(ty) && strcmp(ty->valuestring, "BPE") == 0 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) &&
+           cJSON_IsString(dec) && strcmp(dec->valuestring, "Sequence") == 0;
+}
+
+/* tokenizer.ggml.model "llama": _set_vocab_sentencepiece / _set_vocab_llama_hf's keys before SpecialVocab's */
+static int vocab_write_llama(gguf_writer *w, const gguf_spm_vocab *v)
+{
+    return gguf_kv_str(w, "tokenizer.ggml.model", "llama") || gguf_kv_str(w, "tokenizer.ggml.pre", "default") ||
+           gguf_kv_strs(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, (size_t)v->n) ||
+           gguf_kv_f32s(w, "tokenizer.ggml.scores", v->score, (size_t)v->n) ||
+           gguf_kv_i32s(w, "tokenizer.ggml.token_type", v->type, (size_t)v->n);
+}
+
+/* tokenizer.ggml.model "gpt2": _set_vocab_gpt2's keys before SpecialVocab's (merges included) */
+static int vocab_write_gpt2(gguf_writer *w, const cJSON *tj, const char *tpath, int nvocab, int arch)
+{
     const char *pre = NULL;
     vocab v = {tpath, nvocab, NULL, NULL, NULL};
-    if (rc == 0) rc = vocab_check(tj, tpath, &pre);
+    int rc = vocab_check(tj, tpath, &pre, arch);
     if (rc == 0) rc = vocab_tokens(&v, tj);
-    const cJSON *asp = cJSON_GetObjectItemCaseSensitive(tc, "add_prefix_space");
-    if (rc == 0 && llama_family && cJSON_IsBool(asp)) rc = gguf_kv_bool(w, "tokenizer.ggml.add_space_prefix", cJSON_IsTrue(asp));
     if (rc == 0) rc = gguf_kv_str(w, "tokenizer.ggml.model", "gpt2") || gguf_kv_str(w, "tokenizer.ggml.pre", pre);
     if (rc == 0) rc = gguf_kv_strs(w, "tokenizer.ggml.tokens", v.tok, (size_t)v.n) ||
                       gguf_kv_i32s(w, "tokenizer.ggml.token_type", v.type, (size_t)v.n);
     if (rc == 0) rc = vocab_merges(w, tj, tpath);
-    if (rc == 0) rc = vocab_special_keys(w, tj, tc, cfg, nvocab);
-    if (rc == 0 && tc) rc = vocab_chat_template(w, tc, src_dir);
     free(v.tok);
     free(v.type);
     free(v.pad);
+    return rc;
+}
+
+int gguf_vocab_write(gguf_writer *w, const char *src_dir, int nvocab, int arch)
+{
+    char tpath[4096], cpath[4096], gpath[4096], mpath[4200];
+    if (!src_dir) return loom_fail("export gguf: no tokenizer.json beside the checkpoint or in finetune.base "
+                                   "(a GGUF carries its tokenizer)");
+    cJSON *tj = NULL, *tc = NULL, *cfg = NULL;
+    /* the converter's order: tokenizer.model first (Llama, Qwen2, Qwen3), then tokenizer.json */
+    snprintf(mpath, sizeof mpath, "%s/tokenizer.model", src_dir);
+    FILE *mf = arch != GGUF_ARCH_GPT2 ? fopen(mpath, "rb") : NULL;
+    int spm = mf != NULL;
+    if (mf) fclose(mf);
+    int rc = vocab_json(src_dir, "tokenizer.json", tpath, sizeof tpath, &tj);
+    if (rc == 0 && !tj && !spm) rc = loom_fail("%s: missing (a GGUF carries its tokenizer)", tpath);
+    if (rc == 0) rc = vocab_json(src_dir, "tokenizer_config.json", cpath, sizeof cpath, &tc);
+    if (rc == 0) rc = vocab_json(src_dir, "config.json", gpath, sizeof gpath, &cfg);
+    if (rc == 0 && !cfg) rc = vocab_json(src_dir, "hf_config.json", gpath, sizeof gpath, &cfg);
+    const cJSON *asp = cJSON_GetObjectItemCaseSensitive(tc, "add_prefix_space");
+    if (rc == 0 && arch == GGUF_ARCH_LLAMA && cJSON_IsBool(asp)) rc = gguf_kv_bool(w, "tokenizer.ggml.add_space_prefix", cJSON_IsTrue(asp));
+    gguf_spm_vocab sv = {0};
+    int ntok = nvocab;
+    if (rc == 0 && (spm || (arch == GGUF_ARCH_LLAMA && vocab_is_llama_hf(tj)))) {
+        rc = spm ? gguf_spm_from_model(&sv, src_dir, tc, nvocab) : gguf_spm_from_hf(&sv, tj, tc, tpath);
+        if (rc == 0) rc = vocab_write_llama(w, &sv);
+        ntok = sv.n; /* SpecialVocab(n_vocab = len(tokens)) */
+    } else if (rc == 0) {
+        rc = vocab_write_gpt2(w, tj, tpath, nvocab, arch);
+    }
+    gguf_spm_free(&sv);
+    if (rc == 0) rc = vocab_special_keys(w, tj, tc, cfg, ntok);
+    if (rc == 0 && tc) rc = vocab_chat_template(w, tc, src_dir);
     cJSON_Delete(tj);
     cJSON_Delete(tc);
     cJSON_Delete(cfg);

@@ -119,6 +119,11 @@ int gguf_kv_i32s(gguf_writer *w, const char *key, const int32_t *vals, size_t n)
     return gguf_key(w, key, GV_ARRAY) || gguf_u32(w, GV_INT32) || gguf_u64(w, n) || gguf_raw(w, vals, n * 4);
 }
 
+int gguf_kv_f32s(gguf_writer *w, const char *key, const float *vals, size_t n)
+{
+    return gguf_key(w, key, GV_ARRAY) || gguf_u32(w, GV_FLOAT32) || gguf_u64(w, n) || gguf_raw(w, vals, n * 4);
+}
+
 int gguf_tensor_add(gguf_writer *w, const char *name, int ndim, const int64_t *ne, gguf_type type)
 {
     if (ndim < 1 || ndim > 4) return loom_fail("%s: tensor %s has %d dims", w->path, name, ndim);

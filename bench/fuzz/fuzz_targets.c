@@ -273,6 +273,7 @@ int fuzz_gguf(const uint8_t *data, size_t n)
             free((void *)ss);
         }
         gguf_get_i32s(g, "tokenizer.ggml.token_type", &iv, &k);
+        gguf_get_f32s(g, "tokenizer.ggml.scores", &iv, &k);
         gguf_get_u32(g, "llama.block_count", &u);
         gguf_get_f32(g, "llama.rope.freq_base", &f);
         gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b);

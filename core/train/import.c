@@ -130,7 +130,7 @@ int import_hf(const char *dir, const char *out) { return import_hf_as(dir, out, 
 
 int import_gguf(const char *path, const char *out)
 {
-    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    static const char *const files[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer.model", "tokenizer_config.json"};
     gguf_model *g = gguf_model_open(path);
     if (!g) return -1;
     char tmp[4200], f[4300];

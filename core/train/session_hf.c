@@ -96,11 +96,13 @@ int session_model_from_hf(model_config *m, const char *dir, const unsigned char 
     struct stat sb;
     snprintf(name, sizeof name, "%s/config.json", dir);
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    int rc = config_model_from_json(&mc, hf_model_json(h));
+    int rc = config_model_from_json(&mc, hf_model_json(h)), own = stat(p, &sb) == 0;
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir); /* a SentencePiece one alone (a "llama" GGUF's import) */
+    own = own || stat(p, &sb) == 0;
     if (rc) rc = loom_fail("%s: %s", dir, loom_error());
     else {
         /* the folder's own tokenizer, unless the job names one */
-        if (stat(p, &sb) == 0 && strlen(dir) < sizeof mc.tokenizer) snprintf(mc.tokenizer, sizeof mc.tokenizer, "%s", dir);
+        if (own && strlen(dir) < sizeof mc.tokenizer) snprintf(mc.tokenizer, sizeof mc.tokenizer, "%s", dir);
         rc = session_model_adopt(m, &mc, name, explicit);
     }
     if (rc == 0)

@@ -4,7 +4,8 @@
 # as its adapters alone (--adapter); a GGUF imports back (the same file exported again) and
 # fine-tunes; bad
 # input (a type loom does not write, an architecture llama.cpp lacks, a folder that cannot take
-# the file, a disk that fills up, a tokenizer GGUF has no form for, a truncated GGUF to import) exits non-zero with one line naming the file and
+# the file, a disk that fills up, a tokenizer GGUF has no form for or llama.cpp's converter does not
+# take (a byte-fallback tokenizer.json with a Metaspace decoder), a truncated GGUF to import) exits non-zero with one line naming the file and
 # field, and leaves no file. test_gguf compares the files themselves with llama.cpp's converter.
 set -euo pipefail
 loom=$(realpath "$1") fix=$(cd "$2" && pwd) tmp=$3
@@ -73,6 +74,12 @@ run "$loom" import word word_imp
 refuse "out/x.gguf cannot create" out/x.gguf "$loom" export gguf imp out/x.gguf
 mkdir out
 refuse "word_imp/tokenizer.json model.type WordLevel" out/x.gguf "$loom" export gguf word_imp out/x.gguf
+# a byte-fallback tokenizer.json with a Metaspace decoder: llama.cpp's converter takes one only with
+# the Llama converter's Sequence decoder (or a tokenizer.model), so loom names the field
+mkdir meta && cp "$fix/hf/mistral/config.json" "$fix/hf/mistral/model.safetensors" meta/
+cp "$fix/tokenizers/mistral.json" meta/tokenizer.json
+run "$loom" import meta meta_imp
+refuse "meta_imp/tokenizer.json decoder.type Metaspace tokenizer.model" out/x.gguf "$loom" export gguf meta_imp out/x.gguf
 refuse "/proc/loom-gguf-test.gguf" /proc/loom-gguf-test.gguf "$loom" export gguf imp /proc/loom-gguf-test.gguf
 # a disk that fills up part way (a 20 KB file size limit; write() fails with EFBIG): no file
 refuse "full.gguf write failed" full.gguf bash -c "ulimit -f 20; trap '' XFSZ; exec \"$loom\" export gguf imp full.gguf"

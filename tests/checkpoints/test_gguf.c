@@ -18,6 +18,7 @@
 #include "checkpoints/gguf.h"
 #include "checkpoints/gguf_internal.h"
 #include "checkpoints/hf.h"
+#include "core/text/tokenizer.h"
 #include "core/train/train.h"
 #include "tests/check.h"
 #include "tests/checkpoints/gguf_read_test.h"
@@ -230,7 +231,7 @@ static void test_vocabs(const char *fix, const char *tmp)
         CHECK(ref && n > 0, "%s: no digest or no tokens in it", p);
         snprintf(out, sizeof out, "%s/vocab-%s.gguf", tmp, names[i]);
         gguf_writer *w = gguf_create(out, 32);
-        int rc = w && gguf_vocab_write(w, dir, n, 0) == 0 && gguf_data_begin(w) == 0 ? 0 : -1;
+        int rc = w && gguf_vocab_write(w, dir, n, GGUF_ARCH_QWEN2) == 0 && gguf_data_begin(w) == 0 ? 0 : -1;
         if (w && rc == 0) rc = gguf_commit(w);
         else gguf_abort(w);
         gt_file g;
@@ -246,6 +247,188 @@ static void test_vocabs(const char *fix, const char *tmp)
         }
         cJSON_Delete(ref);
     }
+}
+
+static int same_bytes(const char *a, const char *b);
+
+/* make_gguf.py's spm_folder: "llama2" / "mistral" a byte-fallback tokenizer.json (fixtures/tokenizers'
+ * with gguf/spm/patch-<name>.json's fields put in), "spm" gguf/spm/tokenizer.model, "spm-json" both
+ * (tokenizer.model and llama2's tokenizer.json, as a Llama 2 folder); each with its tokenizer_config
+ * and the llama fixture's config.json */
+static int spm_folder(const char *fix, const char *name, const char *dst)
+{
+    char p[4200], q[4200];
+    mkdir(dst, 0755);
+    int spm = strncmp(name, "spm", 3) == 0, rc = 0;
+    const char *base = spm ? "llama2" : name;
+    snprintf(p, sizeof p, "%s/gguf/spm/tokenizer_config-%s.json", fix, base);
+    snprintf(q, sizeof q, "%s/tokenizer_config.json", dst);
+    rc |= copy_file(p, q);
+    snprintf(p, sizeof p, "%s/hf/llama/config.json", fix);
+    snprintf(q, sizeof q, "%s/config.json", dst);
+    rc |= copy_file(p, q);
+    if (spm) {
+        snprintf(p, sizeof p, "%s/gguf/spm/tokenizer.model", fix);
+        snprintf(q, sizeof q, "%s/tokenizer.model", dst);
+        rc |= copy_file(p, q);
+        if (strcmp(name, "spm") == 0) return rc;
+    }
+    snprintf(p, sizeof p, "%s/tokenizers/%s.json", fix, base);
+    cJSON *t = read_json(p), *e;
+    snprintf(p, sizeof p, "%s/gguf/spm/patch-%s.json", fix, base);
+    cJSON *patch = read_json(p);
+    if (!t || !patch) rc = -1;
+    cJSON_ArrayForEach(e, patch) if (t) cJSON_ReplaceItemInObjectCaseSensitive(t, e->string, cJSON_Duplicate(e, 1));
+    char *txt = t ? cJSON_PrintUnformatted(t) : NULL;
+    snprintf(q, sizeof q, "%s/tokenizer.json", dst);
+    FILE *f = txt ? fopen(q, "wb") : NULL;
+    if (!f || fputs(txt, f) < 0) rc = -1;
+    if (f && fclose(f)) rc = -1;
+    free(txt);
+    cJSON_Delete(t);
+    cJSON_Delete(patch);
+    return rc;
+}
+
+/* tokenizer.ggml.tokens' count in a digest */
+static int digest_tokens(const cJSON *ref)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(ref, "kv"))
+        if (strcmp(cJSON_GetArrayItem(e, 0)->valuestring, "tokenizer.ggml.tokens") == 0) return cJSON_GetArrayItem(cJSON_GetArrayItem(e, 2), 1)->valueint;
+    return 0;
+}
+
+/* the tokenizer keys of dir (a Llama model's, vocab n) alone in out; 0 when written */
+static int vocab_file(const char *dir, int n, const char *out)
+{
+    gguf_writer *w = gguf_create(out, 32);
+    int rc = w && gguf_vocab_write(w, dir, n, GGUF_ARCH_LLAMA) == 0 && gguf_data_begin(w) == 0 ? 0 : -1;
+    if (w && rc == 0) return gguf_commit(w);
+    gguf_abort(w);
+    return -1;
+}
+
+/* loom's ids for text.txt with the tokenizer at spec (NULL + a failed check when it cannot) */
+static int32_t *spm_encode(const char *spec, const char *text, size_t n, size_t *count)
+{
+    tokenizer *t = tokenizer_open(spec);
+    int32_t *ids = t ? tokenizer_encode_alloc(t, text, n, count) : NULL;
+    CHECK(ids != NULL, "%s: %s", spec, loom_error());
+    tokenizer_free(t);
+    return ids;
+}
+
+/* SentencePiece-style vocabularies (tokenizer.ggml.model "llama"): loom's keys equal the converter's
+ * (--vocab-only through the Llama converter); imported back (gguf_vocab_to_hf) they export to the
+ * same bytes, and the imported tokenizer gives the ids of the original on text.txt (llama2 and
+ * mistral: the tokenizers library's, tokenizers/<name>.ids; spm, spm-json: loom's own on
+ * tokenizer.model; spm-json's import is read through the tokenizer.json it writes beside it) */
+static void test_spm_vocabs(const char *fix, const char *tmp)
+{
+    static const char *const names[] = {"llama2", "mistral", "spm", "spm-json"};
+    char tp[4200];
+    snprintf(tp, sizeof tp, "%s/tokenizers/text.txt", fix);
+    size_t tn = 0;
+    char *text = check_read_file(tp, &tn);
+    CHECK(text != NULL, "no %s", tp);
+    for (size_t i = 0; text && i < sizeof names / sizeof names[0]; i++) {
+        char dir[4000], back[4000], p[4200], out[4300], again[4300], err[512], what[64];
+        snprintf(dir, sizeof dir, "%s/spmv_%s", tmp, names[i]);
+        snprintf(back, sizeof back, "%s/spmb_%s", tmp, names[i]);
+        snprintf(what, sizeof what, "vocab %s", names[i]);
+        CHECK(spm_folder(fix, names[i], dir) == 0, "%s: fixture folder", what);
+        snprintf(p, sizeof p, "%s/gguf/vocab-%s.json", fix, names[i]);
+        cJSON *ref = read_json(p);
+        int n = digest_tokens(ref);
+        CHECK(ref && n > 0, "%s: no digest or no tokens in it", p);
+        snprintf(out, sizeof out, "%s/vocab-%s.gguf", tmp, names[i]);
+        gt_file g;
+        if (vocab_file(dir, n, out) || !ref || gt_read(out, &g, err, sizeof err)) {
+            CHECK(0, "%s: %s", what, loom_error());
+            cJSON_Delete(ref);
+            continue;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(ref, "tensors");
+        cJSON_AddArrayToObject(ref, "tensors");
+        compare(what, &g, ref, "tokenizer.");
+        gt_free(&g);
+        cJSON_Delete(ref);
+        /* back to tokenizer files (config.json takes the special ids, as an import's does), and out again */
+        mkdir(back, 0755);
+        snprintf(p, sizeof p, "%s/config.json", back);
+        FILE *cf = fopen(p, "w");
+        if (cf) { fputs("{}\n", cf); fclose(cf); }
+        gguf_file *f = gguf_open(out);
+        CHECK(f && gguf_vocab_to_hf(f, back) == 0, "%s: import: %s", what, loom_error());
+        gguf_close(f);
+        snprintf(again, sizeof again, "%s/vocab-%s-again.gguf", tmp, names[i]);
+        CHECK(vocab_file(back, n, again) == 0, "%s: export of the import: %s", what, loom_error());
+        CHECK(same_bytes(out, again), "%s: the export of the import differs from the file imported", what);
+        size_t ng = 0, nw = 0;
+        int32_t *got = spm_encode(back, text, tn, &ng), *want = NULL;
+        if (i < 2) { /* the library's ids, little-endian uint16 */
+            snprintf(p, sizeof p, "%s/tokenizers/%s.ids", fix, names[i]);
+            unsigned char *raw = (unsigned char *)check_read_file(p, &nw);
+            nw /= 2;
+            want = raw ? malloc((nw + 1) * sizeof *want) : NULL;
+            for (size_t k = 0; want && k < nw; k++) want[k] = raw[2 * k] | raw[2 * k + 1] << 8;
+            free(raw);
+        } else {
+            snprintf(p, sizeof p, "%s/gguf/spm/tokenizer.model", fix);
+            want = spm_encode(p, text, tn, &nw);
+        }
+        size_t first = 0;
+        while (got && want && first < ng && first < nw && got[first] == want[first]) first++;
+        CHECK(got && want && ng == nw && first == ng, "%s: the imported tokenizer gives %zu ids, the original %zu; first "
+              "difference at %zu", what, ng, nw, first);
+        free(got);
+        free(want);
+    }
+    free(text);
+}
+
+/* a whole model with the SentencePiece tokenizer (the mistral fixture + gguf/spm/tokenizer.model, as
+ * make_gguf.py converted it): HF folder -> loom -> GGUF equal to the converter's, then the GGUF ->
+ * loom (tokenizer.model written back) -> GGUF the same bytes */
+static void test_spm_model(const char *fix, const char *tmp)
+{
+    char src[4000], p[4400], q[4400], imp[4000], out[4000], back[4000], again[4000], err[512];
+    snprintf(src, sizeof src, "%s/src_mistral_spm", tmp);
+    CHECK(spm_folder(fix, "spm", src) == 0, "mistral-spm: fixture folder");
+    for (int i = 0; i < 2; i++) {
+        const char *f = i ? "model.safetensors" : "config.json";
+        snprintf(p, sizeof p, "%s/hf/mistral/%s", fix, f);
+        snprintf(q, sizeof q, "%s/%s", src, f);
+        CHECK(copy_file(p, q) == 0, "copy %s", p);
+    }
+    snprintf(imp, sizeof imp, "%s/imp_mistral_spm", tmp);
+    snprintf(out, sizeof out, "%s/mistral-spm-f32.gguf", tmp);
+    if (import_hf(src, imp)) { CHECK(0, "import %s: %s", src, loom_error()); return; }
+    export_options o = {.ckpt = imp, .out_dir = out, .gguf = 1, .gguf_type = GGUF_F32};
+    if (export_hf(&o)) { CHECK(0, "mistral-spm: export: %s", loom_error()); return; }
+    snprintf(p, sizeof p, "%s/gguf/mistral-spm-f32.json", fix);
+    cJSON *ref = read_json(p);
+    gt_file g;
+    if (ref && gt_read(out, &g, err, sizeof err) == 0) {
+        compare("mistral-spm f32", &g, ref, NULL);
+        gt_free(&g);
+    } else {
+        CHECK(0, "mistral-spm: %s", ref ? err : "no digest");
+    }
+    cJSON_Delete(ref);
+    snprintf(back, sizeof back, "%s/back_mistral_spm", tmp);
+    snprintf(again, sizeof again, "%s/again_mistral_spm.gguf", tmp);
+    o.ckpt = back;
+    o.out_dir = again;
+    CHECK(import_gguf(out, back) == 0 && export_hf(&o) == 0, "mistral-spm: import, export: %s", loom_error());
+    CHECK(same_bytes(out, again), "mistral-spm: the export of the import differs from the file imported");
+    snprintf(p, sizeof p, "%s/tokenizer.model", back);
+    CHECK(access(p, R_OK) == 0, "mistral-spm: the import has no tokenizer.model beside it");
+    tokenizer *t = tokenizer_open(back);
+    CHECK(t && strcmp(tokenizer_kind(t), "sentencepiece") == 0 && tokenizer_vocab(t) == 270,
+          "mistral-spm: the import's tokenizer: %s", t ? tokenizer_kind(t) : loom_error());
+    tokenizer_free(t);
 }
 
 /* LoRA adapters with make_gguf.py's lora_value() weights, in loom's layout */
@@ -331,7 +514,8 @@ static int same_bytes(const char *a, const char *b)
 
 /* `loom import` of the files test_reference exported (so of files equal to llama.cpp's), exported
  * again in the same type: bitwise the same file, keys, tokenizer and tensors (q8_0 included:
- * requantizing q * d gives back d and q). llama's llama3 RoPE scaling cannot come back: refused. */
+ * requantizing q * d gives back d and q); llama's llama3 RoPE scaling comes back from rope_freqs.weight
+ * (factor 8, low 1, high 4, original context 16: the same factors). */
 static void test_import(const char *tmp)
 {
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
@@ -341,10 +525,6 @@ static void test_import(const char *tmp)
             snprintf(imp, sizeof imp, "%s/back_%s-%s", tmp, archs[a], types[t]);
             snprintf(out, sizeof out, "%s/again_%s-%s.gguf", tmp, archs[a], types[t]);
             snprintf(what, sizeof what, "import %s %s", archs[a], types[t]);
-            if (strcmp(archs[a], "llama") == 0) {
-                CHECK(import_gguf(src, imp) != 0 && strstr(loom_error(), "rope_freqs.weight"), "%s: llama3 scaling: %s", what, loom_error());
-                continue;
-            }
             if (import_gguf(src, imp)) { CHECK(0, "%s: %s", what, loom_error()); continue; }
             export_options o = {.ckpt = imp, .out_dir = out, .gguf = 1, .gguf_type = (gguf_type)gguf_type_parse(types[t])};
             CHECK(export_hf(&o) == 0, "%s: export again: %s", what, loom_error());
@@ -421,6 +601,66 @@ static void test_lying(const char *tmp)
     }
 }
 
+/* a lying SentencePiece-style GGUF (test_spm_model's): scores stored as int32, no <unk> token */
+static void test_spm_lying(const char *tmp)
+{
+    char src[4200], bad[4200], imp[4200], tf[4300];
+    snprintf(src, sizeof src, "%s/mistral-spm-f32.gguf", tmp);
+    snprintf(bad, sizeof bad, "%s/lie_spm.gguf", tmp);
+    snprintf(imp, sizeof imp, "%s/lie_spm_imp", tmp);
+    snprintf(tf, sizeof tf, "%s.gguf-import", imp);
+    const uint32_t i32 = 5;
+    struct { const char *why, *find; size_t flen; long off; const void *put; size_t n; const char *want; } cases[] = {
+        {"scores of int32", "tokenizer.ggml.scores", 21, 21 + 4, &i32, 4, "key tokenizer.ggml.scores is an array of type 5, not of float32"},
+        {"no <unk>", "\x05\0\0\0\0\0\0\0<unk>", 13, 12, "x", 1, "a SentencePiece vocabulary without an <unk> token"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (lie(src, bad, cases[i].find, cases[i].flen, cases[i].off, cases[i].put, cases[i].n, 0)) {
+            CHECK(0, "could not make the lying file '%s'", cases[i].why);
+            continue;
+        }
+        CHECK(import_gguf(bad, imp) != 0, "%s: imported", cases[i].why);
+        CHECK(strstr(loom_error(), "lie_spm.gguf") && strstr(loom_error(), cases[i].want) && !strchr(loom_error(), '\n'),
+              "%s: message '%s' (want '%s')", cases[i].why, loom_error(), cases[i].want);
+        CHECK(access(imp, F_OK) != 0 && access(tf, F_OK) != 0, "%s: a checkpoint or temporary folder left", cases[i].why);
+    }
+}
+
+/* rope_freqs.weight of factors no llama3 scaling gives (the llama fixture's [f0, 8, 8, 8] made
+ * [f0, 7, 8, 8]): refused, naming the tensor, nothing left */
+static void test_rope_lying(const char *tmp)
+{
+    char src[4200], bad[4200], imp[4200], tf[4300];
+    snprintf(src, sizeof src, "%s/llama-f32.gguf", tmp);
+    snprintf(bad, sizeof bad, "%s/lie_rope.gguf", tmp);
+    snprintf(imp, sizeof imp, "%s/lie_rope_imp", tmp);
+    snprintf(tf, sizeof tf, "%s.gguf-import", imp);
+    const float seven = 7.0f;
+    CHECK(lie(src, bad, "\0\0\0\x41\0\0\0\x41\0\0\0\x41", 12, 0, &seven, 4, 0) == 0, "could not make the lying rope_freqs");
+    CHECK(import_gguf(bad, imp) != 0, "rope_freqs of no llama3 scaling: imported");
+    CHECK(strstr(loom_error(), "lie_rope.gguf: tensor rope_freqs.weight: no llama3 RoPE scaling") != NULL, "message: %s", loom_error());
+    CHECK(access(imp, F_OK) != 0 && access(tf, F_OK) != 0, "rope_freqs: a checkpoint or temporary folder left");
+}
+
+/* llama3 scaling back from the factors of Llama 3.1 (factor 8) and 3.2 (32): head dim 128, theta
+ * 500000, low 1, high 4, original context 8192, as their config.json have it */
+static void test_llama3_params(void)
+{
+    static const double factor[] = {8, 32};
+    for (int k = 0; k < 2; k++) {
+        hf_dims d;
+        memset(&d, 0, sizeof d);
+        d.d_model = 2048, d.n_head = 16, d.head_dim = 128, d.rope_theta = 500000, d.llama3 = 1;
+        d.rope_factor = factor[k], d.rope_low = 1, d.rope_high = 4, d.rope_original_max_seq = 8192;
+        float fr[64];
+        gguf_rope_freqs(&d, fr);
+        d.rope_factor = d.rope_low = d.rope_high = 0, d.rope_original_max_seq = 0;
+        CHECK(gguf_llama3_params(&d, fr, 64) == 0 && d.rope_factor == factor[k] && d.rope_low == 1 && d.rope_high == 4 &&
+                  d.rope_original_max_seq == 8192,
+              "llama3 factor %g: back as %g / %g / %g / %d", factor[k], d.rope_factor, d.rope_low, d.rope_high, d.rope_original_max_seq);
+    }
+}
+
 /* nothing but `keep` in dir: a failed export left no file, temporary or final */
 static int only_file(const char *dir, const char *keep)
 {
@@ -486,10 +726,16 @@ int main(int argc, char **argv)
     test_reference(argv[1], argv[2]);
     test_chat(argv[1], argv[2]);
     test_vocabs(argv[1], argv[2]);
+    test_spm_vocabs(argv[1], argv[2]);
+    test_spm_model(argv[1], argv[2]);
     test_adapters(argv[1], argv[2]);
     test_import(argv[2]);
     test_lying(argv[2]);
+    test_spm_lying(argv[2]);
+    test_rope_lying(argv[2]);
+    test_llama3_params();
     test_bad(argv[1], argv[2]);
-    if (failures == 0) printf("test_gguf: ok (5 families x 4 types, qwen2-chat, 4 tokenizers, 2 x 2 LoRA adapters equal to llama.cpp's converters; import round trips)\n");
+    if (failures == 0) printf("test_gguf: ok (5 families x 4 types, qwen2-chat, 4 + 4 SentencePiece-style tokenizers, mistral with tokenizer.model, "
+                              "2 x 2 LoRA adapters equal to llama.cpp's converters; import round trips)\n");
     return failures != 0;
 }
