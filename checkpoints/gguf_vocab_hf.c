@@ -61,6 +61,21 @@ static void vh_free_strs(const char **v, size_t n)
 
 /* tokenizer.json: every token but the [PADi] ones in model.vocab, CONTROL / USER_DEFINED ones also
  * as added tokens (special: CONTROL) */
+/* One entry of tokenizer.json's added_tokens, as transformers writes a token of a GGUF's control
+ * (special) or user-defined type. */
+static void vh_added_token(cJSON *added, size_t id, const char *content, int special)
+{
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "id", (double)id);
+    cJSON_AddStringToObject(a, "content", content);
+    cJSON_AddBoolToObject(a, "single_word", 0);
+    cJSON_AddBoolToObject(a, "lstrip", 0);
+    cJSON_AddBoolToObject(a, "rstrip", 0);
+    cJSON_AddBoolToObject(a, "normalized", 0);
+    cJSON_AddBoolToObject(a, "special", special);
+    cJSON_AddItemToArray(added, a);
+}
+
 static cJSON *vh_tokenizer(const char **tok, const void *types, size_t n, const char **merges, size_t nm, cJSON *pre, int llama3)
 {
     cJSON *o = cJSON_CreateObject(), *added = cJSON_CreateArray(), *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject();
@@ -87,15 +102,7 @@ static cJSON *vh_tokenizer(const char **tok, const void *types, size_t n, const 
         if (ty == 5) continue; /* UNUSED: an id without a token */
         cJSON_AddNumberToObject(vocab, tok[i], (double)i);
         if (ty != 3 && ty != 4) continue;
-        cJSON *a = cJSON_CreateObject();
-        cJSON_AddNumberToObject(a, "id", (double)i);
-        cJSON_AddStringToObject(a, "content", tok[i]);
-        cJSON_AddBoolToObject(a, "single_word", 0);
-        cJSON_AddBoolToObject(a, "lstrip", 0);
-        cJSON_AddBoolToObject(a, "rstrip", 0);
-        cJSON_AddBoolToObject(a, "normalized", 0);
-        cJSON_AddBoolToObject(a, "special", ty == 3);
-        cJSON_AddItemToArray(added, a);
+        vh_added_token(added, i, tok[i], ty == 3);
     }
     cJSON *m = cJSON_AddArrayToObject(model, "merges");
     for (size_t i = 0; i < nm; i++) cJSON_AddItemToArray(m, cJSON_CreateString(merges[i]));
@@ -329,15 +336,7 @@ static cJSON *vh_llama_json(const char **tok, const void *types, const void *sco
         int32_t ty = vh_type(types, i);
         if (i < base) cJSON_AddNumberToObject(vocab, tok[i], (double)i);
         if (i < base && ty != VT_CONTROL) continue;
-        cJSON *a = cJSON_CreateObject();
-        cJSON_AddNumberToObject(a, "id", (double)i);
-        cJSON_AddStringToObject(a, "content", tok[i]);
-        cJSON_AddBoolToObject(a, "single_word", 0);
-        cJSON_AddBoolToObject(a, "lstrip", 0);
-        cJSON_AddBoolToObject(a, "rstrip", 0);
-        cJSON_AddBoolToObject(a, "normalized", 0);
-        cJSON_AddBoolToObject(a, "special", ty == VT_CONTROL);
-        cJSON_AddItemToArray(added, a);
+        vh_added_token(added, i, tok[i], ty == VT_CONTROL);
     }
     cJSON *m = vh_merges(tok, types, scores, base);
     if (!m) { cJSON_Delete(o); return NULL; }
