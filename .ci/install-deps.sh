@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # install-deps.sh: the Debian packages loom builds and tests with. Idempotent: installs only what
-# is missing, so running it again costs a second. Uses sudo when not root.
+# is missing, so running it again costs a second. Uses sudo when not root. apt-get's hundreds of
+# lines go to a log file (LOOM_DEPS_LOG, default build/install-deps.log in the repository), named
+# in the one line printed; on failure its last lines are shown too.
 set -euo pipefail
+log=${LOOM_DEPS_LOG:-$(cd "$(dirname "$0")/.." && pwd)/build/install-deps.log}
 pkgs=(build-essential cmake pkg-config libcjson-dev libopenblas-openmp-dev libpcre2-dev libutf8proc-dev
       openmpi-bin libopenmpi-dev libhdf5-dev libhdf5-openmpi-dev hdf5-tools
       libdnnl2 libdnnl-dev libblis4-openmp)
@@ -32,9 +35,14 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  mkdir -p "$(dirname "$log")"
+  echo "install-deps: installing ${#missing[@]} packages (${missing[*]}); apt-get's output goes to $log"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+           --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    echo "install-deps: error: apt-get failed (above: the last lines of $log)" >&2
+    exit 1
+  fi
 else
   echo "install-deps: all ${#pkgs[@]} packages present"
 fi

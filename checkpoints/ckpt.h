@@ -187,5 +187,9 @@ int ckpt_clear(const char *dir);
 #define CKPT_LOCK_NAME "writer.lock"
 int ckpt_lock(const char *dir, int *fd_out);
 void ckpt_unlock(int fd);
+/* Bytes per second of writing `bytes` (write + fsync) into the checkpoint folder whose lock
+ * ckpt_lock gave lock_fd: the write rate a save there can expect before any save has been timed.
+ * The bytes go into the lock file past its note and are cut off again. 0 when it cannot tell. */
+double ckpt_write_rate(int lock_fd, size_t bytes);
 
 #endif

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
+#include "core/text/text.h"
 #include "core/train/train.h"
 
 int cli_long(const char *flag, const char *v, long lo, long hi, long *out)
@@ -194,4 +195,16 @@ int cli_fail(void)
 {
     fprintf(stderr, "loom: error: %s\n", loom_error());
     return 1;
+}
+
+int cli_job_date(job_config *cfg, const char *ckpt, const char **source)
+{
+    *source = cfg->data.date_string[0] ? "data.date_string" : ckpt ? "the checkpoint's data.date_string" : "today";
+    return session_resolve_date(cfg, ckpt);
+}
+
+void cli_say_date(const chat_template *ct, const char *source)
+{
+    if (ct->format && strcmp(ct->format, "llama3") == 0)
+        log_info("chat format llama3: the system turn's date is %s (%s)", ct->date, source);
 }

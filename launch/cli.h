@@ -47,12 +47,22 @@ struct comm *cli_comm(const job_config *cfg, int *argc, char ***argv);
 /* Report this rank's error, abort the other ranks, return the exit code. */
 int cli_job_failed(struct comm *c);
 
+/* eval and sample on a checkpoint: data.date_string, the date a Llama 3-style template writes, is
+ * the job's when set, else the checkpoint's (ckpt: what it was trained on), else today's
+ * (session_resolve_date); *source says which, for cli_say_date. -1 + loom_fail when ckpt does not
+ * open. */
+int cli_job_date(job_config *cfg, const char *ckpt, const char **source);
+/* One info line with the date and its source, when ct's format writes a date (llama3). */
+struct chat_template;
+void cli_say_date(const struct chat_template *ct, const char *source);
+
 int cmd_train(int argc, char **argv);
 int cmd_finetune(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);

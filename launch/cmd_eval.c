@@ -41,6 +41,9 @@ int cmd_eval(int argc, char **argv)
     comm *c = cli_comm(&cfg, &argc, &argv);
     if (!c) return cli_fail();
     if (finetune_needle_base(cfg.finetune.base)) return cmd_eval_needle(&cfg, c, a.ckpt);
+    /* the date the checkpoint's rows were rendered with (data.date_string), unless the job sets one */
+    const char *date_from;
+    if (cli_job_date(&cfg, a.ckpt, &date_from)) return cli_job_failed(c);
     sft_data d;
     data_config dc = cfg.data;
     if (dc.max_len > cfg.model.max_seq) dc.max_len = cfg.model.max_seq;
@@ -53,6 +56,7 @@ int cmd_eval(int argc, char **argv)
         tokenizer_free(tok);
         return cli_job_failed(c);
     }
+    cli_say_date(&ct, date_from);
     session *s = session_open(&cfg, c, SESSION_INFER, 1, d.T);
     double loss = 0;
     eval_result ev;

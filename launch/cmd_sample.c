@@ -187,6 +187,9 @@ int cmd_sample(int argc, char **argv)
         comm_destroy(c);
         return 0;
     }
+    /* the date the checkpoint was trained with (data.date_string), unless the job sets one */
+    const char *date_from;
+    if (cli_job_date(&cfg, a.ckpt, &date_from)) return cli_job_failed(c);
     int T = cfg.model.max_seq;
     int32_t *tokens = malloc((size_t)T * sizeof(int32_t));
     char *text = malloc((size_t)T * 16 + 1);
@@ -197,6 +200,7 @@ int cmd_sample(int argc, char **argv)
         tokenizer_free(tok);
         tok = NULL;
     }
+    if (tok) cli_say_date(&ct, date_from);
     session *s = tok && tokens && text ? session_open(&cfg, c, SESSION_INFER, finetune, T) : NULL;
     int n = s ? sample_prompt(&sa, &ct, tokens, T) : -1;
     int rc = n > 0 ? session_init_or_resume(s, a.ckpt) : -1;

@@ -22,6 +22,11 @@ static void usage(FILE *f)
             "                      between \u27e6 and \u27e7 (--json: {split, ids, mask, text} a line)\n"
             "  sample JOB.json [--ckpt CKPT | --random] (--prompt TEXT | --query TEXT --tools JSON)\n"
             "         [--temperature T>=0] [--top-k K>=0] [--seed S] [--max-new N>=1] [--quiet]\n"
+            "  plan JOB.json [--set key=value]... [-n RANKS] [--json] [--train|--finetune]\n"
+            "                      memory per rank before anything is allocated (parameters, gradients,\n"
+            "                      optimizer, bf16 copies, activations with and without recompute,\n"
+            "                      workspace) and whether it fits this machine; train/finetune refuse a\n"
+            "                      job that does not (LOOM_NO_FIT_CHECK=1 runs it anyway; docs/memory.md)\n"
             "  info                build features, devices, the backend that would be picked\n"
             "  tokenize IN.txt OUT.bin [--width 2|4]\n"
             "                      byte-level tokenize a text file into a token file\n"
@@ -68,6 +73,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(cmd, "render") == 0) return cmd_render(argc, argv);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc, argv);
+    if (strcmp(cmd, "plan") == 0) return cmd_plan(argc, argv);
     if (strcmp(cmd, "info") == 0) return cmd_info(argc, argv);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc, argv);
     if (strcmp(cmd, "config") == 0) return cmd_config(argc, argv);

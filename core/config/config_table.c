@@ -149,7 +149,8 @@
       "Finetune, Llama 3 chat format: the `Today Date:` its system turn writes (the template's " \
       "`date_string`, as transformers and llama.cpp name it); `\"\"` = the job's start date as the " \
       "template's `strftime_now(\"%d %b %Y\")` writes it (`26 Jul 2024`). The date used is kept in " \
-      "the checkpoint's job config, so a resume renders the same bytes.") \
+      "the checkpoint's job config, so a resume renders the same bytes, and `eval`/`sample --ckpt` " \
+      "render with the checkpoint's date when this is `\"\"`.") \
     X("data.bucket", CFG_BOOL, data.bucket, "true", ANY, \
       "Finetune: batch by length: each global batch runs at its longest example (rounded up to " \
       "8), not at the data set's longest; each epoch's shuffle is also sorted by length in chunks " \
@@ -167,7 +168,8 @@
       "Gradient bucket size in MB; a full bucket is reduced while backward goes on.") \
     X("parallel.timeout_s", CFG_FLOAT, parallel.timeout_s, "150", POS, \
       "A collective waiting longer than this ends the job, naming the rank it waited for " \
-      "(4x until step 1 is done and during a checkpoint save).") \
+      "(4x until step 1 is done; during a checkpoint save, plus the save's expected time from its " \
+      "bytes and the measured write rate: docs/launch.md).") \
     X("parallel.threads", CFG_INT, parallel.threads, "0", RANGE(0, 256), \
       "CPU threads per rank; 0 = cores / ranks on the node. At most 256: each thread reserves " \
       "its own stack and BLAS buffer. More than the node's cores is clamped to them, and more than " \

@@ -346,12 +346,13 @@ static void model_carve_acts(model *m, model_arena *a)
     m->head_targets = (int32_t *)model_arena_take(a, N);
 }
 
-model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
-                    int with_grads, int recompute, const lora_spec *lora)
+/* The host side of a model: its tables (trainable and LoRA base), views and the activation arena's
+ * size (a dry run of model_carve_acts), no backend and no device memory: model_plan's whole, and
+ * the first half of model_create, so a plan reads the very numbers the allocation takes. */
+static model *model_new(const model_config *cfg, int B, int T, int recompute, const lora_spec *lora)
 {
     model *m = calloc(1, sizeof *m);
     if (!m) { loom_fail("model: out of host memory"); return NULL; }
-    m->be = be;
     m->B = m->B_max = B;
     m->T = m->T_max = T;
     m->recompute = recompute;
@@ -367,6 +368,28 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         loom_fail("model: out of host memory");
         goto fail;
     }
+    if (recompute != MODEL_ACTS_NONE) { /* inference models generate through model_gen */
+        model_arena a = {0};
+        model_carve_acts(m, &a); /* dry run: size */
+        m->activation_bytes = a.used;
+    }
+    return m;
+fail:
+    model_destroy(m);
+    return NULL;
+}
+
+model *model_plan(const model_config *cfg, int B, int T, int recompute, const lora_spec *lora)
+{
+    return model_new(cfg, B, T, recompute, lora);
+}
+
+model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
+                    int with_grads, int recompute, const lora_spec *lora)
+{
+    model *m = model_new(cfg, B, T, recompute, lora);
+    if (!m) return NULL;
+    m->be = be;
     if (m->lora.rank && model_alloc_base(m)) goto fail;
     if (model_map_views(m)) goto fail;
     if (with_params) {
@@ -379,13 +402,10 @@ model *model_create(const model_config *cfg, backend *be, int B, int T, int with
         if (!m->grads) goto fail;
         model_bind_region(m, -1, NULL, m->grads);
     }
-    if (recompute != MODEL_ACTS_NONE) { /* inference models generate through model_gen */
+    if (recompute != MODEL_ACTS_NONE) {
         model_arena a = {0};
-        model_carve_acts(m, &a); /* dry run: size */
-        m->activation_bytes = a.used;
-        a.base = backend_alloc(be, a.used);
+        a.base = backend_alloc(be, m->activation_bytes); /* model_new's dry run sized it */
         if (!a.base) goto fail;
-        a.used = 0;
         model_carve_acts(m, &a);
         if (m->rope_freq && model_upload_rope_freq(m)) goto fail;
         backend_fill(be, m->loss_acc, 0.0f, (size_t)B * T); /* model_take_loss sums all of it */

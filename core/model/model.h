@@ -140,6 +140,13 @@ enum { MODEL_ACTS_KEEP = 0, MODEL_ACTS_RECOMPUTE = 1, MODEL_ACTS_NONE = 2 };
 model *model_create(const model_config *cfg, backend *be, int B, int T, int with_params,
                     int with_grads, int recompute, const lora_spec *lora);
 
+/* What model_create(cfg, be, B, T, ..., recompute, lora) lays out and sizes, without a backend or
+ * any device memory: the tensor tables, nparams, nbase_params (LoRA's frozen base) and
+ * activation_bytes (the arena model_create allocates for KEEP or RECOMPUTE). model_create runs the
+ * same code first, so a memory plan (core/train/plan.h) and the allocation cannot drift. Free it
+ * with model_destroy. NULL + loom_fail. */
+model *model_plan(const model_config *cfg, int B, int T, int recompute, const lora_spec *lora);
+
 /* LoRA models: base elements [lo, hi) (the base table's layout) from host[0 .. hi - lo). */
 int model_load_base_range(model *m, const float *host, size_t lo, size_t hi);
 /* LoRA models: base_host (the base table's layout) += s B A for every adapter in lora_host. */

@@ -134,29 +134,97 @@ static int dp_plan_buckets(dp *d, size_t bucket_bytes)
 static int dp_region_begin(void *ctx, int r, int backward);
 static int dp_region_end(void *ctx, int r, int backward);
 
+/* The floats of each buffer dp allocates at its stage (0: none), from the slices dp_plan cut:
+ * dp_alloc_buffers allocates these and dp_plan_sizes reports them. */
+typedef struct dp_bufs {
+    size_t stage_buf, shard_grads, shard_params, gstage[SLOTS], grecv[SLOTS], pgather[SLOTS];
+} dp_bufs;
+
+static void dp_buffer_floats(const dp *d, dp_bufs *b)
+{
+    memset(b, 0, sizeof *b);
+    if (d->stage >= 1) b->stage_buf = d->max_padded;
+    if (d->stage >= 2) b->shard_grads = d->state_elems;
+    if (d->stage >= 3) b->shard_params = d->state_elems;
+    for (int s = 0; s < SLOTS; s++) {
+        if (d->stage >= 2) b->gstage[s] = dp_slot_size(d, s), b->grecv[s] = dp_slot_size(d, s) / (size_t)d->W;
+        if (d->stage >= 3) b->pgather[s] = dp_slot_size(d, s);
+    }
+}
+
 static int dp_alloc_buffers(dp *d)
 {
     model *m = d->m;
+    dp_bufs b;
+    dp_buffer_floats(d, &b);
     for (int r = 0; r < d->R; r++) {
         d->param_at[r] = m->params ? m->params + d->pieces[r].lo : NULL;
         d->grad_at[r] = m->grads ? m->grads + d->pieces[r].lo : NULL;
     }
-    if (d->stage >= 1 && !(d->stage_buf = dp_alloc(d, d->max_padded))) return -1;
+    if (d->stage >= 1 && !(d->stage_buf = dp_alloc(d, b.stage_buf))) return -1;
     if (d->stage >= 2) {
-        if (!(d->shard_grads = dp_alloc(d, d->state_elems))) return -1;
+        if (!(d->shard_grads = dp_alloc(d, b.shard_grads))) return -1;
         for (int s = 0; s < SLOTS; s++) {
-            if (!(d->gstage[s] = dp_alloc(d, dp_slot_size(d, s)))) return -1;
-            if (!(d->grecv[s] = dp_alloc(d, dp_slot_size(d, s) / (size_t)d->W))) return -1;
+            if (!(d->gstage[s] = dp_alloc(d, b.gstage[s]))) return -1;
+            if (!(d->grecv[s] = dp_alloc(d, b.grecv[s]))) return -1;
         }
         for (int r = 0; r < d->R; r++) d->grad_at[r] = d->shard_grads + d->pieces[r].state_offset;
     }
     if (d->stage >= 3) {
-        if (!(d->shard_params = dp_alloc(d, d->state_elems))) return -1;
+        if (!(d->shard_params = dp_alloc(d, b.shard_params))) return -1;
         for (int s = 0; s < SLOTS; s++)
-            if (!(d->pgather[s] = dp_alloc(d, dp_slot_size(d, s)))) return -1;
+            if (!(d->pgather[s] = dp_alloc(d, b.pgather[s]))) return -1;
         for (int r = 0; r < d->R; r++) d->param_at[r] = d->shard_params + d->pieces[r].state_offset;
     }
     return 0;
+}
+
+/* The host arrays dp_plan fills. */
+static void dp_free_plan(dp *d)
+{
+    free(d->reg_lo); free(d->reg_len); free(d->slice); free(d->pieces);
+    free(d->param_at); free(d->grad_at);
+}
+
+int dp_plan_sizes(const model *m, int zero_stage, int world, int rank, size_t bucket_bytes, dp_sizes *out)
+{
+    memset(out, 0, sizeof *out);
+    if (zero_stage < 0 || zero_stage > 3) return loom_fail("parallel.zero_stage must be 0..3, got %d", zero_stage);
+    dp d = {0};
+    d.m = (model *)m; /* dp_plan only reads it */
+    d.stage = zero_stage;
+    d.W = world;
+    d.rank = rank;
+    int rc = dp_plan(&d) || dp_plan_buckets(&d, bucket_bytes ? bucket_bytes : 1) ? -1 : 0;
+    if (rc == 0) {
+        dp_bufs b;
+        dp_buffer_floats(&d, &b);
+        int fp, fg;
+        dp_model_needs(zero_stage, &fp, &fg);
+        size_t f = sizeof(float), slots = 0, gather = 0;
+        for (int s = 0; s < SLOTS; s++) slots += b.gstage[s] + b.grecv[s], gather += b.pgather[s];
+        out->params = (fp ? m->nparams : b.shard_params) * f;
+        out->grads = (fg ? m->nparams : b.shard_grads) * f;
+        out->optimizer = optim_state_bytes(d.state_elems);
+        out->staging = (b.stage_buf + slots + gather) * f;
+        for (int b = 0; b < d.nbuckets && zero_stage < 2; b++) { /* an all-reduce's count, stages 0, 1 */
+            size_t lo = d.reg_lo[d.bucket_first[b]], hi = d.reg_lo[d.bucket_last[b]] + d.reg_len[d.bucket_last[b]];
+            if ((hi - lo) * f > out->largest_reduce) out->largest_reduce = (hi - lo) * f;
+        }
+        if (zero_stage >= 2) out->largest_reduce = d.max_padded * f; /* a reduce-scatter's */
+        /* stage 3 casts each gathered region into the bf16 copy of its slot's buffer, which grows
+         * to the slot's largest region (dp_region_begin) */
+        for (int s = 0; s < SLOTS && zero_stage >= 3; s++) {
+            size_t most = 0;
+            for (int r = 0; r < d.R; r++)
+                if (dp_slot(&d, r) == s && d.reg_len[r] > most) most = d.reg_len[r];
+            out->gathered_floats += most;
+        }
+    }
+    dp_free_plan(&d);
+    free(d.bucket_of); free(d.bucket_pending); free(d.bucket_first); free(d.bucket_last);
+    free(d.breq);
+    return rc;
 }
 
 dp *dp_create(comm *c, backend *be, model *m, int zero_stage, size_t bucket_bytes)
@@ -208,8 +276,7 @@ void dp_destroy(dp *d)
     }
     if (d->ready) backend_event_destroy(be, d->ready);
     if (d->m && d->m->hooks.ctx == d) memset(&d->m->hooks, 0, sizeof d->m->hooks);
-    free(d->reg_lo); free(d->reg_len); free(d->slice); free(d->pieces);
-    free(d->param_at); free(d->grad_at);
+    dp_free_plan(d);
     free(d->bucket_of); free(d->bucket_pending); free(d->bucket_first); free(d->bucket_last);
     free(d->breq);
     free(d);

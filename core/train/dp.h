@@ -42,6 +42,20 @@ double dp_grad_sumsq(dp *d);
 /* After the optimizer step: make the full parameters current where they exist (stages 1, 2). */
 int dp_finish_params(dp *d);
 
+/* What dp_create (and optim_create on its pieces) would allocate on rank `rank` of `world` at
+ * zero_stage with gradient buckets of bucket_bytes, for model m (laid out only: model_plan),
+ * without a comm or a backend: bytes of the parameters and gradients the rank holds (full, or its
+ * slices), the optimizer's two moments and dp's staging buffers (all-gather, reduce-scatter and
+ * gather slots); the largest single reduction it starts (a bucket's all-reduce at stages 0-1, a
+ * padded region's reduce-scatter at 2-3: what a transport's own temporaries scale with); and at
+ * stage 3 the floats of the gathered regions a bf16 backend keeps a copy of. The same slicing and
+ * bucketing code as dp_create. 0, or -1 + loom_fail (a bad stage). */
+typedef struct dp_sizes {
+    size_t params, grads, optimizer, staging, largest_reduce;
+    size_t gathered_floats;
+} dp_sizes;
+int dp_plan_sizes(const model *m, int zero_stage, int world, int rank, size_t bucket_bytes, dp_sizes *out);
+
 /* Bytes of parameters, gradients, optimizer moments and dp buffers this rank allocated. */
 size_t dp_state_bytes(const dp *d);
 

@@ -13,7 +13,8 @@
 #include "core/train/session.h"
 
 /* LOOM_FAULT_ACTION's values, in fault_action's order (FAULT_NONE first). */
-static const char *const fault_names[] = {"", "exit", "kill", "stall", "nan", "inf", "nan_grad", "sigint", "sigterm"};
+static const char *const fault_names[] = {"", "exit", "kill", "stall", "nan", "inf", "nan_grad", "sigint", "sigterm",
+                                           "stall_save"};
 
 static int fault_env_int(const char *name, int dflt)
 {
@@ -25,7 +26,7 @@ void fault_setup(fault_plan *p)
 {
     memset(p, 0, sizeof *p);
     const char *action = getenv("LOOM_FAULT_ACTION");
-    for (int a = FAULT_EXIT; action && a <= FAULT_SIGTERM; a++)
+    for (int a = FAULT_EXIT; action && a <= FAULT_STALL_SAVE; a++)
         if (strcmp(action, fault_names[a]) == 0) p->action = (fault_action)a;
     if (p->action == FAULT_NONE) return;
     const char *r = getenv("LOOM_FAULT_RANK");
@@ -62,6 +63,14 @@ void fault_at_step(const fault_plan *p, int rank, int step)
     }
     if (p->action == FAULT_EXIT) _exit(3);
     if (p->action == FAULT_KILL) raise(SIGKILL);
+    for (;;) pause();
+}
+
+void fault_in_save(const fault_plan *p, int rank, long long step)
+{
+    if (!p || p->action != FAULT_STALL_SAVE || !fault_due(p, rank, (int)step, 0)) return;
+    fprintf(stderr, "[rank %d] fault injection: stall_save in the save of step %lld\n", rank, step);
+    fflush(stderr);
     for (;;) pause();
 }
 

@@ -11,6 +11,10 @@
  *                                (stages 0-1 with full gradients; elsewhere the loss instead)
  *                      sigint,   raise SIGINT / SIGTERM in this rank at the start of the step (a
  *                      sigterm   Ctrl-C, a scheduler's preemption), LOOM_FAULT_COUNT times in a row
+ *                      stall_save  stop making progress inside the checkpoint save that follows
+ *                                step LOOM_FAULT_STEP, once the save's longer wait is in force (rank
+ *                                0 in the middle of writing the file, another rank between its
+ *                                gathers): a rank hung on a save's I/O
  *   LOOM_FAULT_RANK    the rank it happens on (default 0); "all" = every rank
  *   LOOM_FAULT_STEP    the 1-based training step (default 1)
  *   LOOM_FAULT_COUNT   nan/inf/nan_grad: this many consecutive steps from LOOM_FAULT_STEP (1);
@@ -23,7 +27,8 @@ struct session;
 
 typedef enum fault_action {
     FAULT_NONE = 0, /* LOOM_FAULT_ACTION unset, empty or unknown: the hooks return at once */
-    FAULT_EXIT, FAULT_KILL, FAULT_STALL, FAULT_NAN, FAULT_INF, FAULT_NAN_GRAD, FAULT_SIGINT, FAULT_SIGTERM
+    FAULT_EXIT, FAULT_KILL, FAULT_STALL, FAULT_NAN, FAULT_INF, FAULT_NAN_GRAD, FAULT_SIGINT, FAULT_SIGTERM,
+    FAULT_STALL_SAVE
 } fault_action;
 
 /* The switch as parsed by fault_setup; the job that owns it keeps it for its steps. */
@@ -40,6 +45,10 @@ void fault_setup(fault_plan *p);
 
 /* Called by the training loop at the start of every step (exit, kill, stall, sigint, sigterm). */
 void fault_at_step(const fault_plan *p, int rank, int step);
+
+/* Called by the checkpoint save (session_save) once its longer wait is in force, with the step
+ * being saved (stall_save). */
+void fault_in_save(const fault_plan *p, int rank, long long step);
 
 /* Called by the training step once the gradients are zeroed and before the first forward, with
  * the step's running loss sum on this rank (nan, inf, nan_grad). */

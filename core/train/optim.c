@@ -18,12 +18,14 @@ optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, in
     o->pieces = pieces;
     o->npieces = npieces;
     o->state_elems = state_elems;
-    size_t n = state_elems ? state_elems : 1;
-    o->m = backend_alloc(be, n * sizeof(float));
-    o->v = backend_alloc(be, n * sizeof(float));
+    size_t n = optim_state_bytes(state_elems) / 2;
+    o->m = backend_alloc(be, n);
+    o->v = backend_alloc(be, n);
     if (!o->m || !o->v) { optim_destroy(o); return NULL; }
     return o;
 }
+
+size_t optim_state_bytes(size_t state_elems) { return 2 * (state_elems ? state_elems : 1) * sizeof(float); }
 
 void optim_destroy(optim *o)
 {

@@ -29,6 +29,8 @@ typedef struct optim {
 optim *optim_create(backend *be, const model *mdl, const optim_piece *pieces, int npieces,
                     size_t state_elems);
 void optim_destroy(optim *o);
+/* Device bytes optim_create allocates for state_elems moments (m and v). */
+size_t optim_state_bytes(size_t state_elems);
 
 /* The learning rate of optimizer step `step` (0-based) of tc->steps: linear warmup from 0 and a
  * cosine to min_lr at the last step; never above tc->lr, for any warmup (see optim.c). */

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/text/text.h"
+#include "core/train/plan.h"
 
 int session_mkdirs(const char *path)
 {
@@ -114,6 +115,7 @@ session *session_open(const job_config *cfg, comm *c, session_mode mode, int fin
 
     s->be = session_backend_open(cfg, c);
     if (!s->be) goto fail;
+    if (train && plan_check(cfg, c, s->be, T, finetune)) goto fail; /* before a byte of the model */
     int stage = train ? cfg->parallel.zero_stage : 0, full_params, full_grads;
     dp_model_needs(stage, &full_params, &full_grads);
     lora_spec lora = {0};

@@ -38,6 +38,10 @@ typedef struct session {
                            * adapters and checked on resume; 0 = none loaded */
     uint64_t tok_hash;    /* tokenizer_hash_of(model.tokenizer), saved in checkpoints; 0 = unreadable */
     int ckpt_lock_fd;     /* rank 0 of a training job: the checkpoint folder's lock (ckpt_lock), -1 */
+    double save_rate;     /* rank 0: the slowest checkpoint write rate seen in this job, bytes/s (a
+                           * probe when the folder is locked, then every save); 0 = none yet */
+    const struct fault_plan *fault; /* tests: LOOM_FAULT_* (stall_save acts inside a save); NULL */
+    int save_broken;      /* a save's collective failed: the comm is unusable, the job must end */
     char out_dir[512];
 } session;
 
@@ -116,7 +120,9 @@ int session_claim_run(comm *c, const char *out_dir, const char *ckpt_dir, int ov
 void session_unlock_ckpt_dir(session *s);
 
 /* Save a checkpoint when checkpoint.every divides the step, or when `final`. A failed final save
- * is an error even with checkpoint.on_error = continue: the run's end state is not on disk. */
+ * is an error even with checkpoint.on_error = continue: the run's end state is not on disk; so is
+ * a save whose collective failed (a rank dead or stalled: the job cannot go on). While it saves,
+ * every collective waits comm->timeout_s plus the save's expected time (session_save_wait). */
 int session_maybe_checkpoint(session *s, int final);
 
 void session_close(session *s);

@@ -9,12 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoints/ckpt.h"
 #include "checkpoints/hf.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/train/fault.h"
 #include "core/train/resume_check.h"
 #include "core/text/text.h"
 
@@ -77,6 +79,7 @@ static const float *session_save_fetch(void *ctx, int k)
     save_walk *w = gc->w;
     model *m = w->s->model;
     if (w->failed) return NULL;
+    if (gc->group == 0 && k == 0) fault_in_save(w->s->fault, w->s->comm->rank, (long long)w->s->step);
     if (w->group != gc->group) w->group = gc->group, w->region = -1;
     int r = m->tensors[k].region;
     if (r != w->region) {
@@ -186,7 +189,48 @@ static void session_adopt_tuning(session *s, const char *file, const ckpt_state 
     free(mine);
 }
 
-/* Write on rank 0 while every rank gathers; then every rank learns the outcome. */
+/* How long a save may take beyond a healthy collective's timeout_s: its bytes at the slowest write
+ * rate measured in this job (rank 0's probe of the folder, then its saves, session->save_rate),
+ * SESSION_SAVE_MARGIN times over (a save is slower than a raw write: HDF5, the CRCs, the gathers;
+ * and a shared disk's rate varies). Without a measured rate, SESSION_SAVE_FLOOR_RATE (a slow
+ * network disk). */
+#define SESSION_SAVE_MARGIN 3.0
+#define SESSION_SAVE_FLOOR_RATE 20e6
+/* The probe's size: enough that the fsync's latency does not dominate, small enough to cost a
+ * fraction of a second at startup; never more than the save itself. */
+#define SESSION_PROBE_BYTES ((size_t)16 << 20)
+
+/* The bytes a save of this session writes: parameters (or adapters) and both AdamW moments. */
+static double session_save_bytes(const session *s)
+{
+    double n = 0;
+    for (int i = 0; i < s->model->ntensors; i++) n += (double)s->model->tensors[i].numel;
+    return 3.0 * n * sizeof(float);
+}
+
+static double session_save_wait(double bytes, double rate)
+{
+    return SESSION_SAVE_MARGIN * bytes / (rate > 0 ? rate : SESSION_SAVE_FLOOR_RATE);
+}
+
+/* Rank 0 after a save that took `secs`: the slowest rate seen so far. */
+static void session_note_rate(session *s, double bytes, double secs)
+{
+    double rate = secs > 0 ? bytes / secs : 0;
+    if (rate > 0 && (s->save_rate <= 0 || rate < s->save_rate)) s->save_rate = rate;
+}
+
+static double session_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Write on rank 0 while every rank gathers; then every rank learns the outcome. Every collective
+ * of the save waits the comm's timeout plus the save's expected time (rank 0's measured rate
+ * reaches the others in the first agreement), so a rank stalled inside the save is named within
+ * that bound; a gather that fails ends the save at once (no agreement: a peer does not answer). */
 static int session_save(session *s)
 {
     model *m = s->model;
@@ -205,10 +249,13 @@ static int session_save(session *s)
     int rc = ((root && !w.buf) || !table || !model_json || !job_json || !tun_all || !tun_line)
                  ? loom_fail("checkpoint: out of host memory")
                  : 0;
-    /* the gathers are collective: every rank walks, or none does */
-    double no_mem = rc != 0;
-    if (comm_allreduce_host(s->comm, &no_mem, 1)) rc = -1;
-    else if (no_mem > 0 && rc == 0) rc = loom_fail("checkpoint: out of host memory on another rank");
+    /* the gathers are collective: every rank walks, or none does; rank 0's write rate comes along */
+    double agreed[2] = {rc != 0, root ? s->save_rate : 0};
+    int comm_failed = comm_allreduce_host(s->comm, agreed, 2) != 0;
+    if (comm_failed) rc = -1, agreed[0] = 1; /* no walk: the gathers would wait on a broken comm */
+    else if (agreed[0] > 0 && rc == 0) rc = loom_fail("checkpoint: out of host memory on another rank");
+    double no_mem = agreed[0], bytes = session_save_bytes(s), base_wait = s->comm->timeout_s, t0 = session_now();
+    if (base_wait > 0) s->comm->timeout_s = base_wait + session_save_wait(bytes, agreed[1]);
     if (no_mem == 0 && rc == 0 && session_gather_tuning(s, tun_all, tun_line, &tuning)) rc = -1;
     if (rc == 0 && root) {
         ckpt_group groups[3] = {
@@ -225,9 +272,11 @@ static int session_save(session *s)
         session_ckpt_dir(s, dir, sizeof dir);
         rc = ckpt_save(dir, &st, groups, 3, s->cfg->checkpoint.keep);
         if (rc == 0) log_info("checkpoint: step %lld saved in %s", (long long)s->step, dir);
+        if (rc == 0) session_note_rate(s, bytes, session_now() - t0);
     }
     if (no_mem == 0 && s->comm->size > 1 && session_save_drain(gc) && rc == 0)
         rc = loom_fail("checkpoint: gathering the state failed: %s", loom_error());
+    int broken = w.failed || comm_failed; /* a peer is dead or stalled: no agreement can follow */
     free(w.buf);
     free(tuning);
     free(tun_all);
@@ -235,11 +284,17 @@ static int session_save(session *s)
     free(table);
     free(model_json);
     free(job_json);
+    if (broken) {
+        s->comm->timeout_s = base_wait;
+        s->save_broken = 1;
+        return rc ? rc : -1;
+    }
     /* rank 0 says why first: should the agreement below fail (a rank gone), its error replaces this */
     if (rc != 0 && s->comm->size > 1) log_warn("checkpoint: %s", loom_error());
     /* every rank learns whether rank 0's write worked */
     int failed = comm_agree_failure(s->comm, rc != 0);
-    if (failed < 0) return -1;
+    s->comm->timeout_s = base_wait;
+    if (failed < 0) return s->save_broken = 1, -1;
     if (failed > 0 && rc == 0) return loom_fail("checkpoint: the save failed on rank 0");
     return failed > 0 ? -1 : 0;
 }
@@ -299,7 +354,12 @@ int session_lock_ckpt_dir(session *s)
 {
     char dir[600];
     session_ckpt_dir(s, dir, sizeof dir);
-    return session_lock_dir(s->comm, s->cfg, dir, &s->ckpt_lock_fd);
+    if (session_lock_dir(s->comm, s->cfg, dir, &s->ckpt_lock_fd)) return -1;
+    /* rank 0 (the writer) measures the folder's write rate for the first save's wait */
+    double bytes = session_save_bytes(s);
+    if (s->ckpt_lock_fd >= 0 && s->opt)
+        s->save_rate = ckpt_write_rate(s->ckpt_lock_fd, bytes < SESSION_PROBE_BYTES ? (size_t)bytes : SESSION_PROBE_BYTES);
+    return 0;
 }
 
 void session_unlock_ckpt_dir(session *s)
@@ -314,6 +374,7 @@ int session_maybe_checkpoint(session *s, int final)
     int due = final ? (every >= 0) : (every > 0 && s->step % every == 0 && s->step < s->cfg->train.steps);
     if (!due || !s->opt) return 0;
     if (session_save(s) == 0) return 0;
+    if (s->save_broken) return -1; /* a rank is gone: neither continuing nor another save can work */
     if (final) /* on_error=continue or not: the job cannot end well without its last state saved */
         return loom_fail("checkpoint: the last save (step %lld) failed, the end state is not saved: %s",
                          (long long)s->step, loom_error());

@@ -49,25 +49,19 @@ typedef struct trainer {
     fault_plan fault;          /* tests only: LOOM_FAULT_*, read once in trainer_open */
     const volatile sig_atomic_t *stop; /* train_options.stop: this rank's signal flag, or NULL */
     int stopped;               /* the signal every rank agreed to stop on after this step, or 0 */
+    size_t rss_before;         /* resident bytes before the session allocated anything (plan_rss) */
 } trainer;
 
 /* Two waits are long in a healthy job: ranks reaching the first collectives at different times
  * (data loading, init, resume reads, the sgemm reference: 70 s measured for gpt2-124m on a loaded
  * 2-core machine) and every rank waiting while rank 0 writes a checkpoint. Until the first step
- * of this run is done, and during each save, collectives wait this many times the timeout. */
+ * of this run is done, collectives wait this many times the timeout; a save adds its own
+ * expected time to the timeout (session_maybe_checkpoint). */
 #define TRAIN_SLOW_WAITS 4.0
 
 static void trainer_slow_waits(trainer *t, comm *c, int slow)
 {
     c->timeout_s = t->timeout_s * (slow ? TRAIN_SLOW_WAITS : 1.0);
-}
-
-static int trainer_checkpoint(trainer *t, int final)
-{
-    trainer_slow_waits(t, t->s->comm, 1);
-    int rc = session_maybe_checkpoint(t->s, final);
-    trainer_slow_waits(t, t->s->comm, 0);
-    return rc;
 }
 
 /* The global sample index of the first sequence of micro-step k of `step` on this rank. */
@@ -193,6 +187,24 @@ static int trainer_load_data(trainer *t)
     return 0;
 }
 
+int train_seq_len(const job_config *cfg, int finetune, int *T)
+{
+    *T = cfg->train.seq_len;
+    if (!finetune) return 0;
+    if (finetune_needle_base(cfg->finetune.base))
+        return loom_fail("finetune.base %s is a Needle base: its memory is not planned yet (docs/needle.md)",
+                         cfg->finetune.base);
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.cfg = *cfg;
+    t.finetune = 1;
+    int rc = session_resolve_date(&t.cfg, NULL) ? -1 : trainer_load_data(&t); /* the rows as the job renders them */
+    *T = t.T;
+    sft_data_free(&t.sft);
+    tokenizer_free(t.tok);
+    return rc;
+}
+
 static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_options *opt, int finetune)
 {
     memset(t, 0, sizeof *t);
@@ -203,8 +215,12 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     fault_setup(&t->fault);
     trainer_slow_waits(t, c, 1); /* until step 1 is done */
     if (trainer_load_data(t)) return -1;
+    size_t peak;
+    plan_reset_peak(); /* the peak from here on is the session's (trainer_log_memory) */
+    plan_rss(&t->rss_before, &peak);
     t->s = session_open(&t->cfg, c, SESSION_TRAIN, finetune, t->T);
     if (!t->s) return -1;
+    t->s->fault = &t->fault;
     t->accum = t->cfg.train.batch_size / (t->s->micro_batch * c->size);
     size_t n = (size_t)t->s->micro_batch * t->T;
     t->tokens = malloc(n * sizeof(int32_t));
@@ -273,13 +289,38 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
         rep->steps_done = step + 1;
         if (trainer_maybe_validate(t, step + 1, rep)) return -1;
         /* a signal on any rank: this step's state saved whatever checkpoint.every says, then out */
-        if (trainer_checkpoint(t, t->stopped != 0)) return -1;
+        if (session_maybe_checkpoint(t->s, t->stopped != 0)) return -1;
         if (t->stopped) {
             rep->stopped = t->stopped;
             return 0;
         }
     }
-    return trainer_checkpoint(t, 1);
+    return session_maybe_checkpoint(t->s, 1);
+}
+
+/* Each rank's peak resident memory since before its session (plan_reset_peak), against the plan
+ * (plan.h): one info line of rank 0's, every rank's growth in bytes (tests/core/train/plan_peak.sh
+ * reads it). Collective; silent where /proc/self/status is not there. */
+static void trainer_log_memory(trainer *t)
+{
+    comm *c = t->s->comm;
+    size_t rss, peak;
+    plan_rss(&rss, &peak);
+    double *grew = calloc((size_t)c->size, sizeof *grew);
+    if (!grew) return;
+    grew[c->rank] = peak > t->rss_before ? (double)(peak - t->rss_before) : 0.0;
+    plan_shape sh;
+    plan_shape_of(c, t->s->be, t->T, t->finetune, &sh);
+    train_plan p;
+    if ((c->size == 1 || comm_allreduce_host(c, grew, c->size) == 0) && peak && plan_compute(&t->cfg, &sh, &p) == 0) {
+        char line[512], b[32];
+        int n = 0;
+        for (int r = 0; r < c->size && r < 16 && n < (int)sizeof line - 64; r++)
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s rank %d %.0f", r ? "," : "", r, grew[r]);
+        log_info("memory: peak resident growth since before the model (bytes):%s; plan %zu per rank (%s)", line,
+                 p.total, plan_bytes(p.total, b, sizeof b));
+    }
+    free(grew);
 }
 
 static int train_job(const job_config *cfg, comm *c, const train_options *opt, train_report *report,
@@ -303,6 +344,7 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
         rep.eval_examples = ev.examples;
     }
     if (t.s && t.log) {
+        if (rc == 0) trainer_log_memory(&t);
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);
         rep.activation_bytes = t.s->model->activation_bytes;

@@ -15,6 +15,7 @@
 #include "core/train/evaluate.h" /* validation loss and tool-call accuracy */
 #include "core/train/export.h"   /* LoRA merged into a plain checkpoint; HF and PEFT export */
 #include "core/train/import.h"   /* other projects' model files in as loom checkpoints */
+#include "core/train/plan.h"     /* a job's memory per rank before it allocates, and the fit check */
 #include "parallel/comm.h"
 
 typedef struct train_options {
@@ -57,6 +58,11 @@ int train_run(const job_config *cfg, comm *c, const train_options *opt, train_re
 /* Fine-tune from finetune.base on the JSONL tool-calling data in data.train for finetune.epochs
  * (train.steps is derived from them); LoRA or full per finetune.method. */
 int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
+
+/* The tokens per row a job sizes its model for: train.seq_len, or for a fine-tune (finetune 1)
+ * the longest row its data renders to (at most data.max_len; the data and tokenizer are read, the
+ * model is not). For `loom plan`. 0, or -1 + loom_fail (a Needle base: not planned). */
+int train_seq_len(const job_config *cfg, int finetune, int *T);
 
 /* Needle bases (finetune.base a Needle .safetensors or its `loom import`; core/train/finetune_needle.c):
  * 1 when path is one (finetune_run hands those jobs over by itself); and `loom eval` of one: the validation

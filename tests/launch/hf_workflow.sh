@@ -3,7 +3,9 @@
 # written (extracted between the hf-workflow markers) on the qwen2-chat fixture in place of the
 # downloaded model, on OpenAI-style chats (tools, tool calls, tool results, several turns): LoRA and
 # full fine-tunes whose loss falls, 2 ranks ZeRO-2 resumed on 1, evaluation, PEFT / merged / bf16
-# exports, and export -> import -> export bitwise. Without MPIRUN the mpirun line runs on 1 rank.
+# exports, and export -> import -> export bitwise. The rows are the shipped configs/data/chats.jsonl.
+# Given MPIRUN (MPI is built), the loom-run line runs through the real launch/loom-run (which builds
+# its own mpirun line: as root with --allow-run-as-root); without, on 1 rank.
 set -euo pipefail
 loom=$1 repo=$2 tmp=$3
 shift 3
@@ -20,23 +22,12 @@ cmds=$(block "$repo/docs/hf.md")
 if grep -q '<!-- hf-workflow: begin' "$repo/README.md"; then
     [ "$(block "$repo/README.md")" = "$cmds" ] || fail "README.md's hf-workflow block differs from docs/hf.md's"
 fi
-[ "$(grep -c '^loom \|^mpirun ' <<<"$cmds")" -ge 7 ] || fail "docs/hf.md: the workflow block is missing or shorter than 7 commands"
+[ "$(grep -c '^loom \|^loom-run ' <<<"$cmds")" -ge 7 ] || fail "docs/hf.md: the workflow block is missing or shorter than 7 commands"
 grep -q '^huggingface-cli download .* --local-dir models/qwen2.5-0.5b$' <<<"$cmds" || fail "docs/hf.md: no download line"
 
-# OpenAI-style rows: the tokenizer fixture's conversations and generated multi-turn ones
-tools='[{"type": "function", "function": {"name": "set_lights", "description": "Lights on or off", "parameters": {"type": "object", "properties": {"room": {"type": "string"}, "on": {"type": "boolean"}}, "required": ["room"]}}}, {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]'
-{
-    cat "$repo/tests/fixtures/tokenizers/chat.jsonl" "$repo/tests/fixtures/tokenizers/chat.jsonl"
-    for i in $(seq 0 23); do
-        room=$(echo kitchen office bedroom hall | cut -d' ' -f$((i % 4 + 1)))
-        city=$(echo Paris Oslo Lima | cut -d' ' -f$((i % 3 + 1)))
-        if [ $((i % 2)) = 0 ]; then
-            echo "{\"messages\": [{\"role\": \"user\", \"content\": \"lights on in the $room\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"set_lights\", \"arguments\": {\"room\": \"$room\", \"on\": true}}}]}, {\"role\": \"tool\", \"content\": \"{\\\"ok\\\": true}\"}, {\"role\": \"assistant\", \"content\": \"The $room lights are on.\"}], \"tools\": $tools}"
-        else
-            echo "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"weather in $city?\"}, {\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"$city\\\"}\"}}]}, {\"role\": \"tool\", \"content\": \"{\\\"temp\\\": 12}\"}, {\"role\": \"assistant\", \"content\": \"12 degrees in $city.\"}, {\"role\": \"user\", \"content\": \"and the $room lights off\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"set_lights\", \"arguments\": {\"room\": \"$room\", \"on\": false}}}]}], \"tools\": $tools}"
-        fi
-    done
-} >chats.jsonl
+# the rows are the shipped configs/data/chats.jsonl (hf-finetune.json's data.train): the tokenizer
+# fixture's five conversations twice and 24 multi-turn ones (tools, tool calls, tool results)
+[ "$(wc -l <"$repo/configs/data/chats.jsonl")" -ge 20 ] || fail "configs/data/chats.jsonl missing or short"
 
 # the doc's lines, with the test's knobs: a learning rate for a 2-layer random model, 1 thread a rank
 extra=(--set train.lr=3e-3 --set parallel.threads=1)
@@ -45,12 +36,13 @@ while IFS= read -r line; do
     n=$((n + 1))
     case $line in
     huggingface-cli*) continue ;;
-    mpirun\ -np\ *\ loom\ *)
-        np=$(sed 's/^mpirun -np \([0-9]*\) .*/\1/' <<<"$line")
-        rest=${line#mpirun -np $np loom }
-        if [ $# -gt 0 ]; then set -- "$@"; cmd=("$@" -np "$np" "$loom"); else cmd=("$loom"); fi ;;
+    loom-run\ -n\ *\ --\ loom\ *)
+        np=$(sed 's/^loom-run -n \([0-9]*\) .*/\1/' <<<"$line")
+        rest=${line#loom-run -n $np -- loom }
+        # the real launch/loom-run (it finds this build's loom on PATH); without MPI, one rank
+        if [ $# -gt 0 ]; then cmd=(env PATH="$(dirname "$loom"):$PATH" "$repo/launch/loom-run" -n "$np" -- loom); else cmd=("$loom"); fi ;;
     loom\ *) rest=${line#loom }; cmd=("$loom") ;;
-    *) fail "docs/hf.md: line $n is neither loom nor mpirun: $line" ;;
+    *) fail "docs/hf.md: line $n is neither loom nor loom-run: $line" ;;
     esac
     read -r -a args <<<"$rest"
     case ${args[0]} in finetune | eval | train) args+=("${extra[@]}") ;; esac
@@ -69,8 +61,13 @@ falls() { # falls WHAT FROM_MARK TO_MARK
         fail "$1: loss '$first' -> '$last' did not fall by 5%"
     echo "ok: $1: loss $first -> $last over $(wc -l <<<"$l") steps"
 }
-falls "LoRA fine-tune" "+ loom finetune" "+ mpirun"
-falls "full fine-tune (2 ranks, then resumed on 1)" "+ mpirun" "+ loom eval"
+falls "LoRA fine-tune" "+ loom finetune" "+ loom-run"
+falls "full fine-tune (2 ranks, then resumed on 1)" "+ loom-run" "+ loom eval"
+# loom-run said what it ran (as root: --allow-run-as-root, which a bare mpirun line lacked)
+if [ $# -gt 0 ]; then
+    grep -q "^loom-run: mpirun -np 2 --bind-to none$([ "$(id -u)" -ne 0 ] || echo ' --allow-run-as-root')" log.txt ||
+        fail "loom-run did not print its mpirun line: $(grep -m1 'loom-run' log.txt)"
+fi
 # the folder's tokenizer and chat template render the rows: the longest (chat.jsonl's fifth, its
 # numbers as tojson prints them) is the 825 ids transformers' apply_chat_template gives it
 # (tests/fixtures/tokenizers/chat_qwen2.5.jsonl)
