@@ -14,9 +14,6 @@
 
 #include "base/error.h"
 
-/* llama.cpp's token types (gguf-py TokenType) */
-enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5 };
-
 /* The whole file as a NUL-terminated string (malloc'd); NULL when it is absent (*absent = 1) or
  * cannot be read or held (*absent = 0). */
 static char *vocab_slurp(const char *path, int *absent)

@@ -99,10 +99,10 @@ static cJSON *vh_tokenizer(const char **tok, const void *types, size_t n, const 
     for (size_t i = 0; i < n; i++) {
         int32_t ty;
         memcpy(&ty, (const char *)types + 4 * i, 4);
-        if (ty == 5) continue; /* UNUSED: an id without a token */
+        if (ty == TT_UNUSED) continue; /* UNUSED: an id without a token */
         cJSON_AddNumberToObject(vocab, tok[i], (double)i);
-        if (ty != 3 && ty != 4) continue;
-        vh_added_token(added, i, tok[i], ty == 3);
+        if (ty != TT_CONTROL && ty != TT_USER_DEFINED) continue;
+        vh_added_token(added, i, tok[i], ty == TT_CONTROL);
     }
     cJSON *m = cJSON_AddArrayToObject(model, "merges");
     for (size_t i = 0; i < nm; i++) cJSON_AddItemToArray(m, cJSON_CreateString(merges[i]));
@@ -162,8 +162,6 @@ static int vh_config(const gguf_file *f, const char *dir, const char **tok, size
 }
 
 /* ---- tokenizer.ggml.model "llama" (SentencePiece-style vocabularies) ---- */
-
-enum { VT_NORMAL = 1, VT_UNKNOWN = 2, VT_CONTROL = 3, VT_USER = 4, VT_UNUSED = 5, VT_BYTE = 6 };
 
 static int32_t vh_type(const void *types, size_t i)
 {
@@ -243,14 +241,14 @@ static cJSON *vh_merges(const char **tok, const void *types, const void *scores,
     if (scores) qsort(order, base, sizeof *order, vh_rank_cmp);
     for (size_t k = 0; k < cap; k++) m.slot[k] = -1;
     for (size_t i = 0; i < base; i++) {
-        if (vh_type(types, i) != VT_NORMAL) continue;
+        if (vh_type(types, i) != TT_NORMAL) continue;
         size_t k = vh_hash(tok[i], strlen(tok[i])) & m.mask;
         while (m.slot[k] >= 0) k = (k + 1) & m.mask;
         m.slot[k] = (int32_t)i;
     }
     for (size_t o = 0; o < base; o++) {
         size_t i = (size_t)order[o], n = strlen(tok[i]), nl = 0;
-        if (vh_type(types, i) != VT_NORMAL || n > 4096) continue; /* no real piece is longer; n^2 work */
+        if (vh_type(types, i) != TT_NORMAL || n > 4096) continue; /* no real piece is longer; n^2 work */
         if (n > lcap) {
             vh_merge *b = realloc(local, n * sizeof *b);
             if (!b) goto fail;
@@ -297,7 +295,7 @@ static cJSON *vh_llama_json(const char **tok, const void *types, const void *sco
                             int bos_pp, const char *bos)
 {
     size_t base = n;
-    while (base > 0 && (vh_type(types, base - 1) == VT_CONTROL || vh_type(types, base - 1) == VT_USER)) base--;
+    while (base > 0 && (vh_type(types, base - 1) == TT_CONTROL || vh_type(types, base - 1) == TT_USER_DEFINED)) base--;
     cJSON *o = cJSON_CreateObject(), *added = cJSON_CreateArray(), *model = cJSON_CreateObject(), *vocab = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "version", "1.0");
     cJSON_AddNullToObject(o, "truncation");
@@ -335,8 +333,8 @@ static cJSON *vh_llama_json(const char **tok, const void *types, const void *sco
     for (size_t i = 0; i < n; i++) {
         int32_t ty = vh_type(types, i);
         if (i < base) cJSON_AddNumberToObject(vocab, tok[i], (double)i);
-        if (i < base && ty != VT_CONTROL) continue;
-        vh_added_token(added, i, tok[i], ty == VT_CONTROL);
+        if (i < base && ty != TT_CONTROL) continue;
+        vh_added_token(added, i, tok[i], ty == TT_CONTROL);
     }
     cJSON *m = vh_merges(tok, types, scores, base);
     if (!m) { cJSON_Delete(o); return NULL; }
@@ -352,7 +350,7 @@ static int vh_unk(const gguf_file *f, const char **tok, const void *types, size_
     for (size_t i = 0; i < n; i++)
         if (strcmp(tok[i], "<unk>") == 0) return (int)i;
     for (size_t i = 0; i < n; i++)
-        if (vh_type(types, i) == VT_UNKNOWN) return (int)i;
+        if (vh_type(types, i) == TT_UNKNOWN) return (int)i;
     return -1;
 }
 
@@ -364,7 +362,7 @@ static int vh_llama_spm(const char *dir, const char **tok, const void *types, co
 {
     size_t np = n;
     char pad[32];
-    while (np > 0 && vh_type(types, np - 1) == VT_UNUSED && vh_score(scores, np - 1) == -10000.0f &&
+    while (np > 0 && vh_type(types, np - 1) == TT_UNUSED && vh_score(scores, np - 1) == -10000.0f &&
            (snprintf(pad, sizeof pad, "[PAD%zu]", np - 1), strcmp(tok[np - 1], pad) == 0))
         np--;
     float *sc = malloc((np + 1) * sizeof *sc);
@@ -376,10 +374,10 @@ static int vh_llama_spm(const char *dir, const char **tok, const void *types, co
     cJSON *atd = cJSON_AddObjectToObject(tc, "added_tokens_decoder");
     for (size_t i = 0; rc == 0 && i < np; i++) {
         sc[i] = vh_score(scores, i);
-        ty[i] = (int)i == unk ? VT_UNKNOWN : vh_type(types, i);
-        byte_fallback |= ty[i] == VT_BYTE;
+        ty[i] = (int)i == unk ? TT_UNKNOWN : vh_type(types, i);
+        byte_fallback |= ty[i] == TT_BYTE;
         int32_t gt = vh_type(types, i);
-        if (sc[i] != -1000.0f || (gt != VT_CONTROL && gt != VT_USER)) continue;
+        if (sc[i] != -1000.0f || (gt != TT_CONTROL && gt != TT_USER_DEFINED)) continue;
         char key[24];
         snprintf(key, sizeof key, "%zu", i);
         cJSON *a = cJSON_AddObjectToObject(atd, key);
@@ -388,7 +386,7 @@ static int vh_llama_spm(const char *dir, const char **tok, const void *types, co
         cJSON_AddBoolToObject(a, "normalized", 0);
         cJSON_AddBoolToObject(a, "rstrip", 0);
         cJSON_AddBoolToObject(a, "single_word", 0);
-        cJSON_AddBoolToObject(a, "special", gt == VT_CONTROL);
+        cJSON_AddBoolToObject(a, "special", gt == TT_CONTROL);
     }
     if (rc == 0) rc = gguf_spm_write_model(path, tok, sc, ty, (int)np, byte_fallback, space_prefix);
     *pieces = np;
@@ -426,7 +424,7 @@ static int vh_llama(const gguf_file *f, const char *dir)
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         int32_t t = vh_type(types, i);
-        if (t < VT_NORMAL || t > VT_BYTE) rc = loom_fail("%s: key tokenizer.ggml.token_type: token %zu has type %d", gguf_path(f), i, t);
+        if (t < TT_NORMAL || t > TT_BYTE) rc = loom_fail("%s: key tokenizer.ggml.token_type: token %zu has type %d", gguf_path(f), i, t);
         hf &= vh_score(scores, i) == -1000.0f;
     }
     if (rc == 0 && !hf && unk < 0) rc = loom_fail("%s: a SentencePiece vocabulary without an <unk> token", gguf_path(f));
@@ -444,7 +442,7 @@ static int vh_llama(const gguf_file *f, const char *dir)
                 snprintf(key, sizeof key, "tokenizer.ggml.%s_token_id", keys[k]);
                 named |= gguf_get_u32(f, key, &id) == 0 && id == i;
             }
-            if (vh_type(types, i) == VT_CONTROL && !named) cJSON_AddItemToArray(extra, cJSON_CreateString(tok[i]));
+            if (vh_type(types, i) == TT_CONTROL && !named) cJSON_AddItemToArray(extra, cJSON_CreateString(tok[i]));
         }
     }
     size_t pieces = n;

@@ -12,9 +12,6 @@
 
 #include "base/error.h"
 
-/* llama.cpp's token types (gguf-py TokenType, the same numbers as SentencePiece's piece types) */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
-
 char *gguf_slurp(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
