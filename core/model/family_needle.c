@@ -618,6 +618,12 @@ typedef struct nn_pass {
     nn_dec *dec;                /* KV-cached decoding (prefill or step), NULL otherwise */
 } nn_pass;
 
+/* Attention's head width: q, k and v padded to F = max(dq, dv) (Needle's flash path). */
+static inline int nn_head_F(const needle_geometry *g)
+{
+    return g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim;
+}
+
 static float *nn_take(char **cur, size_t floats)
 {
     float *p = (float *)*cur;
@@ -637,7 +643,7 @@ static float *nn_take(char **cur, size_t floats)
 static size_t nn_block_floats(const needle_net *n, size_t N, int with_y)
 {
     const needle_geometry *g = &n->g;
-    const size_t H = (size_t)n->c.num_heads, F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    const size_t H = (size_t)n->c.num_heads, F = (size_t)nn_head_F(g);
     const size_t w = (size_t)g->q_dim + g->k_dim + g->v_dim + g->attn_dim + n->d + H * F + H + 2 * (size_t)n->K +
                      1 + NEEDLE_COND_RANK;
     return N * (w + (with_y ? (size_t)n->d : 0));
@@ -655,7 +661,7 @@ static void nn_point(const needle_net *n, const nn_pass *p, int l, nn_acts *a)
     a->v = b, b += N * g->v_dim;
     a->gt = b, b += N * g->attn_dim;
     a->ao = b, b += N * n->d;
-    const size_t H = (size_t)n->c.num_heads, F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    const size_t H = (size_t)n->c.num_heads, F = (size_t)nn_head_F(g);
     a->att = b, b += N * H * F;
     a->lse = b, b += N * H;
     a->z = b, b += N * K;
@@ -670,7 +676,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
 {
     const needle_geometry *g = &n->g;
     const size_t N = (size_t)p->B * p->T, d = (size_t)n->d, W = (size_t)g->lanes * d;
-    const size_t F = (size_t)(g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim);
+    const size_t F = (size_t)nn_head_F(g);
     const size_t H = (size_t)n->c.num_heads, Hk = (size_t)n->c.num_kv_heads, nh = (size_t)g->hada_n;
     const size_t e = (size_t)g->engram_tables * g->engram_sub_dim, K = (size_t)n->K;
     const size_t Q = (size_t)g->q_dim, Kw = (size_t)g->k_dim, Vw = (size_t)g->v_dim, O = (size_t)g->attn_dim;
@@ -1173,7 +1179,7 @@ static void nn_dec_free(needle_net *n, nn_dec *dc)
 static int nn_dec_alloc(needle_net *n, nn_dec *dc, int B, int cap)
 {
     const needle_geometry *g = &n->g;
-    const int F = g->qk_head_dim > g->v_head_dim ? g->qk_head_dim : g->v_head_dim, c = n->c.qkv_conv_taps;
+    const int F = nn_head_F(g), c = n->c.qkv_conv_taps;
     memset(dc, 0, sizeof *dc);
     dc->B = B, dc->cap = cap, dc->c = c;
     for (int s = 0; s < n->nsites; s++) {
