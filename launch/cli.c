@@ -128,21 +128,49 @@ int cli_check_inputs(const job_config *cfg, int which)
     return 0;
 }
 
-/* --init from a loom checkpoint: its model config is the job's (as an HF folder's is). */
-static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned char *explicit)
+/* Whether the job names config field `path` itself (explicit: cli_explicit_model's bytes). */
+static int cli_explicit_field(const unsigned char *explicit, const char *path)
+{
+    int n;
+    const config_field *f = config_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i].path, path) == 0) return explicit[i];
+    return 0;
+}
+
+/* A loom checkpoint's model config as the job's (an HF folder's config.json is, the same way). The
+ * tokenizer it names, unless the job names one: the copy beside it when an import left one
+ * there and the recorded path no longer leads anywhere (it was relative to where the import ran).
+ * `must`: a config that is not loom's (a Needle file's) is an error (--init); else it is left to
+ * the checkpoint's own loader, and the job's model stands. */
+static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned char *explicit, int must)
 {
     char file[1024];
-    if (ckpt_resolve(path, file, sizeof file)) return -1;
-    ckpt_reader *r = ckpt_open(file);
+    if (ckpt_resolve(path, file, sizeof file)) return must ? -1 : 0;
+    ckpt_reader *r = ckpt_open_peek(file);
     if (!r) return -1;
     ckpt_state st = {0};
     model_config saved;
-    int rc = ckpt_read_state(r, &st);
-    if (rc == 0 && config_model_from_json(&saved, st.model_config_json)) rc = loom_fail("%s: %s", file, loom_error());
-    if (rc == 0) rc = session_model_adopt(m, &saved, file, explicit);
+    int rc = ckpt_read_state(r, &st), ours = rc == 0 && config_model_from_json(&saved, st.model_config_json) == 0;
+    if (rc == 0 && !ours && must) rc = loom_fail("%s: %s", file, loom_error());
+    if (rc == 0 && ours) rc = session_model_adopt(m, &saved, file, explicit);
     ckpt_state_free(&st);
     ckpt_close(r);
-    return rc;
+    if (rc || !ours || cli_explicit_field(explicit, "model.tokenizer") || strcmp(m->tokenizer, "byte") == 0 ||
+        access(m->tokenizer, F_OK) == 0)
+        return rc;
+    char dir[1024], tok[1100];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
+    int copy = access(tok, F_OK) == 0;
+    snprintf(tok, sizeof tok, "%s/tokenizer.model", dir);
+    copy = copy || access(tok, F_OK) == 0;
+    size_t n = strlen(dir);
+    if (copy && n < sizeof m->tokenizer) memcpy(m->tokenizer, dir, n + 1);
+    return 0;
 }
 
 /* Which model.* fields the job names itself (its file's "model" object, --set model.X): a base
@@ -173,6 +201,17 @@ static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_F
     return 0;
 }
 
+/* The loom checkpoint whose model config the job takes, if any: --init's; else finetune.base when
+ * it is one (an import, an earlier run; not an HF folder, which brings config.json, nor a Needle
+ * base, which its own loader reads); else, with no base, eval's and sample's --ckpt. */
+static const char *cli_model_ckpt(const cli_job *a, const job_config *cfg)
+{
+    const char *b = cfg->finetune.base;
+    if (a->init) return a->init;
+    if (b[0]) return hf_is_folder(b) || finetune_needle_base(b) ? NULL : b;
+    return a->ckpt && !finetune_needle_base(a->ckpt) ? a->ckpt : NULL;
+}
+
 int cli_load_config(const cli_job *a, job_config *cfg)
 {
     log_set_quiet(a->quiet); /* before anything logs: --quiet leaves results and warnings only */
@@ -180,10 +219,11 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
     /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
     unsigned char explicit[CLI_MAX_FIELDS];
-    if ((hf_is_folder(cfg->finetune.base) || a->init) && cli_explicit_model(a, explicit)) return -1;
+    const char *ckpt = cli_model_ckpt(a, cfg);
+    if ((hf_is_folder(cfg->finetune.base) || ckpt) && cli_explicit_model(a, explicit)) return -1;
     if (hf_is_folder(cfg->finetune.base)) {
         if (session_model_from_hf(&cfg->model, cfg->finetune.base, explicit)) return -1;
-    } else if (a->init && cli_model_from_ckpt(&cfg->model, a->init, explicit)) {
+    } else if (ckpt && cli_model_from_ckpt(&cfg->model, ckpt, explicit, ckpt == a->init)) {
         return -1;
     }
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);

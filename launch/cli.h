@@ -22,8 +22,8 @@ typedef struct cli_job {
 int cli_parse_job(int argc, char **argv, int first, cli_job *a);
 
 /* Load the job config the arguments name, with --set, --out and --backend applied; --init sets
- * finetune.base, and a Hugging Face folder there (or the --init checkpoint) supplies the model
- * config. A path the job file gives relative is taken from the file's folder; --set's, --out's and
+ * finetune.base, and a Hugging Face folder there, or a loom checkpoint (--init's, finetune.base's,
+ * or eval's and sample's --ckpt without a base) supplies the model config. A path the job file gives relative is taken from the file's folder; --set's, --out's and
  * --init's from the current directory. --quiet silences info lines from here on (logs go to stderr, results to stdout:
  * base/log.h). */
 int cli_load_config(const cli_job *a, job_config *cfg);

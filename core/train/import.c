@@ -33,7 +33,7 @@ static int import_piece(void *ctx, int k, size_t e0, size_t n, float *dst)
 }
 
 /* Write the checkpoint: loom's table laid out from the folder's config, filled from the folder. */
-static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
+static int import_write(hf_model *h, job_config *cfg, const char *out_dir, uint64_t tok_hash)
 {
     model m;
     memset(&m, 0, sizeof m);
@@ -52,6 +52,7 @@ static int import_write(hf_model *h, job_config *cfg, const char *out_dir)
         st.world_size = 1;
         st.seed = cfg->train.seed; /* step 0 of the job it records: its state agrees with it (ckpt info, loads) */
         st.backend = "import";
+        st.tokenizer_hash = tok_hash; /* a later load checks the tokenizer by content, not by this path */
         rc = ckpt_save_pieces(out_dir, &st, &g, import_piece, &ic, 0);
     }
     if (rc == 0) log_info("imported %s: %d tensors, %zu parameters", hf_arch_name(h), m.ntensors, m.nparams);
@@ -81,10 +82,12 @@ static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *
     size_t n = strlen(out);
     /* the folder's tokenizer is copied beside the checkpoint: the checkpoint's model names that copy */
     int own_tok = import_tokenizer_ok(cfg->model.tokenizer);
+    uint64_t tok_hash = 0; /* the source's files hash as their copies do */
+    if (own_tok && tokenizer_hash_of(cfg->model.tokenizer, &tok_hash)) tok_hash = 0;
     if (!own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "byte");
     if (n < 4 || strcmp(out + n - 3, ".h5") != 0) {
         if (own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "%.*s", (int)sizeof cfg->model.tokenizer - 1, out);
-        if (session_mkdirs(out) || import_write(h, cfg, out)) return -1;
+        if (session_mkdirs(out) || import_write(h, cfg, out, tok_hash)) return -1;
         return hf_copy_side_files(dir, out, 1);
     }
     char tmp[1100], parent[1100];
@@ -94,7 +97,7 @@ static int import_to(hf_model *h, job_config *cfg, const char *dir, const char *
     if (slash) *slash = '\0';
     else snprintf(parent, sizeof parent, ".");
     if (own_tok) snprintf(cfg->model.tokenizer, sizeof cfg->model.tokenizer, "%.*s", (int)sizeof cfg->model.tokenizer - 1, parent);
-    if (session_mkdirs(parent) || import_write(h, cfg, tmp) || import_move_single(tmp, out)) return -1;
+    if (session_mkdirs(parent) || import_write(h, cfg, tmp, tok_hash) || import_move_single(tmp, out)) return -1;
     return hf_copy_side_files(dir, parent, 1);
 }
 

@@ -385,14 +385,16 @@ int session_maybe_checkpoint(session *s, int final)
     return -1;
 }
 
-/* Check the checkpoint's model config against the job's: same architecture or a clear error. */
-static int session_check_model(const session *s, const char *file, const ckpt_state *st)
+/* Check the checkpoint's model config against the job's: same architecture or a clear error.
+ * `tok`: the same tokenizer too (a resume, the weights eval and sample run); a base is a starting
+ * point whose tokenizer the job chooses, as for an HF folder's (docs/hf.md). */
+static int session_check_model(const session *s, const char *file, const ckpt_state *st, int tok)
 {
     model_config saved;
     if (config_model_from_json(&saved, st->model_config_json))
         return loom_fail("%s: unreadable model config: %s", file, loom_error());
     /* the tokenizer is the same by its content, wherever its file now is: not by the path */
-    if (resume_check_tokenizer(file, st->tokenizer_hash, saved.tokenizer, s->cfg->model.tokenizer)) return -1;
+    if (tok && resume_check_tokenizer(file, st->tokenizer_hash, saved.tokenizer, s->cfg->model.tokenizer)) return -1;
     memcpy(saved.tokenizer, s->cfg->model.tokenizer, sizeof saved.tokenizer);
     const char *field = config_model_diff(&saved, &s->cfg->model);
     if (field)
@@ -517,7 +519,7 @@ static int session_read(session *s, const char *file, ckpt_reader *r)
 {
     ckpt_state st = {0};
     if (ckpt_read_state(r, &st)) return -1;
-    int rc = session_check_model(s, file, &st);
+    int rc = session_check_model(s, file, &st, 1);
     if (rc == 0) rc = session_check_state(file, &st);
     if (rc == 0) rc = session_check_base(s, file, &st);
     if (rc == 0) rc = session_check_shapes(s, file, r);
@@ -555,7 +557,7 @@ int session_load_base(session *s)
     if (!r) return -1;
     ckpt_state st = {0};
     int rc = ckpt_read_state(r, &st);
-    if (rc == 0) rc = session_check_model(s, file, &st);
+    if (rc == 0) rc = session_check_model(s, file, &st, 0);
     if (rc == 0) rc = session_read_group(s, r, "model", bt, nb, SINK_BASE);
     ckpt_tensor *table = rc == 0 ? session_ckpt_table_of(bt, nb) : NULL;
     ckpt_group g = {"model", table, nb, NULL, NULL, NULL};

@@ -66,6 +66,24 @@ run "$loom" export peft run_lora_gpt2/ckpt peft_gpt2
 grep -q 'base_model.model.transformer.h.1.attn.c_attn.lora_B.weight' peft_gpt2/adapter_model.safetensors &&
     grep -q '"fan_in_fan_out":.*true' peft_gpt2/adapter_config.json || { echo "FAIL: GPT-2 PEFT adapter"; exit 1; }
 echo "ok: LoRA from an HF folder -> PEFT adapter and merged HF folder (Qwen2, GPT-2)"
+# a loom import as finetune.base is the HF folder itself: its model config comes with it (the job
+# names no model size) and the fine-tune is the same, bit for bit
+run "$loom" finetune lora.json --set finetune.base=imp_qwen2 --out run_lora_imp --quiet
+run "$loom" export peft run_lora_imp/ckpt peft_qwen2_imp
+cmp -s peft_qwen2/adapter_model.safetensors peft_qwen2_imp/adapter_model.safetensors ||
+    { echo "FAIL: LoRA on the import of qwen2 differs from LoRA on the folder"; exit 1; }
+# eval's and sample's --ckpt of an import, from another folder, with a job that names no model: the
+# import's model, and the tokenizer copied beside it (the path the import recorded was relative to
+# here, qwen2-chat's: its chat template rides with it); the same greedy text as from the HF folder
+echo '{"name": "s"}' >s.json
+mkdir -p elsewhere
+run "$loom" import "$fix/qwen2-chat" imp_chat
+(cd elsewhere && timeout 120 "$loom" sample ../s.json --ckpt ../imp_chat --prompt "w1 w2" --max-new 8 >../s_imp.txt 2>>../log.txt) ||
+    { echo "FAIL: sample --ckpt of an import from another folder"; tail -3 log.txt; exit 1; }
+timeout 120 "$loom" sample s.json --set finetune.base="$fix/qwen2-chat" --prompt "w1 w2" --max-new 8 >s_hf.txt 2>>log.txt ||
+    { echo "FAIL: sample from the qwen2-chat folder"; tail -3 log.txt; exit 1; }
+[ -s s_hf.txt ] && cmp -s s_imp.txt s_hf.txt || { echo "FAIL: sample from the import differs:"; cat s_imp.txt s_hf.txt; exit 1; }
+echo "ok: an import as finetune.base and as --ckpt: its model and tokenizer, the folder's bits"
 # model.* fields the job sets itself against the folder's config.json: agreeing ones and a lower
 # max_seq (RoPE) run; a conflicting one (--set or the job file) is one line naming both values
 run "$loom" finetune lora.json --set finetune.base="$fix/qwen2" --set model.d_model=32 --set model.norm=rmsnorm \
