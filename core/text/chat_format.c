@@ -126,76 +126,8 @@ static int loom_render(chat_writer *w, const sft_example *ex, int prompt_only)
     return 0;
 }
 
-/* ---- JSON as Python's json.dumps (the `tojson` of chat templates): ", " and ": " ---- */
-
-typedef struct chat_buf {
-    char *s;
-    size_t n, cap;
-} chat_buf;
-
-static void buf_add(chat_buf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) return;
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void buf_str(chat_buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-static void py_string(chat_buf *b, const char *s)
-{
-    buf_str(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; buf_add(b, esc, 2); }
-        else if (c == '\n') buf_str(b, "\\n");
-        else if (c == '\r') buf_str(b, "\\r");
-        else if (c == '\t') buf_str(b, "\\t");
-        else if (c == '\b') buf_str(b, "\\b");
-        else if (c == '\f') buf_str(b, "\\f");
-        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); buf_str(b, esc); }
-        else buf_add(b, (const char *)&c, 1);
-    }
-    buf_str(b, "\"");
-}
-
-/* Numbers: integers as integers, others as the shortest text that reads back the same. */
-/* tojson's number: Python's int or float repr of what json.loads read (pyjson.h) */
-static void py_number(chat_buf *b, const cJSON *v)
-{
-    char t[PYJSON_NUMBER_BUF];
-    buf_str(b, pyjson_number(v, t));
-}
-
-static void py_json(chat_buf *b, const cJSON *v)
-{
-    if (cJSON_IsString(v)) py_string(b, v->valuestring);
-    else if (cJSON_IsNumber(v)) py_number(b, v);
-    else if (cJSON_IsTrue(v)) buf_str(b, "true");
-    else if (cJSON_IsFalse(v)) buf_str(b, "false");
-    else if (cJSON_IsNull(v)) buf_str(b, "null");
-    else {
-        int obj = cJSON_IsObject(v), first = 1;
-        buf_str(b, obj ? "{" : "[");
-        const cJSON *c;
-        cJSON_ArrayForEach(c, v) {
-            if (!first) buf_str(b, ", ");
-            first = 0;
-            if (obj) { py_string(b, c->string); buf_str(b, ": "); }
-            py_json(b, c);
-        }
-        buf_str(b, obj ? "}" : "]");
-    }
-}
+/* Jinja's tojson (the templates' form of json.dumps: ", " and ": " on one line). */
+static void chat_tojson(pyjson_buf *b, const cJSON *v) { pyjson_dump(b, v, ", ", ": ", -1); }
 
 /* ---- ChatML with Hermes tools (Qwen2.5's template; "chatml" without its default system; "qwen3"
  * with Qwen3's assistant turns) ---- */
@@ -210,15 +142,15 @@ static void chatml_system(chat_writer *w, const sft_example *ex, const char *sys
 {
     int tools = ex->tools && cJSON_GetArraySize(ex->tools) > 0;
     if (!tools && !sys) return;
-    chat_buf b = {0};
-    buf_str(&b, sys ? sys : "");
+    pyjson_buf b = {0};
+    pyjson_str(&b, sys ? sys : "");
     if (tools) {
-        buf_str(&b, sys ? "\n\n# Tools\n\n" : "# Tools\n\n");
-        buf_str(&b, "You may call one or more functions to assist with the user query.\n\nYou are "
+        pyjson_str(&b, sys ? "\n\n# Tools\n\n" : "# Tools\n\n");
+        pyjson_str(&b, "You may call one or more functions to assist with the user query.\n\nYou are "
                     "provided with function signatures within <tools></tools> XML tags:\n<tools>");
         const cJSON *t;
-        cJSON_ArrayForEach(t, ex->tools) { buf_str(&b, "\n"); py_json(&b, t); }
-        buf_str(&b, "\n</tools>\n\nFor each function call, return a json object with function name and "
+        cJSON_ArrayForEach(t, ex->tools) { pyjson_str(&b, "\n"); chat_tojson(&b, t); }
+        pyjson_str(&b, "\n</tools>\n\nFor each function call, return a json object with function name and "
                     "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
                     "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
     }
@@ -231,21 +163,21 @@ static void chatml_system(chat_writer *w, const sft_example *ex, const char *sys
 
 /* Each call as a <tool_call> block, a newline before each but the first (and before the first
  * too when nl). */
-static void chatml_calls(chat_buf *b, const chat_msg *m, int nl)
+static void chatml_calls(pyjson_buf *b, const chat_msg *m, int nl)
 {
     const cJSON *c;
     cJSON_ArrayForEach(c, m->calls) {
-        if (nl || c != m->calls->child) buf_str(b, "\n");
-        buf_str(b, "<tool_call>\n{\"name\": \"");
-        buf_str(b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
-        buf_str(b, "\", \"arguments\": ");
-        py_json(b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
-        buf_str(b, "}\n</tool_call>");
+        if (nl || c != m->calls->child) pyjson_str(b, "\n");
+        pyjson_str(b, "<tool_call>\n{\"name\": \"");
+        pyjson_str(b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+        pyjson_str(b, "\", \"arguments\": ");
+        chat_tojson(b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+        pyjson_str(b, "}\n</tool_call>");
     }
 }
 
 /* The turn's text (in the loss), then <|im_end|> (in the loss) and its newline (not). */
-static void chatml_turn_end(chat_writer *w, chat_buf *b)
+static void chatml_turn_end(chat_writer *w, pyjson_buf *b)
 {
     chat_put_text(w, b->s ? b->s : "", 1);
     chat_put(w, w->ct->im_end, 1);
@@ -257,8 +189,8 @@ static void chatml_turn_end(chat_writer *w, chat_buf *b)
  * block. Reasoning is dropped, as that template (and generic Hermes ChatML) drops it. */
 static void chatml_assistant(chat_writer *w, const chat_msg *m)
 {
-    chat_buf b = {0};
-    if (m->content) buf_str(&b, m->content);
+    pyjson_buf b = {0};
+    if (m->content) pyjson_str(&b, m->content);
     chatml_calls(&b, m, b.n > 0);
     chatml_turn_end(w, &b);
 }
@@ -308,17 +240,17 @@ static void qwen3_assistant(chat_writer *w, const chat_msg *m, int after_query, 
         for (const char *p = close; (p = strstr(p, "</think>")) != NULL; p++) c = p + strlen("</think>");
         nl_strip(&c, &ce, 1, 0);
     }
-    chat_buf b = {0};
+    pyjson_buf b = {0};
     if (after_query && (last || re > r)) {
         const char *cs = c;
         nl_strip(&r, &re, 1, 1);
         nl_strip(&cs, &ce, 1, 0);
-        buf_str(&b, "<think>\n");
-        buf_add(&b, r, (size_t)(re - r));
-        buf_str(&b, "\n</think>\n\n");
-        buf_add(&b, cs, (size_t)(ce - cs));
+        pyjson_str(&b, "<think>\n");
+        pyjson_add(&b, r, (size_t)(re - r));
+        pyjson_str(&b, "\n</think>\n\n");
+        pyjson_add(&b, cs, (size_t)(ce - cs));
     } else {
-        buf_add(&b, c, (size_t)(ce - c));
+        pyjson_add(&b, c, (size_t)(ce - c));
     }
     chatml_calls(&b, m, ce > c);
     chatml_turn_end(w, &b);
@@ -379,34 +311,6 @@ static int qwen3_render(chat_writer *w, const sft_example *ex, int prompt_only)
 
 /* ---- Llama 3.1 / 3.2 (tools in the first user turn, one call per assistant turn) ---- */
 
-static void py_indent(chat_buf *b, int level)
-{
-    buf_str(b, "\n");
-    for (int i = 0; i < level * 4; i++) buf_str(b, " ");
-}
-
-/* json.dumps(v, indent=4) */
-static void py_json_indent(chat_buf *b, const cJSON *v, int level)
-{
-    if (!(cJSON_IsObject(v) || cJSON_IsArray(v)) || !v->child) {
-        if (cJSON_IsObject(v)) buf_str(b, "{}");
-        else if (cJSON_IsArray(v)) buf_str(b, "[]");
-        else py_json(b, v);
-        return;
-    }
-    int obj = cJSON_IsObject(v);
-    buf_str(b, obj ? "{" : "[");
-    const cJSON *c;
-    cJSON_ArrayForEach(c, v) {
-        py_indent(b, level + 1);
-        if (obj) { py_string(b, c->string); buf_str(b, ": "); }
-        py_json_indent(b, c, level + 1);
-        if (c->next) buf_str(b, ",");
-    }
-    py_indent(b, level);
-    buf_str(b, obj ? "}" : "]");
-}
-
 /* Jinja's |trim: surrounding whitespace off. */
 static char *chat_trim(const char *s)
 {
@@ -443,14 +347,14 @@ static void llama3_system(chat_writer *w, const sft_example *ex, const char *sys
 
 static void llama3_tools_turn(chat_writer *w, const sft_example *ex, const char *first_user)
 {
-    chat_buf b = {0};
-    buf_str(&b, "Given the following functions, please respond with a JSON for a function call with its "
+    pyjson_buf b = {0};
+    pyjson_str(&b, "Given the following functions, please respond with a JSON for a function call with its "
                 "proper arguments that best answers the given prompt.\n\nRespond in the format {\"name\": "
                 "function name, \"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
     const cJSON *t;
-    cJSON_ArrayForEach(t, ex->tools) { py_json_indent(&b, t, 0); buf_str(&b, "\n\n"); }
+    cJSON_ArrayForEach(t, ex->tools) { pyjson_dump(&b, t, ",", ": ", 4); pyjson_str(&b, "\n\n"); }
     char *u = chat_trim(first_user ? first_user : "");
-    if (u) buf_str(&b, u);
+    if (u) pyjson_str(&b, u);
     free(u);
     llama3_header(w, "user");
     chat_put_text(w, b.s ? b.s : "", 0);
@@ -476,12 +380,12 @@ static int llama3_render(chat_writer *w, const sft_example *ex, int prompt_only)
                 return loom_fail("chat format llama3 has one tool call per assistant turn; messages[%d] has %d", i,
                                  cJSON_GetArraySize(m->calls));
             const cJSON *c = m->calls->child;
-            chat_buf b = {0};
-            buf_str(&b, "{\"name\": \"");
-            buf_str(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
-            buf_str(&b, "\", \"parameters\": ");
-            py_json(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
-            buf_str(&b, "}");
+            pyjson_buf b = {0};
+            pyjson_str(&b, "{\"name\": \"");
+            pyjson_str(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+            pyjson_str(&b, "\", \"parameters\": ");
+            chat_tojson(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+            pyjson_str(&b, "}");
             llama3_header(w, "assistant");
             chat_put_text(w, b.s ? b.s : "", 1);
             chat_put(w, w->ct->eot, 1);
@@ -492,8 +396,8 @@ static int llama3_render(chat_writer *w, const sft_example *ex, int prompt_only)
         int a = m->role == CHAT_ASSISTANT;
         llama3_header(w, names[m->role]);
         if (m->role == CHAT_TOOL) { /* the template's `content is iterable` holds for a string: tojson */
-            chat_buf q = {0};
-            py_string(&q, m->content ? m->content : "");
+            pyjson_buf q = {0};
+            pyjson_string(&q, m->content ? m->content : "");
             chat_put_text(w, q.s ? q.s : "", 0);
             free(q.s);
         } else { /* the template writes message['content'] | trim */
@@ -544,24 +448,24 @@ static int mistral_check(const sft_example *ex, int from)
  * them), other values as tojson. A Needle tool (no "function" wrapper) is its own function. */
 static void mistral_tools(chat_writer *w, const sft_example *ex)
 {
-    chat_buf b = {0};
-    buf_str(&b, " [");
+    pyjson_buf b = {0};
+    pyjson_str(&b, " [");
     const cJSON *t, *kv;
     cJSON_ArrayForEach(t, ex->tools) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
         if (!cJSON_IsObject(f)) f = t;
         int first = 1;
-        buf_str(&b, "{\"type\": \"function\", \"function\": {");
+        pyjson_str(&b, "{\"type\": \"function\", \"function\": {");
         cJSON_ArrayForEach(kv, f) {
             if (strcmp(kv->string, "return") == 0) continue;
-            buf_str(&b, first ? "\"" : ", \"");
+            pyjson_str(&b, first ? "\"" : ", \"");
             first = 0;
-            buf_str(&b, kv->string);
-            buf_str(&b, "\": ");
-            if (cJSON_IsString(kv)) { buf_str(&b, "\""); buf_str(&b, kv->valuestring); buf_str(&b, "\""); }
-            else py_json(&b, kv);
+            pyjson_str(&b, kv->string);
+            pyjson_str(&b, "\": ");
+            if (cJSON_IsString(kv)) { pyjson_str(&b, "\""); pyjson_str(&b, kv->valuestring); pyjson_str(&b, "\""); }
+            else chat_tojson(&b, kv);
         }
-        buf_str(&b, t->next ? "}}, " : "}}]");
+        pyjson_str(&b, t->next ? "}}, " : "}}]");
     }
     chat_put(w, w->ct->tools, 0);
     chat_put_text(w, b.s ? b.s : "", 0);
@@ -571,15 +475,15 @@ static void mistral_tools(chat_writer *w, const sft_example *ex)
 
 /* A tool call id, when the data has one, must be 9 characters (the template refuses others);
  * without one the call is written without "id" (Needle rows have none; the template refuses). */
-static int mistral_id(chat_buf *b, const char *key, const cJSON *id, int i)
+static int mistral_id(pyjson_buf *b, const char *key, const cJSON *id, int i)
 {
     if (!cJSON_IsString(id)) return 0;
     if (utf8_chars(id->valuestring) != 9)
         return loom_fail("chat format mistral needs tool call ids of 9 characters; messages[%d] has \"%s\"", i,
                          id->valuestring);
-    buf_str(b, key);
-    buf_str(b, id->valuestring);
-    buf_str(b, "\"");
+    pyjson_str(b, key);
+    pyjson_str(b, id->valuestring);
+    pyjson_str(b, "\"");
     return 0;
 }
 
@@ -587,17 +491,17 @@ static int mistral_id(chat_buf *b, const char *key, const cJSON *id, int i)
  * template drops it. */
 static int mistral_calls(chat_writer *w, const chat_msg *m, int i)
 {
-    chat_buf b = {0};
-    buf_str(&b, " [");
+    pyjson_buf b = {0};
+    pyjson_str(&b, " [");
     int j = 0, rc = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, m->calls) {
-        buf_str(&b, "{\"name\": ");
-        py_string(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
-        buf_str(&b, ", \"arguments\": ");
-        py_json(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
+        pyjson_str(&b, "{\"name\": ");
+        pyjson_string(&b, cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+        pyjson_str(&b, ", \"arguments\": ");
+        chat_tojson(&b, cJSON_GetObjectItemCaseSensitive(c, "arguments"));
         if (!rc) rc = mistral_id(&b, ", \"id\": \"", m->call_ids ? cJSON_GetArrayItem(m->call_ids, j) : NULL, i);
-        buf_str(&b, c->next ? "}, " : "}]");
+        pyjson_str(&b, c->next ? "}, " : "}]");
         j++;
     }
     if (!rc) {
@@ -612,13 +516,13 @@ static int mistral_calls(chat_writer *w, const chat_msg *m, int i)
 /* [TOOL_RESULTS] {"content": RESULT, "call_id": ".."}[/TOOL_RESULTS], the result as written. */
 static int mistral_result(chat_writer *w, const chat_msg *m, int i)
 {
-    chat_buf b = {0};
-    buf_str(&b, " {\"content\": ");
-    buf_str(&b, m->content ? m->content : "");
+    pyjson_buf b = {0};
+    pyjson_str(&b, " {\"content\": ");
+    pyjson_str(&b, m->content ? m->content : "");
     cJSON *id = m->call_id ? cJSON_CreateString(m->call_id) : NULL;
     int rc = mistral_id(&b, ", \"call_id\": \"", id, i);
     cJSON_Delete(id);
-    buf_str(&b, "}");
+    pyjson_str(&b, "}");
     if (!rc) {
         chat_put(w, w->ct->results, 0);
         chat_put_text(w, b.s, 0);
@@ -891,19 +795,19 @@ int chat_extract_calls(const chat_template *ct, const int32_t *tokens, int n, ch
     tokenizer_decode(ct->tok, tokens, (size_t)end, text, tcap, 1);
     if (ct->fmt->render == llama3_render) return llama3_extract(text, out, cap);
     if (ct->fmt->render == mistral_render) return mistral_extract(ct, tokens, end, text, out, cap);
-    chat_buf b = {0};
-    buf_str(&b, "[");
+    pyjson_buf b = {0};
+    pyjson_str(&b, "[");
     int k = 0;
     const char *from = ct->fmt->render == qwen3_render ? strstr(text, "</think>") : NULL; /* not in the reasoning */
     for (const char *p = strstr(from ? from : text, "<tool_call>"); p; p = strstr(p, "<tool_call>")) {
         const char *q = strstr(p, "</tool_call>");
         p += strlen("<tool_call>");
         if (!q) q = p + strlen(p);
-        if (k++) buf_str(&b, ",");
-        buf_add(&b, p, (size_t)(q - p));
+        if (k++) pyjson_str(&b, ",");
+        pyjson_add(&b, p, (size_t)(q - p));
         p = q;
     }
-    buf_str(&b, "]");
+    pyjson_str(&b, "]");
     free(text);
     size_t len = b.s ? (b.n < cap ? b.n : cap - 1) : 0;
     if (b.s) memcpy(out, b.s, len);

@@ -13,30 +13,6 @@
 
 /* ---- small pieces ---- */
 
-typedef struct nd_buf {
-    char *s;
-    size_t n, cap;
-    int err;
-} nd_buf;
-
-static void nd_add(nd_buf *b, const char *s, size_t n)
-{
-    if (b->err) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) { b->err = 1; return; }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void nd_str(nd_buf *b, const char *s) { nd_add(b, s, strlen(s)); }
-
 static char *nd_dup(const char *s)
 {
     size_t n = strlen(s) + 1;
@@ -45,15 +21,6 @@ static char *nd_dup(const char *s)
     return p;
 }
 
-/* obj[key] as a Python dict built by json.loads holds it: the last of duplicate keys. */
-static cJSON *nd_get(const cJSON *obj, const char *key)
-{
-    cJSON *last = NULL, *c;
-    if (!cJSON_IsObject(obj)) return NULL;
-    for (c = obj->child; c; c = c->next)
-        if (c->string && strcmp(c->string, key) == 0) last = c;
-    return last;
-}
 
 /* Python's truth of a JSON value (a missing one is falsy). */
 static int nd_truthy(const cJSON *v)
@@ -107,70 +74,12 @@ static char *nd_strip(const char *s, int *err)
     return o;
 }
 
-/* A number as Python prints what json.loads made of it (pyjson.h). */
-static void nd_number(nd_buf *b, const cJSON *v)
-{
-    char t[PYJSON_NUMBER_BUF];
-    nd_str(b, pyjson_number(v, t));
-}
-
-/* ---- json.dumps(v, separators=(",", ":"), ensure_ascii=False) ---- */
-
-static void nd_string(nd_buf *b, const char *s)
-{
-    nd_str(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; nd_add(b, esc, 2); }
-        else if (c == '\n') nd_str(b, "\\n");
-        else if (c == '\r') nd_str(b, "\\r");
-        else if (c == '\t') nd_str(b, "\\t");
-        else if (c == '\b') nd_str(b, "\\b");
-        else if (c == '\f') nd_str(b, "\\f");
-        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); nd_str(b, esc); }
-        else nd_add(b, (const char *)&c, 1);
-    }
-    nd_str(b, "\"");
-}
-
-static void nd_dump(nd_buf *b, const cJSON *v)
-{
-    if (cJSON_IsString(v)) nd_string(b, v->valuestring);
-    else if (cJSON_IsNumber(v)) nd_number(b, v);
-    else if (cJSON_IsTrue(v)) nd_str(b, "true");
-    else if (cJSON_IsFalse(v)) nd_str(b, "false");
-    else if (cJSON_IsNull(v) || !v) nd_str(b, "null");
-    else if (cJSON_IsArray(v)) {
-        nd_str(b, "[");
-        for (const cJSON *c = v->child; c; c = c->next) {
-            nd_dump(b, c);
-            if (c->next) nd_str(b, ",");
-        }
-        nd_str(b, "]");
-    } else { /* a dict: each key once, where it first came, with its last value */
-        nd_str(b, "{");
-        int first = 1;
-        for (const cJSON *c = v->child; c; c = c->next) {
-            const cJSON *d = v->child;
-            while (d != c && strcmp(d->string, c->string) != 0) d = d->next;
-            if (d != c) continue;
-            if (!first) nd_str(b, ",");
-            first = 0;
-            nd_string(b, c->string);
-            nd_str(b, ":");
-            nd_dump(b, nd_get(v, c->string));
-        }
-        nd_str(b, "}");
-    }
-}
-
 /* A value as render_example writes it: a string verbatim, anything else dumped. */
 static char *nd_text(const cJSON *v)
 {
     if (cJSON_IsString(v)) return nd_dup(v->valuestring);
-    nd_buf b = {0};
-    nd_dump(&b, v);
+    pyjson_buf b = {0};
+    pyjson_dump(&b, v, ",", ":", -1); /* json.dumps(v, separators=(",", ":"), ensure_ascii=False) */
     if (b.err) { free(b.s); return NULL; }
     return b.s;
 }
@@ -205,12 +114,12 @@ static int nd_opt_text(const cJSON *v, const char *what, char **out)
  * reasoning, system. */
 static int nd_native(const cJSON *root, sft_example *ex)
 {
-    const cJSON *query = nd_get(root, "query"), *tools = nd_get(root, "tools");
-    const cJSON *answers = nd_get(root, "answers");
-    if (!answers) answers = nd_get(root, "function_calls");
+    const cJSON *query = pyjson_get(root, "query"), *tools = pyjson_get(root, "tools");
+    const cJSON *answers = pyjson_get(root, "answers");
+    if (!answers) answers = pyjson_get(root, "function_calls");
     if (!cJSON_IsString(query)) return loom_fail("'query' must be a string");
-    if (nd_opt_text(nd_get(root, "reasoning"), "reasoning", &ex->reasoning) ||
-        nd_opt_text(nd_get(root, "system"), "system", &ex->system))
+    if (nd_opt_text(pyjson_get(root, "reasoning"), "reasoning", &ex->reasoning) ||
+        nd_opt_text(pyjson_get(root, "system"), "system", &ex->system))
         return -1;
     cJSON *empty = cJSON_CreateArray();
     ex->query = nd_dup(query->valuestring);
@@ -246,11 +155,11 @@ static cJSON *nd_chat_tools(const cJSON *tools)
     }
     for (const cJSON *t = tools->child; t; t = t->next) {
         if (cJSON_IsObject(tools)) { /* a dict iterates its keys, each once */
-            if (nd_get(tools, t->string) != t) continue;
+            if (pyjson_get(tools, t->string) != t) continue;
             cJSON_AddItemToArray(out, cJSON_CreateString(t->string));
             continue;
         }
-        const cJSON *f = cJSON_IsObject(t) ? nd_get(t, "function") : NULL;
+        const cJSON *f = cJSON_IsObject(t) ? pyjson_get(t, "function") : NULL;
         cJSON_AddItemToArray(out, cJSON_Duplicate(f ? f : t, 1));
     }
     return out;
@@ -260,10 +169,10 @@ static cJSON *nd_chat_tools(const cJSON *tools)
 static cJSON *nd_chat_call(const cJSON *call, int j)
 {
     if (!cJSON_IsObject(call)) { loom_fail("tool_calls[%d] must be an object", j); return NULL; }
-    const cJSON *fn = nd_get(call, "function");
+    const cJSON *fn = pyjson_get(call, "function");
     if (!nd_truthy(fn)) fn = call;
     if (!cJSON_IsObject(fn)) { loom_fail("tool_calls[%d]: 'function' must be an object", j); return NULL; }
-    const cJSON *args = nd_get(fn, "arguments"), *name = nd_get(fn, "name");
+    const cJSON *args = pyjson_get(fn, "arguments"), *name = pyjson_get(fn, "name");
     cJSON *parsed = NULL, *c = cJSON_CreateObject();
     int err = 0;
     char *blank = cJSON_IsString(args) ? nd_strip(args->valuestring, &err) : NULL;
@@ -293,7 +202,7 @@ static int nd_chat_turns(const cJSON *msgs, const cJSON **user, const cJSON **as
     const cJSON *t[2] = {NULL, NULL};
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         if (!cJSON_IsObject(m)) return loom_fail("messages[%d] must be an object", i);
-        const cJSON *role = nd_get(m, "role");
+        const cJSON *role = pyjson_get(m, "role");
         if (cJSON_IsString(role) && strcmp(role->valuestring, "system") == 0) {
             if (!*sys) *sys = m;
             continue;
@@ -301,7 +210,7 @@ static int nd_chat_turns(const cJSON *msgs, const cJSON **user, const cJSON **as
         if (turns < 2) t[turns] = m;
         turns++;
     }
-    const cJSON *r0 = t[0] ? nd_get(t[0], "role") : NULL, *r1 = t[1] ? nd_get(t[1], "role") : NULL;
+    const cJSON *r0 = t[0] ? pyjson_get(t[0], "role") : NULL, *r1 = t[1] ? pyjson_get(t[1], "role") : NULL;
     if (turns != 2 || !cJSON_IsString(r0) || strcmp(r0->valuestring, "user") != 0 || !cJSON_IsString(r1) ||
         strcmp(r1->valuestring, "assistant") != 0)
         return loom_fail("'messages' must be one user turn answered by one assistant turn (system turns aside), as "
@@ -313,14 +222,14 @@ static int nd_chat_turns(const cJSON *msgs, const cJSON **user, const cJSON **as
 
 static int nd_chat(const cJSON *root, sft_example *ex)
 {
-    const cJSON *msgs = nd_get(root, "messages"), *user = NULL, *asst = NULL, *sys = NULL;
+    const cJSON *msgs = pyjson_get(root, "messages"), *user = NULL, *asst = NULL, *sys = NULL;
     if (!msgs) return loom_fail("missing field 'query' (a Needle row) or 'messages' (a single-turn chat)");
     if (!cJSON_IsArray(msgs)) return loom_fail("'messages' must be an array");
     if (nd_chat_turns(msgs, &user, &asst, &sys)) return -1;
-    const cJSON *content = nd_get(user, "content"), *calls = nd_get(asst, "tool_calls");
+    const cJSON *content = pyjson_get(user, "content"), *calls = pyjson_get(asst, "tool_calls");
     if (nd_truthy(content) && !cJSON_IsString(content)) return loom_fail("the user turn's 'content' must be a string");
     if (nd_truthy(calls) && !cJSON_IsArray(calls)) return loom_fail("the assistant turn's 'tool_calls' must be an array");
-    if (sys && nd_opt_text(nd_get(sys, "content"), "content' of the system turn", &ex->system)) return -1;
+    if (sys && nd_opt_text(pyjson_get(sys, "content"), "content' of the system turn", &ex->system)) return -1;
     ex->answers = cJSON_CreateArray();
     int j = 0;
     for (const cJSON *c = nd_truthy(calls) ? calls->child : NULL; c && ex->answers; c = c->next, j++) {
@@ -328,7 +237,7 @@ static int nd_chat(const cJSON *root, sft_example *ex)
         if (!one) return -1;
         cJSON_AddItemToArray(ex->answers, one);
     }
-    cJSON *tools = nd_chat_tools(nd_get(root, "tools"));
+    cJSON *tools = nd_chat_tools(pyjson_get(root, "tools"));
     if (!tools) return -1;
     ex->query = nd_dup(nd_truthy(content) ? content->valuestring : "");
     ex->tools_json = nd_text(tools);
@@ -341,7 +250,7 @@ int chat_needle_parse(cJSON *root, const char *text, size_t n, sft_example *ex)
 {
     if (!cJSON_IsObject(root)) return loom_fail("line is not a JSON object");
     if (pyjson_keep_numbers(root, text, n)) return -1;
-    return nd_get(root, "query") ? nd_native(root, ex) : nd_chat(root, ex);
+    return pyjson_get(root, "query") ? nd_native(root, ex) : nd_chat(root, ex);
 }
 
 /* ---- rendering (render_example, _encode) ---- */
@@ -370,20 +279,20 @@ static int nd_row_of(const sft_example *ex, nd_row *r)
 /* prompt: [<|im_start|>system\nSYSTEM<|im_end|>\n]<|im_start|>user\n<tools>TOOLS</tools>\nQUERY
  * <|im_end|>\n<|im_start|>assistant\n; target: [<think>\nREASONING\n</think>\n]<tool_call>
  * ANSWERS</tool_call><|im_end|>. The markers are text: the tokenizer matches them. */
-static int nd_texts(const nd_row *r, nd_buf *prompt, nd_buf *target)
+static int nd_texts(const nd_row *r, pyjson_buf *prompt, pyjson_buf *target)
 {
     int err = 0;
     char *sys = r->system ? nd_strip(r->system, &err) : NULL, *why = r->reasoning ? nd_strip(r->reasoning, &err) : NULL;
-    if (sys) { nd_str(prompt, "<|im_start|>system\n"); nd_str(prompt, sys); nd_str(prompt, "<|im_end|>\n"); }
-    nd_str(prompt, "<|im_start|>user\n<tools>");
-    nd_str(prompt, r->tools);
-    nd_str(prompt, "</tools>\n");
-    nd_str(prompt, r->query);
-    nd_str(prompt, "<|im_end|>\n<|im_start|>assistant\n");
-    if (why) { nd_str(target, "<think>\n"); nd_str(target, why); nd_str(target, "\n</think>\n"); }
-    nd_str(target, "<tool_call>");
-    nd_str(target, r->answers);
-    nd_str(target, "</tool_call><|im_end|>");
+    if (sys) { pyjson_str(prompt, "<|im_start|>system\n"); pyjson_str(prompt, sys); pyjson_str(prompt, "<|im_end|>\n"); }
+    pyjson_str(prompt, "<|im_start|>user\n<tools>");
+    pyjson_str(prompt, r->tools);
+    pyjson_str(prompt, "</tools>\n");
+    pyjson_str(prompt, r->query);
+    pyjson_str(prompt, "<|im_end|>\n<|im_start|>assistant\n");
+    if (why) { pyjson_str(target, "<think>\n"); pyjson_str(target, why); pyjson_str(target, "\n</think>\n"); }
+    pyjson_str(target, "<tool_call>");
+    pyjson_str(target, r->answers);
+    pyjson_str(target, "</tool_call><|im_end|>");
     free(sys);
     free(why);
     return err || prompt->err || target->err ? loom_fail("out of memory") : 0;
@@ -405,7 +314,7 @@ static void nd_emit(nd_out *o, int32_t id, uint8_t m)
 }
 
 /* One encode call of the tokenizer (its own dummy prefix), every id with mask m. */
-static int nd_encode(const chat_template *ct, const nd_buf *text, nd_out *o, uint8_t m)
+static int nd_encode(const chat_template *ct, const pyjson_buf *text, nd_out *o, uint8_t m)
 {
     size_t count;
     int32_t *ids = tokenizer_encode_alloc(ct->tok, text->s ? text->s : "", text->n, &count);
@@ -419,7 +328,7 @@ int chat_needle_render(const chat_template *ct, const sft_example *ex, int32_t *
                        int prompt_only)
 {
     nd_row r;
-    nd_buf prompt = {0}, target = {0};
+    pyjson_buf prompt = {0}, target = {0};
     nd_out o = {tokens, mask, cap, 0};
     int rc = nd_row_of(ex, &r);
     if (rc == 0) rc = nd_texts(&r, &prompt, &target);

@@ -1,4 +1,4 @@
-/* pyjson.c: JSON numbers as Python's json module reads and writes them (see pyjson.h). */
+/* pyjson.c: JSON as Python's json module reads and writes it (see pyjson.h). */
 #include "core/text/pyjson.h"
 
 #include <math.h>
@@ -158,4 +158,93 @@ const char *pyjson_number(const cJSON *v, char tmp[PYJSON_NUMBER_BUF])
     pj_out o = {tmp, 0};
     pj_float(&o, x);
     return tmp;
+}
+
+void pyjson_add(pyjson_buf *b, const char *s, size_t n)
+{
+    if (b->err) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) { b->err = 1; return; }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+void pyjson_str(pyjson_buf *b, const char *s) { pyjson_add(b, s, strlen(s)); }
+
+void pyjson_string(pyjson_buf *b, const char *s)
+{
+    pyjson_str(b, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; pyjson_add(b, esc, 2); }
+        else if (c == '\n') pyjson_str(b, "\\n");
+        else if (c == '\r') pyjson_str(b, "\\r");
+        else if (c == '\t') pyjson_str(b, "\\t");
+        else if (c == '\b') pyjson_str(b, "\\b");
+        else if (c == '\f') pyjson_str(b, "\\f");
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); pyjson_str(b, esc); }
+        else pyjson_add(b, (const char *)&c, 1);
+    }
+    pyjson_str(b, "\"");
+}
+
+const cJSON *pyjson_get(const cJSON *obj, const char *key)
+{
+    const cJSON *last = NULL;
+    if (!cJSON_IsObject(obj)) return NULL;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0) last = c;
+    return last;
+}
+
+/* A new line and `indent` spaces for each of `level` levels. */
+static void pyjson_indent(pyjson_buf *b, int indent, int level)
+{
+    pyjson_str(b, "\n");
+    for (int i = 0; i < indent * level; i++) pyjson_str(b, " ");
+}
+
+static void pyjson_dump_at(pyjson_buf *b, const cJSON *v, const char *item_sep, const char *key_sep, int indent,
+                           int level)
+{
+    char t[PYJSON_NUMBER_BUF];
+    if (!v || cJSON_IsNull(v)) pyjson_str(b, "null");
+    else if (cJSON_IsString(v)) pyjson_string(b, v->valuestring);
+    else if (cJSON_IsNumber(v)) pyjson_str(b, pyjson_number(v, t));
+    else if (cJSON_IsTrue(v)) pyjson_str(b, "true");
+    else if (cJSON_IsFalse(v)) pyjson_str(b, "false");
+    else if (!v->child) pyjson_str(b, cJSON_IsObject(v) ? "{}" : "[]");
+    else {
+        int obj = cJSON_IsObject(v), first = 1;
+        pyjson_str(b, obj ? "{" : "[");
+        for (const cJSON *c = v->child; c; c = c->next) {
+            const cJSON *val = c;
+            if (obj) { /* a key again: the dict kept its first place and its last value */
+                const cJSON *d = v->child;
+                while (d != c && strcmp(d->string, c->string) != 0) d = d->next;
+                if (d != c) continue;
+                val = pyjson_get(v, c->string);
+            }
+            if (!first) pyjson_str(b, item_sep);
+            first = 0;
+            if (indent >= 0) pyjson_indent(b, indent, level + 1);
+            if (obj) { pyjson_string(b, c->string); pyjson_str(b, key_sep); }
+            pyjson_dump_at(b, val, item_sep, key_sep, indent, level + 1);
+        }
+        if (indent >= 0) pyjson_indent(b, indent, level);
+        pyjson_str(b, obj ? "}" : "]");
+    }
+}
+
+void pyjson_dump(pyjson_buf *b, const cJSON *v, const char *item_sep, const char *key_sep, int indent)
+{
+    pyjson_dump_at(b, v, item_sep, key_sep, indent, 0);
 }

@@ -428,8 +428,40 @@ static void check_load_and_padding(void)
     tokenizer_free(tok);
 }
 
+/* pyjson_dump in the three forms the templates use, on a dict with a repeated key (json.loads
+ * keeps its first place and its last value), nested and empty containers, the number forms and
+ * a string with escapes and UTF-8. Expected: what Python 3's json.dumps printed for
+ * json.loads(row) with ensure_ascii=False and the same separators / indent. */
+static void check_pyjson_dump(void)
+{
+    const char *row = "{\"b\": 1, \"a\": [1.0, 2, 1e5, -0, \"x\\ty\\u0001\\u00e9\"], "
+                      "\"b\": {\"k\": null, \"e\": {}, \"l\": [], \"t\": true}}";
+    const char *want_tojson = "{\"b\": {\"k\": null, \"e\": {}, \"l\": [], \"t\": true}, "
+                              "\"a\": [1.0, 2, 100000.0, 0, \"x\\ty\\u0001\xc3\xa9\"]}";
+    const char *want_compact = "{\"b\":{\"k\":null,\"e\":{},\"l\":[],\"t\":true},"
+                               "\"a\":[1.0,2,100000.0,0,\"x\\ty\\u0001\xc3\xa9\"]}";
+    const char *want_indent = "{\n    \"b\": {\n        \"k\": null,\n        \"e\": {},\n        \"l\": [],\n"
+                              "        \"t\": true\n    },\n    \"a\": [\n        1.0,\n        2,\n"
+                              "        100000.0,\n        0,\n        \"x\\ty\\u0001\xc3\xa9\"\n    ]\n}";
+    cJSON *v = cJSON_Parse(row);
+    CHECK(v && pyjson_keep_numbers(v, row, strlen(row)) == 0, "pyjson: parse: %s", loom_error());
+    if (!v) return;
+    const struct { const char *item, *key, *want; int indent; } form[] = {
+        {", ", ": ", want_tojson, -1}, {",", ":", want_compact, -1}, {",", ": ", want_indent, 4}};
+    for (int k = 0; k < 3; k++) {
+        pyjson_buf b = {0};
+        pyjson_dump(&b, v, form[k].item, form[k].key, form[k].indent);
+        CHECK(!b.err && b.s && strcmp(b.s, form[k].want) == 0, "pyjson_dump form %d:\n%s\nwant\n%s", k,
+              b.s ? b.s : "(null)", form[k].want);
+        free(b.s);
+    }
+    CHECK(cJSON_IsObject(pyjson_get(v, "b")), "pyjson_get: the last of a repeated key");
+    cJSON_Delete(v);
+}
+
 int main(void)
 {
+    check_pyjson_dump();
     check_load_and_padding();
     check_chatml();
     check_loom_multiturn();
