@@ -178,6 +178,17 @@ static const char *special_content(const cJSON *tc, const char *typ)
     return cJSON_IsString(e) ? e->valuestring : NULL;
 }
 
+/* tokenizer_config's `typ`_token as Python sees the value: set (a non-empty string or object) or
+ * not, and the string itself when it is one (an AddedToken object never equals a string) */
+static int special_set_raw(const cJSON *tc, const char *typ, const char **str)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s_token", typ);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(tc, key);
+    *str = cJSON_IsString(e) ? e->valuestring : NULL;
+    return (cJSON_IsString(e) && e->valuestring[0]) || (cJSON_IsObject(e) && e->child);
+}
+
 /* the id of a TemplateProcessing item i's `kind` ("SpecialToken" or "Sequence"), NULL if none */
 static const char *tmpl_id(const cJSON *items, int i, const char *kind)
 {
@@ -216,6 +227,10 @@ static void vocab_specials(specials *s, const cJSON *tj, const cJSON *tc, const 
     const cJSON *pp = cJSON_GetObjectItemCaseSensitive(tj, "post_processor");
     const cJSON *procs = cJSON_GetObjectItemCaseSensitive(pp, "processors"), *p;
     const char *bos = special_content(tc, "bos"), *eos = special_content(tc, "eos");
+    /* the content whose added token gives bos its id: an unset bos takes cls's (SpecialVocab) */
+    const char *bos_id_from = bos, *bs, *cs;
+    int has_b = special_set_raw(tc, "bos", &bs), has_c = special_set_raw(tc, "cls", &cs);
+    if (tj && tc && !has_b && has_c) has_b = 1, bs = cs, bos_id_from = special_content(tc, "cls");
     for (int i = 0; pp && i < (procs ? cJSON_GetArraySize(procs) : 1); i++) {
         p = procs ? cJSON_GetArrayItem(procs, i) : pp;
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
@@ -227,7 +242,11 @@ static void vocab_specials(specials *s, const cJSON *tj, const cJSON *tc, const 
             const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
             int n = cJSON_GetArraySize(single);
             const char *first = n > 1 ? tmpl_id(single, 0, "SpecialToken") : NULL, *last = n > 1 ? tmpl_id(single, n - 1, "SpecialToken") : NULL;
-            if (first) special_add(s, 0, bos && strcmp(first, bos) == 0, 0);
+            if (first) { /* a leading special token not bos nor cls (as values) becomes each that is unset */
+                int named = (bs && strcmp(first, bs) == 0) || (cs && strcmp(first, cs) == 0);
+                if (!tc || (!named && !has_b)) bos_id_from = first;
+                special_add(s, 0, named || !tc || !has_b || !has_c, 0);
+            }
             if (last) special_add(s, 1, eos && strcmp(last, eos) == 0, 0);
             vocab_pair_sep(s, cJSON_GetObjectItemCaseSensitive(p, "pair"), first, last, special_content(tc, "sep"), eos);
         }
@@ -238,7 +257,7 @@ static void vocab_specials(specials *s, const cJSON *tj, const cJSON *tc, const 
         snprintf(key, sizeof key, "add_%s_token", special_types[t]);
         const cJSON *flag = cJSON_GetObjectItemCaseSensitive(tc, key);
         if (cJSON_IsBool(flag)) special_add(s, t, cJSON_IsTrue(flag), 1);
-        const char *c = special_content(tc, special_types[t]);
+        const char *c = t == 0 ? bos_id_from : special_content(tc, special_types[t]);
         if (!c) continue;
         cJSON_ArrayForEach(a, added) { /* the first added token with that content (SpecialVocab looks nowhere else) */
             const cJSON *ac = cJSON_GetObjectItemCaseSensitive(a, "content"), *id = cJSON_GetObjectItemCaseSensitive(a, "id");

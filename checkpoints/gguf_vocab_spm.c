@@ -188,12 +188,31 @@ int gguf_spm_from_model(gguf_spm_vocab *v, const char *dir, const cJSON *tc, int
 
 /* ---- tokenizer.json: gguf-py's LlamaHfVocab (transformers 5's fast tokenizer) ---- */
 
-/* the contents of tokenizer_config's named special tokens and its additional/extra special tokens */
+/* transformers' LlamaTokenizer (and its Fast name) class defaults, which AutoTokenizer gives a
+ * tokenizer_config.json without the key (a key set to null keeps none): the converter's
+ * LlamaHfVocab takes its CONTROL tokens from that tokenizer's all_special_tokens. */
+static const char *hf_class_default(const cJSON *tc, int i)
+{
+    static const char *const llama[3] = {"<s>", "</s>", "<unk>"}; /* bos, eos, unk */
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(tc, "tokenizer_class");
+    if (i >= 3 || !cJSON_IsString(cls) ||
+        (strcmp(cls->valuestring, "LlamaTokenizer") != 0 && strcmp(cls->valuestring, "LlamaTokenizerFast") != 0))
+        return NULL;
+    return llama[i];
+}
+
+/* the contents of tokenizer_config's named special tokens (or their class defaults) and its
+ * additional/extra special tokens */
 static int hf_is_special(const cJSON *tc, const char *s)
 {
     static const char *const named[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
     for (int i = 0; i < 7; i++) {
         const cJSON *e = cJSON_GetObjectItemCaseSensitive(tc, named[i]);
+        if (!e) {
+            const char *d = hf_class_default(tc, i);
+            if (d && strcmp(d, s) == 0) return 1;
+            continue;
+        }
         if (cJSON_IsObject(e)) e = cJSON_GetObjectItemCaseSensitive(e, "content");
         if (cJSON_IsString(e) && strcmp(e->valuestring, s) == 0) return 1;
     }
@@ -215,7 +234,7 @@ static int hf_is_byte(const char *s)
 
 /* The base vocabulary (model.vocab, every id below its size) then the added tokens beyond it, in id
  * order; scores all -1000 (LlamaHfVocab's placeholder); BYTE for <0xNN>, CONTROL for the special
- * tokens tokenizer_config names, NORMAL else; added tokens beyond the base CONTROL when special,
+ * tokens tokenizer_config names (and a LlamaTokenizer's class defaults it leaves out), NORMAL else; added tokens beyond the base CONTROL when special,
  * else USER_DEFINED. */
 int gguf_spm_from_hf(gguf_spm_vocab *v, const cJSON *tj, const cJSON *tc, const char *path)
 {

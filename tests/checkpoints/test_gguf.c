@@ -252,16 +252,17 @@ static void test_vocabs(const char *fix, const char *tmp)
 static int same_bytes(const char *a, const char *b);
 
 /* make_gguf.py's spm_folder: "llama2" / "mistral" a byte-fallback tokenizer.json (fixtures/tokenizers'
- * with gguf/spm/patch-<name>.json's fields put in), "spm" gguf/spm/tokenizer.model, "spm-json" both
+ * with gguf/spm/patch-<name>.json's fields put in; "llama2-defaults" llama2's with a tokenizer_config
+ * that leaves bos/eos/unk_token to LlamaTokenizer's class defaults), "spm" gguf/spm/tokenizer.model, "spm-json" both
  * (tokenizer.model and llama2's tokenizer.json, as a Llama 2 folder); each with its tokenizer_config
  * and the llama fixture's config.json */
 static int spm_folder(const char *fix, const char *name, const char *dst)
 {
     char p[4200], q[4200];
     mkdir(dst, 0755);
-    int spm = strncmp(name, "spm", 3) == 0, rc = 0;
-    const char *base = spm ? "llama2" : name;
-    snprintf(p, sizeof p, "%s/gguf/spm/tokenizer_config-%s.json", fix, base);
+    int spm = strncmp(name, "spm", 3) == 0, defaults = strcmp(name, "llama2-defaults") == 0, rc = 0;
+    const char *base = spm || defaults ? "llama2" : name;
+    snprintf(p, sizeof p, "%s/gguf/spm/tokenizer_config-%s.json", fix, defaults ? name : base);
     snprintf(q, sizeof q, "%s/tokenizer_config.json", dst);
     rc |= copy_file(p, q);
     snprintf(p, sizeof p, "%s/hf/llama/config.json", fix);
@@ -321,12 +322,12 @@ static int32_t *spm_encode(const char *spec, const char *text, size_t n, size_t 
 
 /* SentencePiece-style vocabularies (tokenizer.ggml.model "llama"): loom's keys equal the converter's
  * (--vocab-only through the Llama converter); imported back (gguf_vocab_to_hf) they export to the
- * same bytes, and the imported tokenizer gives the ids of the original on text.txt (llama2 and
- * mistral: the tokenizers library's, tokenizers/<name>.ids; spm, spm-json: loom's own on
+ * same bytes, and the imported tokenizer gives the ids of the original on text.txt (llama2,
+ * llama2-defaults and mistral: the tokenizers library's, tokenizers/<name>.ids; spm, spm-json: loom's own on
  * tokenizer.model; spm-json's import is read through the tokenizer.json it writes beside it) */
 static void test_spm_vocabs(const char *fix, const char *tmp)
 {
-    static const char *const names[] = {"llama2", "mistral", "spm", "spm-json"};
+    static const char *const names[] = {"llama2", "llama2-defaults", "mistral", "spm", "spm-json"};
     char tp[4200];
     snprintf(tp, sizeof tp, "%s/tokenizers/text.txt", fix);
     size_t tn = 0;
@@ -367,8 +368,8 @@ static void test_spm_vocabs(const char *fix, const char *tmp)
         CHECK(same_bytes(out, again), "%s: the export of the import differs from the file imported", what);
         size_t ng = 0, nw = 0;
         int32_t *got = spm_encode(back, text, tn, &ng), *want = NULL;
-        if (i < 2) { /* the library's ids, little-endian uint16 */
-            snprintf(p, sizeof p, "%s/tokenizers/%s.ids", fix, names[i]);
+        if (i < 3) { /* the library's ids, little-endian uint16 (llama2-defaults: llama2's tokenizer.json) */
+            snprintf(p, sizeof p, "%s/tokenizers/%s.ids", fix, i == 1 ? "llama2" : names[i]);
             unsigned char *raw = (unsigned char *)check_read_file(p, &nw);
             nw /= 2;
             want = raw ? malloc((nw + 1) * sizeof *want) : NULL;
