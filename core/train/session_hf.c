@@ -65,7 +65,7 @@ int session_model_adopt(model_config *m, const model_config *src, const char *sr
     int n;
     const config_field *f = config_fields(&n);
     model_config out = *src;
-    out.preset[0] = '\0';
+    /* the source's preset name stays: a checkpoint's model was made from it (an HF folder has none) */
     out.init_std = m->init_std;
     if (adopt_explicit(explicit, "model.tokenizer")) snprintf(out.tokenizer, sizeof out.tokenizer, "%s", m->tokenizer);
     if (adopt_explicit(explicit, "model.max_seq") && strcmp(out.positions, "rope") == 0 && m->max_seq > 0 &&
