@@ -332,7 +332,7 @@ static void model_carve_acts(model *m, model_arena *a)
     m->lnf = model_arena_take(a, N * C);
     m->lnf_mean = ln ? model_arena_take(a, N) : NULL;
     m->lnf_rstd = model_arena_take(a, N);
-    m->logits = model_arena_take(a, N * V);
+    m->logits = model_arena_take(a, (size_t)m->head_chunk * V); /* one chunk of the head's rows */
     m->losses = model_arena_take(a, N);
     m->loss_acc = model_arena_take(a, N);
     m->dres = model_arena_take(a, N * C);
@@ -346,6 +346,17 @@ static void model_carve_acts(model *m, model_arena *a)
     m->head_targets = (int32_t *)model_arena_take(a, N);
 }
 
+/* Rows of the head per chunk (model.h, head_chunk): LOOM_HEAD_CHUNK when set, else as many as
+ * MODEL_HEAD_CHUNK_FLOATS holds; at most the pass's N rows, at least 1. */
+static int model_head_chunk_rows(const model_config *cfg, size_t N)
+{
+    const char *env = getenv("LOOM_HEAD_CHUNK");
+    size_t R = cfg->vocab > 0 ? MODEL_HEAD_CHUNK_FLOATS / (size_t)cfg->vocab : N;
+    if (env && atol(env) > 0) R = (size_t)atol(env);
+    if (R > N) R = N;
+    return R > 0 ? (int)R : 1;
+}
+
 /* The host side of a model: its tables (trainable and LoRA base), views and the activation arena's
  * size (a dry run of model_carve_acts), no backend and no device memory: model_plan's whole, and
  * the first half of model_create, so a plan reads the very numbers the allocation takes. */
@@ -356,6 +367,7 @@ static model *model_new(const model_config *cfg, int B, int T, int recompute, co
     m->B = m->B_max = B;
     m->T = m->T_max = T;
     m->recompute = recompute;
+    m->head_chunk = model_head_chunk_rows(cfg, (size_t)B * T);
     if (lora) m->lora = *lora;
     if (model_layout(m, cfg)) goto fail;
     if (m->lora.rank && model_layout_lora(m)) goto fail;

@@ -16,6 +16,15 @@
 
 #define MODEL_MAX_NAME 64
 
+/* The head's logits buffer, at most this many floats (256 MiB): the head runs in chunks of
+ * MODEL_HEAD_CHUNK_FLOATS / vocab rows (1365 of SmolLM2's 49152, 1334 of GPT-2's 50304, 523 of
+ * Llama 3's 128256, 441 of Qwen2.5's 151936), so the (B*T, vocab) fp32 logits of a pass (4096 x
+ * 151936 = 2.3 GiB) never exist. Not fewer rows: a trainable head's weight gradient (vocab x C,
+ * 154 MB for GPT-2) is read and written once a chunk (dW += dlogits_c^T x_c), which at 16 Mi
+ * floats (333 rows, 13 chunks at 4096 rows) cost a GPT-2 step on the CPU about 0.25 s of memory
+ * traffic; at this size 4 chunks. */
+#define MODEL_HEAD_CHUNK_FLOATS ((size_t)64 << 20)
+
 /* One named parameter tensor inside the flat parameter buffer. */
 typedef struct model_tensor {
     char name[MODEL_MAX_NAME]; /* "h.3.attn.q.weight" */
@@ -65,6 +74,9 @@ typedef struct layer_acts {
  *   region L+1, and region 0 when tied, stay begun into backward).
  * Backward: begin(r,1) before region r's backward (not for L+1: still begun), end(r,1) once its
  *   gradients are final for this micro-batch.
+ * A training forward (model_forward, grad_scale != 0) already adds the head's weight gradient,
+ *   into region L+1's gradients (region 0's when tied): those views must be bound, and zeroed
+ *   for the step, before model_forward, not only by begin(r,1).
  * Either hook may be NULL. Return -1 to abort the pass. */
 typedef struct model_hooks {
     void *ctx;
@@ -96,7 +108,15 @@ typedef struct model {
     model_params p, g;         /* named views into params and grads */
 
     layer_acts *acts;          /* n_layer entries; with recompute they share one scratch set */
-    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    float *x_final, *lnf, *lnf_mean, *lnf_rstd, *losses;
+    /* The head runs in chunks of rows (model_forward): logits holds one chunk's (head_chunk, vocab)
+     * logits, then its dlogits; never the (B*T, vocab) of a whole pass. head_chunk = B*T or
+     * MODEL_HEAD_CHUNK_FLOATS / vocab rows, whichever is fewer (at least 1), or LOOM_HEAD_CHUNK
+     * (rows, read by model_create and model_plan alike: tests and experiments) when set. A test may
+     * lower it after model_create, never raise it. */
+    float *logits;
+    int head_chunk;
+    int head_dx;               /* the last forward ran the head's backward (grad_scale != 0) */
     float *loss_acc;           /* device, B*T: per-position loss sums since model_take_loss */
     float *dres, *dln;         /* backward scratch: the residual's gradient, a norm's input's */
     float *dq, *dk, *dv, *datt, *dh, *du, *dact; /* the decoder family's backward scratch */
@@ -191,8 +211,11 @@ int model_pack_rows(int32_t *tokens, int32_t *targets, int B, int T, int *lens);
  * no loss). */
 void model_set_batch(model *m, const int32_t *tokens, const int32_t *targets);
 
-/* Forward + loss. When grad_scale is non-zero, m->logits then holds dlogits * grad_scale ready
- * for model_backward. loss_out non-NULL receives the SUM of this micro-batch's token losses (a
+/* Forward + loss. When grad_scale is non-zero (a training forward, model_backward follows), the
+ * head's backward runs with it chunk by chunk: its weight gradient (a trainable head's, or the tied
+ * embedding's) is added into m->grads' views, which must be bound (and zeroed, as for backward)
+ * before this call, and its input gradient waits for model_backward. grad_scale 0 computes the
+ * losses only. loss_out non-NULL receives the SUM of this micro-batch's token losses (a
  * read of the device: the host waits for the pass). loss_out NULL: the per-token losses are added
  * up on the device and model_take_loss reads them once per step (the host queues the next
  * micro-batch without waiting). 0, or -1 + loom_fail when a region hook failed (the pass stopped,

@@ -1,5 +1,6 @@
-/* model_backward.c: the backward pass, the forward read in reverse: the head, the family's layer
- * backward (family.h) from the last layer down, the embeddings; and the backward of the ops layers
+/* model_backward.c: the backward pass, the forward read in reverse: from the head's input gradient
+ * (the training forward ran the head's backward, chunk by chunk), the family's layer backward
+ * (family.h) from the last layer down, the embeddings; and the backward of the ops layers
  * are made of. One buffer, m->dres, carries dL/dx of the residual stream down the layers; norm
  * backward ops accumulate into it, which is exactly the residual's "gradient passes through and
  * adds" rule. Parameter gradients accumulate (+=) into m->grads so micro-batches add up. */
@@ -51,17 +52,14 @@ int model_backward(model *m)
     const model_config *c = &m->cfg;
     int L = c->n_layer, N = m->B * m->T, C = c->d_model;
 
-    /* head and final norm: m->logits already holds dlogits (softmax_xent wrote it) */
-    float *dhead = c->tied_embeddings ? m->g.wte : m->g.lm_head;
+    /* head and final norm: the training forward ran the head's backward chunk by chunk
+     * (model_head_chunks): dW is added, dx waits in dln (every position) or, compact, in dres
+     * (M rows) to go back to its positions (zeros at those without a target). A forward with
+     * grad_scale 0 left none: its dlogits were zeros, so dx is zero and dW unchanged. */
     int M = m->head_rows_n;
-    if (M == N) {
-        model_linear_backward(m, m->dln, dhead, NULL, m->logits, m->lnf, m->p.lm_head, N, C, c->vocab, 0);
-    } else { /* compact head (model_forward): its input rows sit in dln; dx lands in dres first,
-              * then goes back to its positions (zeros at the positions without a target) */
-        if (M) model_linear_backward(m, m->dres, dhead, NULL, m->logits, m->dln, m->p.lm_head, M, C, c->vocab, 0);
-        backend_fill(be, m->dln, 0.0f, (size_t)N * C);
-        if (M) backend_embedding_backward(be, m->dln, NULL, m->dres, m->head_rows, 1, M, C, N);
-    }
+    if (!m->head_dx || M < N) backend_fill(be, m->dln, 0.0f, (size_t)N * C);
+    if (m->head_dx && M < N && M) backend_embedding_backward(be, m->dln, NULL, m->dres, m->head_rows, 1, M, C, N);
+    m->head_dx = 0;
     backend_fill(be, m->dres, 0.0f, (size_t)N * C);
     model_norm_backward(m, m->dres, m->g.lnf_w, m->g.lnf_b, m->dln, m->x_final, m->p.lnf_w, m->lnf_mean,
                   m->lnf_rstd, N);

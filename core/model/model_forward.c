@@ -1,6 +1,7 @@
 /* model_forward.c: the forward pass around the layers, and the ops layers are made of:
  *   x = wte[tok] (+ wpe[t]);  per layer: x' = Layer(x) (the family's, family.h);
- *   logits = Norm_f(x_L) W_head^T;  loss = softmax cross-entropy on the targets.
+ *   logits = Norm_f(x_L) W_head^T;  loss = softmax cross-entropy on the targets, the head in chunks
+ *   of rows (and, in a training forward, the head's backward with them: model_head_chunks).
  * Calls only backend ops: it never reads a device pointer. */
 #include "core/model/model.h"
 #include "core/model/family.h"
@@ -91,20 +92,37 @@ int model_trunk_forward(model *m)
     return 0;
 }
 
-/* Head and loss on the M positions with a target only: their final-norm rows are gathered into
- * m->dln (idle until backward, which reads them there for the head's weight gradient), the
- * logits, softmax and xent run on M rows, and the M losses go back to their positions (a row
- * gather and a row scatter-add: the embedding ops with the activations as the table). */
-static void model_head_compact(model *m, float grad_scale, int M)
+/* The head and the loss on `rows` rows of x (rows, C) with their targets, the losses into
+ * m->losses[0..rows), in chunks of m->head_chunk rows through the (head_chunk, V) logits buffer,
+ * so that no (N, V) fp32 buffer exists (vocabularies of 128k-152k included):
+ *   logits_c = x_c W^T;  losses_c, dlogits_c = softmax_xent(logits_c)  (in place, * grad_scale)
+ * and in a training forward (grad_scale != 0) at once the head's backward of the chunk, while
+ * dlogits_c is at hand:
+ *   dx_c = dlogits_c W  (into dx (rows, C), which model_backward reads);
+ *   dW += dlogits_c^T x_c  (a trainable head only: the embedding's gradient when tied; LoRA's
+ *   frozen head has none).
+ * The head's gradient views are in place before a training forward and its region is reduced only
+ * at model_end(region, 1) in backward (the region hooks' contract, model.h), so dW may be added
+ * here, before backward starts. */
+static void model_head_chunks(model *m, const float *x, const int32_t *targets, int rows, float grad_scale,
+                              float *dx)
 {
     backend *be = m->be;
     const model_config *c = &m->cfg;
-    int N = m->B * m->T;
-    backend_fill(be, m->losses, 0.0f, (size_t)N);
-    if (!M) return;
-    backend_embedding_forward(be, m->dln, m->head_rows, m->lnf, NULL, 1, M, c->d_model);
-    model_linear(m, m->logits, m->dln, m->p.lm_head, NULL, M, c->d_model, c->vocab);
-    backend_softmax_xent(be, m->logits, m->losses, m->head_targets, M, c->vocab, c->vocab, grad_scale);
+    int C = c->d_model, V = c->vocab, R = m->head_chunk;
+    const float *W = m->p.lm_head;
+    float *dW = c->tied_embeddings ? m->g.wte : m->g.lm_head;
+    for (int r0 = 0; r0 < rows; r0 += R) {
+        int n = rows - r0 < R ? rows - r0 : R;
+        const float *xc = x + (size_t)r0 * C;
+        model_linear(m, m->logits, xc, W, NULL, n, C, V);
+        backend_softmax_xent(be, m->logits, m->losses + r0, targets + r0, n, V, V, grad_scale);
+        if (grad_scale == 0.0f) continue;
+        /* model_linear_backward's products (model_backward.c), written out here: the layout rule
+         * keeps the two pass files from calling each other */
+        backend_matmul(be, dx + (size_t)r0 * C, m->logits, W, n, C, V, 0, 0, 1.0f, 0.0f);
+        if (dW) backend_matmul(be, dW, m->logits, xc, V, C, n, 1, 0, 1.0f, 1.0f);
+    }
 }
 
 int model_forward(model *m, float grad_scale, double *loss_out)
@@ -112,17 +130,26 @@ int model_forward(model *m, float grad_scale, double *loss_out)
     backend *be = m->be;
     const model_config *c = &m->cfg;
     int N = m->B * m->T, M = m->head_rows_n;
+    m->head_dx = 0;
     if (model_trunk_forward(m)) return -1;
+    m->head_dx = grad_scale != 0.0f;
     if (M < N) {
-        model_head_compact(m, grad_scale, M);
+        /* the compact head: on the M positions with a target only. Their final-norm rows are
+         * gathered into m->dln (idle until backward), their dx rows land in m->dres (model_backward
+         * puts them back at their positions), and the M losses go back to their positions (a row
+         * gather and a row scatter-add: the embedding ops with the activations as the table) */
+        backend_fill(be, m->losses, 0.0f, (size_t)N);
+        if (M) {
+            backend_embedding_forward(be, m->dln, m->head_rows, m->lnf, NULL, 1, M, c->d_model);
+            model_head_chunks(m, m->dln, m->head_targets, M, grad_scale, m->dres);
+        }
         /* losses[0..M) belong to positions head_rows: the sum is the same positions' in order;
          * the device sum adds each to its own position, as the full path does */
         if (loss_out) *loss_out = model_sum_losses(m, m->losses);
         else if (M) backend_embedding_backward(be, m->loss_acc, NULL, m->losses, m->head_rows, 1, M, 1, N);
         return 0;
     }
-    model_linear(m, m->logits, m->lnf, m->p.lm_head, NULL, N, c->d_model, c->vocab);
-    backend_softmax_xent(be, m->logits, m->losses, m->targets, N, c->vocab, c->vocab, grad_scale);
+    model_head_chunks(m, m->lnf, m->targets, N, grad_scale, m->dln);
     /* the loss sum: sumsq would square it, so per-position losses are summed in fp32 over the
      * micro-batches on the device and over the positions in double on the host */
     if (loss_out) *loss_out = model_sum_losses(m, m->losses);

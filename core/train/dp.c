@@ -389,7 +389,9 @@ int dp_begin_micro(dp *d, int last)
         d->bucket_pending[b] = d->bucket_last[b] - d->bucket_first[b] + 1;
         d->breq[b] = NULL;
     }
-    if (d->stage >= 2) { /* the embedding and head get gradients first and last in backward */
+    /* the head (and a tied embedding) gets gradients from the forward on (the head's backward runs
+     * in the training forward, model.h), the embedding at the end of backward: both staged here */
+    if (d->stage >= 2) {
         if (d->W == 1) {
             for (int r = 0; r < d->R; r++) model_bind_region(d->m, r, NULL, d->grad_at[r]);
             return 0;

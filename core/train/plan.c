@@ -42,8 +42,9 @@ const char *plan_bytes(size_t bytes, char *buf, size_t len)
  *    LOOM_CPU_PEAK_GFLOPS gives the peak;
  *  - per product shape's race, a copy of C's rows when the product accumulates (cpu_gemm_shape_race:
  *    at most the residual, N x C), during a step's first products, freed;
- *  - bf16: the rounded operands (cpu_bf16.c's abuf, bbuf: the largest op(A) is the head's
- *    dlogits, N x V; the largest unkept op(B) a layer input, N x max(C, F)), kept;
+ *  - bf16: the rounded operands (cpu_bf16.c's abuf, bbuf: the largest op(A) is one chunk of the
+ *    head's dlogits, head_chunk x V (model_forward), or a layer's N x F; the largest unkept op(B) a
+ *    layer input, N x max(C, F)), kept;
  *  - attention's per-thread blocks (cpu_attention.c: 64 query rows x (T + 2 D + 2) per group member);
  *  - the checkpoint writer's region buffer (rank 0, session_ckpt.c: the largest region) during a save;
  *  - what the BLAS libraries touch after the model is allocated (their packing buffers, oneDNN's
@@ -66,7 +67,8 @@ static size_t plan_cpu_workspace(const job_config *cfg, const train_plan *p, con
         if (!(gemm && gemm[0])) reference += 3 * (size_t)1536 * 576 * f;
     }
     size_t kept = (size_t)p->shape.threads * 64 * G * ((size_t)p->shape.T + 2 * D + 2) * f;
-    if (p->shape.bf16) kept += N * V * 2 + N * F * 2;
+    size_t head = (size_t)m->head_chunk * V;
+    if (p->shape.bf16) kept += (head > N * F ? head : N * F) * 2 + N * F * 2;
     size_t race = gemm && gemm[0] ? 0 : N * C * f, ckpt = 0;
     if (cfg->checkpoint.every >= 0)
         for (int r = 0; r < m->nregions; r++) {

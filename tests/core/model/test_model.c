@@ -477,6 +477,63 @@ static void check_compact_head(int llama, int lora)
     backend_destroy(be);
 }
 
+/* The head in chunks of rows (model_forward: model_head_chunks) against the head in one piece: a
+ * model whose head_chunk is 3 rows (its 16 rows in 6 chunks, the last one short; the compact
+ * head's 8 in 3) and one whose chunk holds every row give the same loss and gradients, with every
+ * position's target or half of them (the compact head), tied and untied, full training and LoRA
+ * (a frozen head). Each logits row is the same C-term dot either way; the head's weight gradient
+ * adds the chunks' partial sums of the N rows into dW one after another, another order of the same
+ * N terms: same_pass's bound (the compact head's own test's). Then a forward with grad_scale 0
+ * followed by backward (a step whose global batch has no target) leaves every gradient at zero,
+ * as its all-zero dlogits did when backward multiplied them. */
+static void check_head_chunks(int family, int compact, int lora)
+{
+    backend *be = cpu();
+    model_config mc = variant(family);
+    int B = 2, T = 8, N = B * T;
+    lora_spec ls = {.rank = 2, .alpha = 4.0f, .targets = (1u << LORA_Q) | (1u << LORA_V)};
+    model *ref = model_create(&mc, be, B, T, 1, 1, 0, lora ? &ls : NULL);
+    model *m = model_create(&mc, be, B, T, 1, 1, 0, lora ? &ls : NULL);
+    CHECK(ref && m, "model_create: %s", loom_error());
+    CHECK(ref->head_chunk == N, "a %d-float vocabulary's chunk is %d rows, not all %d", mc.vocab, ref->head_chunk, N);
+    m->head_chunk = 3;
+    same_weights(ref, m, lora);
+    int32_t tok[16], tgt[16];
+    make_batch(B, T, mc.vocab, tok, tgt, 41);
+    tgt[1] = 5; /* every position a target: the head on all N rows */
+    for (int i = 0; compact && i < N; i++)
+        if (i % T < T / 2) tgt[i] = -1;
+    model_set_batch(ref, tok, tgt);
+    model_set_batch(m, tok, tgt);
+    int rows = m->head_rows_n;
+    CHECK(rows == (compact ? N / 2 : N) && (rows + 2) / 3 >= 3, "%d head rows", rows);
+    const char *name = family == 2 ? "qwen, tied" : family ? "llama, untied" : "gpt2, tied";
+    char what[96];
+    snprintf(what, sizeof what, "head chunks (%s%s%s)", name, compact ? ", compact" : "", lora ? ", LoRA" : "");
+    double lr = 0, lm = 0;
+    double worst = same_pass(ref, m, N, what, &lr, &lm);
+    /* losses only (evaluation), read on the host and summed on the device */
+    double er = 0, em = 0;
+    CHECK(model_forward(ref, 0.0f, &er) == 0 && model_forward(m, 0.0f, &em) == 0, "%s: loss-only passes", what);
+    CHECK(er == lr && em == lm, "%s: loss-only %.9g / %.9g vs training forward %.9g / %.9g", what, em, er, lm, lr);
+    CHECK(model_forward(m, 0.0f, NULL) == 0 && model_take_loss(m) == lm, "%s: device loss sum", what);
+    /* grad_scale 0, then backward: nothing added */
+    backend_fill(be, m->grads, 0.0f, m->nparams);
+    CHECK(model_forward(m, 0.0f, NULL) == 0 && model_backward(m) == 0, "%s: pass at grad_scale 0", what);
+    model_take_loss(m);
+    float *g = malloc(m->nparams * sizeof(float));
+    backend_copy_d2h(be, g, m->grads, m->nparams * sizeof(float));
+    size_t nonzero = 0;
+    for (size_t j = 0; j < m->nparams; j++) nonzero += g[j] != 0.0f;
+    CHECK(nonzero == 0, "%s: %zu gradients non-zero after a grad_scale 0 pass", what, nonzero);
+    free(g);
+    printf("%s: %d rows in chunks of 3, loss %.9g vs %.9g in one piece (%s), max |grad diff| %.2e of %zu\n",
+           what, rows, lm, lr, lm == lr ? "bitwise" : "within the bound", worst, m->nparams);
+    model_destroy(ref);
+    model_destroy(m);
+    backend_destroy(be);
+}
+
 /* A ragged pass (model_set_ragged) over sequences packed without padding = the padded pass over
  * the same sequences right-padded to T (causal attention never lets padding reach a real
  * position, and padding carries no loss): loss and every gradient within the tolerance of two
@@ -567,6 +624,9 @@ int main(void)
     for (int v = 0; v < 3; v++) check_compact_head(v, 0);
     check_compact_head(1, 1);
     check_compact_head(2, 1);
+    for (int v = 0; v < 3; v++) check_head_chunks(v, 0, 0), check_head_chunks(v, 1, 0);
+    check_head_chunks(1, 1, 1);
+    check_head_chunks(0, 0, 1);
     for (int v = 0; v < 3; v++) check_ragged(v, 0, 0);
     check_ragged(1, 1, 0);
     check_ragged(2, 1, 1);
