@@ -128,16 +128,6 @@ int cli_check_inputs(const job_config *cfg, int which)
     return 0;
 }
 
-/* Whether the job names config field `path` itself (explicit: cli_explicit_model's bytes). */
-static int cli_explicit_field(const unsigned char *explicit, const char *path)
-{
-    int n;
-    const config_field *f = config_fields(&n);
-    for (int i = 0; i < n; i++)
-        if (strcmp(f[i].path, path) == 0) return explicit[i];
-    return 0;
-}
-
 /* A loom checkpoint's model config as the job's (an HF folder's config.json is, the same way). The
  * tokenizer it names, unless the job names one: the copy beside it when an import left one
  * there and the recorded path no longer leads anywhere (it was relative to where the import ran).
@@ -156,20 +146,16 @@ static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned
     if (rc == 0 && ours) rc = session_model_adopt(m, &saved, file, explicit);
     ckpt_state_free(&st);
     ckpt_close(r);
-    if (rc || !ours || cli_explicit_field(explicit, "model.tokenizer") || strcmp(m->tokenizer, "byte") == 0 ||
+    if (rc || !ours || session_model_explicit(explicit, "model.tokenizer") || strcmp(m->tokenizer, "byte") == 0 ||
         access(m->tokenizer, F_OK) == 0)
         return rc;
-    char dir[1024], tok[1100];
+    char dir[1024];
     snprintf(dir, sizeof dir, "%s", file);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
     else snprintf(dir, sizeof dir, ".");
-    snprintf(tok, sizeof tok, "%s/tokenizer.json", dir);
-    int copy = access(tok, F_OK) == 0;
-    snprintf(tok, sizeof tok, "%s/tokenizer.model", dir);
-    copy = copy || access(tok, F_OK) == 0;
     size_t n = strlen(dir);
-    if (copy && n < sizeof m->tokenizer) memcpy(m->tokenizer, dir, n + 1);
+    if (session_dir_tokenizer(dir) && n < sizeof m->tokenizer) memcpy(m->tokenizer, dir, n + 1);
     return 0;
 }
 

@@ -92,6 +92,11 @@ int session_load_base(session *s);
  * (model.tokenizer, model.init_std) and model.max_seq may be lowered for RoPE models. */
 int session_model_adopt(model_config *m, const model_config *src, const char *src_name,
                         const unsigned char *explicit);
+/* Whether the job names config field `path` itself (explicit: one byte per config field, as
+ * session_model_adopt takes them; NULL = none). */
+int session_model_explicit(const unsigned char *explicit, const char *path);
+/* Whether folder dir holds a tokenizer loom reads as the folder (tokenizer.json or tokenizer.model). */
+int session_dir_tokenizer(const char *dir);
 
 /* Hugging Face folders (core/train/session_hf.c): the folder's model config into *m as
  * session_model_adopt does, model.tokenizer = the folder when it holds a tokenizer.json and the

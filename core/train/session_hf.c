@@ -50,7 +50,7 @@ static void adopt_runtime(model_config *out, const model_config *job)
         out->max_seq = job->max_seq;
 }
 
-static int adopt_explicit(const unsigned char *explicit, const char *path)
+int session_model_explicit(const unsigned char *explicit, const char *path)
 {
     int n;
     const config_field *f = config_fields(&n);
@@ -67,8 +67,8 @@ int session_model_adopt(model_config *m, const model_config *src, const char *sr
     model_config out = *src;
     /* the source's preset name stays: a checkpoint's model was made from it (an HF folder has none) */
     out.init_std = m->init_std;
-    if (adopt_explicit(explicit, "model.tokenizer")) snprintf(out.tokenizer, sizeof out.tokenizer, "%s", m->tokenizer);
-    if (adopt_explicit(explicit, "model.max_seq") && strcmp(out.positions, "rope") == 0 && m->max_seq > 0 &&
+    if (session_model_explicit(explicit, "model.tokenizer")) snprintf(out.tokenizer, sizeof out.tokenizer, "%s", m->tokenizer);
+    if (session_model_explicit(explicit, "model.max_seq") && strcmp(out.positions, "rope") == 0 && m->max_seq > 0 &&
         m->max_seq < out.max_seq)
         out.max_seq = m->max_seq;
     for (int i = 0; explicit && i < n; i++) {
@@ -87,18 +87,24 @@ int session_model_adopt(model_config *m, const model_config *src, const char *sr
     return 0;
 }
 
+int session_dir_tokenizer(const char *dir)
+{
+    char p[2100];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    if (stat(p, &sb) == 0) return 1;
+    snprintf(p, sizeof p, "%s/tokenizer.model", dir); /* a SentencePiece one alone (a "llama" GGUF's import) */
+    return stat(p, &sb) == 0;
+}
+
 int session_model_from_hf(model_config *m, const char *dir, const unsigned char *explicit)
 {
     hf_model *h = hf_open(dir);
     if (!h) return -1;
     model_config mc;
-    char name[2100], p[2100];
-    struct stat sb;
+    char name[2100];
     snprintf(name, sizeof name, "%s/config.json", dir);
-    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
-    int rc = config_model_from_json(&mc, hf_model_json(h)), own = stat(p, &sb) == 0;
-    snprintf(p, sizeof p, "%s/tokenizer.model", dir); /* a SentencePiece one alone (a "llama" GGUF's import) */
-    own = own || stat(p, &sb) == 0;
+    int rc = config_model_from_json(&mc, hf_model_json(h)), own = session_dir_tokenizer(dir);
     if (rc) rc = loom_fail("%s: %s", dir, loom_error());
     else {
         /* the folder's own tokenizer, unless the job names one */
