@@ -938,7 +938,7 @@ static void nn_attention(const needle_net *n, const nn_layer *y, nn_acts *a, int
     const needle_geometry *g = &n->g;
     const size_t N = (size_t)B * T;
     const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
-    const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps;
+    const int F = nn_head_F(g), c = n->c.qkv_conv_taps;
     if (project) {
         nn_linear(n, a->q, a->hq, y->wq, N, d, g->q_dim);
         nn_linear(n, a->k, a->hq, y->wk, N, d, g->k_dim);
@@ -1343,7 +1343,7 @@ static void nn_attention_backward(const needle_net *n, const nn_layer *y, nn_act
     const needle_geometry *g = &n->g;
     const size_t N = (size_t)B * T;
     const int d = n->d, H = n->c.num_heads, Hk = n->c.num_kv_heads, dq = g->qk_head_dim, dv = g->v_head_dim;
-    const int F = dq > dv ? dq : dv, c = n->c.qkv_conv_taps, O = g->attn_dim;
+    const int F = nn_head_F(g), c = n->c.qkv_conv_taps, O = g->attn_dim;
     /* ao = A8(opre sigmoid(gt)) Wo^T */
     nn_linear_backward(n, a->dog, a->dao, y->wo, N, O, d, 0);
     nn_lora_backward(n, a, NN_O, l, a->dao, a->og, N, beta);
