@@ -17,11 +17,11 @@ struct cJSON;
  * add_space_prefix key comes first. -1 + loom_fail naming the file and field. */
 int gguf_vocab_write(gguf_writer *w, const char *src_dir, int vocab, int arch);
 
-/* (gguf_vocab_spm.c) the whole file, NUL-terminated, malloc'd (*len its size); NULL when absent or unreadable */
 /* llama.cpp's token types (gguf-py TokenType; SentencePiece's piece types are the same numbers),
  * as tokenizer.ggml.token_type stores them. */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
+/* (gguf_vocab_spm.c) the whole file, NUL-terminated, malloc'd (*len its size); NULL when absent or unreadable */
 char *gguf_slurp(const char *path, size_t *len);
 /* the converter's TextModel.does_token_look_special */
 int gguf_looks_special(const char *t);

@@ -234,8 +234,8 @@ static int hf_is_byte(const char *s)
 
 /* The base vocabulary (model.vocab, every id below its size) then the added tokens beyond it, in id
  * order; scores all -1000 (LlamaHfVocab's placeholder); BYTE for <0xNN>, CONTROL for the special
- * tokens tokenizer_config names (and a LlamaTokenizer's class defaults it leaves out), NORMAL else; added tokens beyond the base CONTROL when special,
- * else USER_DEFINED. */
+ * tokens tokenizer_config names (and a LlamaTokenizer's class defaults it leaves out), NORMAL else;
+ * added tokens beyond the base CONTROL when special, else USER_DEFINED. */
 int gguf_spm_from_hf(gguf_spm_vocab *v, const cJSON *tj, const cJSON *tc, const char *path)
 {
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(tj, "model"), "vocab");
