@@ -36,6 +36,10 @@ const backend_config *backend_cfg(const backend *be);
  * the backend can (a timed sgemm on the CPU), so jobs that report no MFU never pay for it;
  * 0 = unknown. */
 double backend_peak_flops(backend *be);
+/* The device's memory as it reports it now: *free_bytes this process may still allocate, *total
+ * its size (CUDA: cudaMemGetInfo). 0, or -1 where the backend does not say (the CPU's memory is
+ * the node's RAM, which core/train/plan.c reads; Metal: not queried yet). */
+int backend_memory(backend *be, size_t *free_bytes, size_t *total_bytes);
 /* NULL while the backend is healthy, else the one-line cause of its failure (a CUDA error is
  * sticky: every later result is garbage). Ops return void, so the training loop asks once per
  * step. */

@@ -147,6 +147,7 @@ typedef struct backend_ops {
     int (*tuning_save)(backend *be, char *buf, size_t len);  /* optional: NULL = nothing to record */
     int (*tuning_load)(backend *be, const char *line);       /* optional: NULL = never adopts */
     const char *(*failure)(backend *be);                     /* optional: NULL = always healthy */
+    int (*memory)(backend *be, size_t *free_bytes, size_t *total_bytes); /* optional: NULL = not known */
 } backend_ops;
 
 /* The handle a backend's create() returns (calloc'd by it, freed by its destroy). */

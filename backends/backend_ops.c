@@ -17,6 +17,12 @@ double backend_peak_flops(backend *be)
 
 const char *backend_failure(backend *be) { return be->ops->failure ? be->ops->failure(be) : NULL; }
 
+int backend_memory(backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    return be->ops->memory ? be->ops->memory(be, free_bytes, total_bytes) : -1;
+}
+
 int backend_has(const backend *be, backend_op op)
 {
     const backend_ops *o = be->ops;

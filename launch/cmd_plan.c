@@ -139,14 +139,13 @@ int cmd_plan(int argc, char **argv)
     const backend_config *bc = backend_cfg(be);
     plan_shape sh = {(int)pa.ranks, (int)pa.ranks, T, finetune, bc->precision == BACKEND_BF16,
                      strcmp(backend_name(be), "cpu") == 0, bc->threads > 0 ? bc->threads : 1};
-    char desc[256], name[32];
+    char desc[256], name[32], what[96], hint[160];
     snprintf(desc, sizeof desc, "%s", backend_description(be));
     snprintf(name, sizeof name, "%s", backend_name(be));
+    size_t dev = plan_device_memory(be, sh.cpu, what, sizeof what);
     backend_destroy(be);
     train_plan p;
     if (plan_compute(&cfg, &sh, &p)) return cli_fail();
-    char what[96], hint[160];
-    size_t dev = plan_device_memory(sh.cpu, what, sizeof what);
     plan_hint(&cfg, &p, p.largest, hint, sizeof hint);
     if (pa.json) return cmd_plan_json(&cfg, &p, name, dev, what, hint) ? cli_fail() : 0;
     cmd_plan_table(&cfg, &p, desc, dev, what, hint);

@@ -186,6 +186,19 @@ static double cuda_peak_flops(const char *name, int major, int minor, int sms, i
     return (double)sms * clock_khz * 1e3 * per_clk[mode];
 }
 
+/* The device's free and total memory (the backend's device current, as every call of ours
+ * expects it). */
+static int cuda_memory(backend *be, size_t *free_bytes, size_t *total_bytes)
+{
+    cudaError_t err = cudaMemGetInfo(free_bytes, total_bytes);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        *free_bytes = *total_bytes = 0;
+        return loom_fail("cuda backend (device %d): cudaMemGetInfo: %s", cuda_im(be)->device, cudaGetErrorString(err));
+    }
+    return 0;
+}
+
 /* --- lifetime --- */
 
 static void cuda_destroy(backend *be)
@@ -418,6 +431,7 @@ static const backend_ops cuda_ops = {
     .engram_gate_backward = cuda_engram_gate_backward,
     .weights_bf16 = cuda_weights_bf16,
     .failure = cuda_failure,
+    .memory = cuda_memory,
 };
 
 const backend_entry cuda_backend_entry = {"cuda", cuda_available, cuda_create};

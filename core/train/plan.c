@@ -239,7 +239,7 @@ static size_t plan_parse_bytes(const char *s)
     return (size_t)(v * mult);
 }
 
-size_t plan_device_memory(int cpu, char *what, size_t len)
+size_t plan_device_memory(backend *be, int cpu, char *what, size_t len)
 {
     const char *env = getenv("LOOM_DEVICE_MEM");
     if (env && env[0]) {
@@ -251,7 +251,13 @@ size_t plan_device_memory(int cpu, char *what, size_t len)
         log_warn("ignoring LOOM_DEVICE_MEM='%s' (not a size: bytes, or a number with K, M, G or T)", env);
     }
     if (!cpu) {
-        snprintf(what, len, "not queried on this backend");
+        size_t free_b = 0, total = 0;
+        char b[32];
+        if (be && backend_memory(be, &free_b, &total) == 0 && total) {
+            snprintf(what, len, "free on the %s device, of %s", backend_name(be), plan_bytes(total, b, sizeof b));
+            return free_b ? free_b : 1; /* 0 would read as unknown */
+        }
+        snprintf(what, len, "not queried on the %s backend", be ? backend_name(be) : "device");
         return 0;
     }
     size_t avail = plan_proc_field("/proc/meminfo", "MemAvailable");
@@ -309,7 +315,7 @@ int plan_check(const job_config *cfg, comm *c, backend *be, int T, int finetune)
     train_plan p;
     if (plan_compute(cfg, &sh, &p)) return -1;
     char what[96];
-    size_t dev = plan_device_memory(sh.cpu, what, sizeof what);
+    size_t dev = plan_device_memory(be, sh.cpu, what, sizeof what);
     /* every rank reads before any allocates (this sum waits for all), and all take the smallest */
     double *v = calloc((size_t)c->size, sizeof *v);
     if (!v) return loom_fail("out of host memory");

@@ -58,9 +58,10 @@ int plan_compute(const job_config *cfg, const plan_shape *sh, train_plan *p);
 void plan_hint(const job_config *cfg, const train_plan *p, int part, char *buf, size_t len);
 
 /* Bytes the device offers the job: $LOOM_DEVICE_MEM where set (bytes, or with a K/M/G/T suffix),
- * else on a CPU backend the node's available RAM (MemAvailable, less where the cgroup's limit
- * leaves less); 0 = unknown (another backend: not queried). `what` receives where it came from. */
-size_t plan_device_memory(int cpu, char *what, size_t len);
+ * else on a CPU backend (cpu 1) the node's available RAM (MemAvailable, less where the cgroup's
+ * limit leaves less), else what backend be reports free (backend_memory: CUDA); 0 = unknown (a
+ * backend that does not say). `what` receives where it came from. */
+size_t plan_device_memory(backend *be, int cpu, char *what, size_t len);
 
 /* This process's resident bytes now and at their peak (VmRSS, VmHWM; 0 where unreadable), and a
  * restart of the peak from now (Linux's clear_refs; 0 done, -1 not possible). */

@@ -351,6 +351,29 @@ static int check_uploads(backend *be)
     return bad;
 }
 
+/* backend_memory: the device's size and what is free, which a 64 MiB allocation lowers by at least
+ * its size and its free gives back (no other allocation runs between the reads here). */
+static int check_memory(backend *be)
+{
+    size_t free0 = 0, total = 0, free1 = 0, t1 = 0, free2 = 0, t2 = 0;
+    const size_t big = (size_t)64 << 20;
+    if (backend_memory(be, &free0, &total) != 0 || total == 0 || free0 > total) {
+        fprintf(stderr, "FAIL: backend_memory: %s (free %zu of %zu)\n", loom_error(), free0, total);
+        return 1;
+    }
+    void *p = backend_alloc(be, big);
+    int rc = backend_memory(be, &free1, &t1);
+    backend_free(be, p);
+    rc |= backend_memory(be, &free2, &t2);
+    if (!p || rc || t1 != total || t2 != total || free1 + big > free0 || free2 < free1 + big) {
+        fprintf(stderr, "FAIL: backend_memory around a 64 MiB allocation: free %zu -> %zu -> %zu of %zu\n", free0, free1,
+                free2, total);
+        return 1;
+    }
+    printf("ok   backend_memory: %zu of %zu bytes free; a 64 MiB allocation takes %zu\n", free0, total, free0 - free1);
+    return 0;
+}
+
 /* usage: test_cuda_ops [fp32|tf32|bf16]... [full] (default: all three modes; full: the whole op
  * suite in every mode, not only the parts the mode can change) */
 int main(int argc, char **argv)
@@ -391,6 +414,7 @@ int main(int argc, char **argv)
         if (modes[i].precision == BACKEND_FP32 && !modes[i].allow_tf32) bad += check_determinism(gpu);
         bad += check_unaligned(gpu);
         bad += check_uploads(gpu);
+        bad += check_memory(gpu);
         if (modes[i].precision == BACKEND_BF16) bad += check_bf16_weights(gpu) + check_bf16_attention(gpu);
         if (bad) {
             fprintf(stderr, "FAIL: %s: %d check(s) failed\n", modes[i].name, bad);

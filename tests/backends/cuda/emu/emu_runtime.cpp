@@ -488,6 +488,18 @@ cudaError_t cudaGetLastError(void)
     return e;
 }
 
+/* EMU_DEVICE_MEM=BYTES (a K, M or G suffix allowed) sizes the emulated device; 8 GiB by default.
+ * cudaMalloc past it fails as a full GPU's does. */
+static size_t emu_device_mem(void)
+{
+    const char *v = getenv("EMU_DEVICE_MEM");
+    if (!v || !v[0]) return (size_t)8 << 30;
+    char *end = NULL;
+    double x = strtod(v, &end);
+    double m = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+    return x > 0 ? (size_t)(x * m) : (size_t)8 << 30;
+}
+
 /* EMU_DEVICES=N pretends N devices (default 1; 0 = none), all the same emulated GPU. */
 int emu_device_count(void)
 {
@@ -520,7 +532,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
     if (dev < 0 || dev >= emu_device_count()) return cudaErrorInvalidValue;
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "Host emulation of an sm_90 GPU");
-    p->totalGlobalMem = (size_t)8 << 30;
+    p->totalGlobalMem = emu_device_mem();
     p->major = 9;
     p->minor = 0;
     p->multiProcessorCount = 4;
@@ -577,17 +589,36 @@ cudaError_t cudaStreamGetDevice(cudaStream_t s, int *dev)
 }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
-/* "Device" allocations, so cudaPointerGetAttributes can tell them from host memory. */
+/* "Device" allocations, so cudaPointerGetAttributes can tell them from host memory, and their
+ * bytes (cudaMemGetInfo). */
 static std::map<uintptr_t, size_t> g_allocs;
+static size_t g_alloc_bytes;
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    std::lock_guard<std::mutex> l(g_mu);
+    *total_bytes = emu_device_mem();
+    *free_bytes = g_alloc_bytes < *total_bytes ? *total_bytes - g_alloc_bytes : 0;
+    return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     size_t n = (bytes + 255) & ~(size_t)255;
-    *p = aligned_alloc(256, n ? n : 256);
+    if (!n) n = 256;
+    {
+        std::lock_guard<std::mutex> l(g_mu);
+        if (g_alloc_bytes + n > emu_device_mem()) {
+            *p = NULL;
+            return cudaErrorMemoryAllocation;
+        }
+    }
+    *p = aligned_alloc(256, n);
     if (!*p) return cudaErrorMemoryAllocation;
     memset(*p, 0xff, bytes); /* device memory is not zeroed: make relying on it visible (NaN) */
     std::lock_guard<std::mutex> l(g_mu);
-    g_allocs[(uintptr_t)*p] = n ? n : 256;
+    g_allocs[(uintptr_t)*p] = n;
+    g_alloc_bytes += n;
     return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes)
@@ -609,7 +640,10 @@ cudaError_t cudaFree(void *p)
     if (!p) return cudaSuccess;
     {
         std::lock_guard<std::mutex> l(g_mu);
-        if (!g_allocs.erase((uintptr_t)p)) return cudaErrorInvalidValue;
+        auto it = g_allocs.find((uintptr_t)p);
+        if (it == g_allocs.end()) return cudaErrorInvalidValue;
+        g_alloc_bytes -= it->second;
+        g_allocs.erase(it);
     }
     free(p);
     return cudaSuccess;

@@ -98,6 +98,7 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 cudaError_t cudaMallocHost(void **p, size_t bytes); /* pinned host memory: plain host memory here */
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s);
