@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -159,34 +158,6 @@ static int cli_model_from_ckpt(model_config *m, const char *path, const unsigned
     return 0;
 }
 
-/* Which model.* fields the job names itself (its file's "model" object, --set model.X): a base
- * that brings its own model config must agree with those (session_model_adopt). One byte per
- * config field. */
-#define CLI_MAX_FIELDS 512
-static int cli_explicit_model(const cli_job *a, unsigned char explicit[CLI_MAX_FIELDS])
-{
-    int nfields;
-    const config_field *f = config_fields(&nfields);
-    if (nfields > CLI_MAX_FIELDS) return loom_fail("config table: %d fields, more than %d", nfields, CLI_MAX_FIELDS);
-    memset(explicit, 0, CLI_MAX_FIELDS);
-    for (int i = 0; i < nfields; i++) explicit[i] = (unsigned char)cli_set_names(a, f[i].path);
-    FILE *fp = fopen(a->job_path, "rb");
-    if (!fp) return 0; /* config_load read it a moment ago; nothing to add */
-    char *text = malloc(1 << 22);
-    size_t n = text ? fread(text, 1, (1 << 22) - 1, fp) : 0;
-    fclose(fp);
-    if (!text) return loom_fail("out of memory");
-    text[n] = '\0';
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    for (const cJSON *it = cJSON_IsObject(model) ? model->child : NULL; it; it = it->next)
-        for (int i = 0; i < nfields; i++)
-            if (strncmp(f[i].path, "model.", 6) == 0 && strcmp(f[i].path + 6, it->string) == 0) explicit[i] = 1;
-    cJSON_Delete(root);
-    return 0;
-}
-
 /* The loom checkpoint whose model config the job takes, if any: --init's; else finetune.base when
  * it is one (an import, an earlier run; not an HF folder, which brings config.json, nor a Needle
  * base, which its own loader reads); else, with no base, eval's and sample's --ckpt. */
@@ -203,13 +174,12 @@ int cli_load_config(const cli_job *a, job_config *cfg)
     log_set_quiet(a->quiet); /* before anything logs: --quiet leaves results and warnings only */
     if (config_load(cfg, a->job_path, a->sets, a->nsets) || cli_resolve_paths(a, cfg)) return -1;
     if (a->init) snprintf(cfg->finetune.base, sizeof cfg->finetune.base, "%s", a->init);
-    /* a Hugging Face base brings its own architecture: its config.json decides the model fields */
-    unsigned char explicit[CLI_MAX_FIELDS];
+    /* a Hugging Face base brings its own architecture: its config.json decides the model fields
+     * the job does not name itself (cfg->named) */
     const char *ckpt = cli_model_ckpt(a, cfg);
-    if ((hf_is_folder(cfg->finetune.base) || ckpt) && cli_explicit_model(a, explicit)) return -1;
     if (hf_is_folder(cfg->finetune.base)) {
-        if (session_model_from_hf(&cfg->model, cfg->finetune.base, explicit)) return -1;
-    } else if (ckpt && cli_model_from_ckpt(&cfg->model, ckpt, explicit, ckpt == a->init)) {
+        if (session_model_from_hf(&cfg->model, cfg->finetune.base, cfg->named)) return -1;
+    } else if (ckpt && cli_model_from_ckpt(&cfg->model, ckpt, cfg->named, ckpt == a->init)) {
         return -1;
     }
     if (a->out) snprintf(cfg->out, sizeof cfg->out, "%s", a->out);

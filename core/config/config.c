@@ -122,6 +122,7 @@ static int config_field_set(job_config *cfg, int i, const cJSON *v, const char *
 {
     const config_field *f = &config_fields(NULL)[i];
     void *p = (char *)cfg + f->offset;
+    if (i < CONFIG_MAX_FIELDS) cfg->named[i] = 1; /* a preset's fields land in a copy (config_apply_preset) */
     switch (f->type) {
     case CFG_INT: {
         double x = v->valuedouble;
@@ -176,6 +177,7 @@ void config_defaults(job_config *cfg)
         if (v) config_field_set(cfg, i, v, NULL);
         cJSON_Delete(v);
     }
+    memset(cfg->named, 0, sizeof cfg->named); /* a default is not the job's */
 }
 
 /* ---- unknown fields: suggest the nearest known name ---- */

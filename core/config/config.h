@@ -100,6 +100,8 @@ typedef struct eval_config {
     int max_examples;        /* 0 = every held-out example */
 } eval_config;
 
+#define CONFIG_MAX_FIELDS 256 /* config_fields' count is at most this (test_config) */
+
 typedef struct job_config {
     char name[64];
     char out[CONFIG_STR];    /* output folder; "" = runs/<name> */
@@ -112,6 +114,9 @@ typedef struct job_config {
     checkpoint_config checkpoint;
     finetune_config finetune;
     eval_config eval;
+    /* named[i]: the job gave field i (config_fields' order) itself, in its file or a --set
+     * (config_set); what a preset or the defaults set does not count */
+    unsigned char named[CONFIG_MAX_FIELDS];
 } job_config;
 
 /* One field of the table. */
@@ -126,6 +131,9 @@ typedef struct config_field {
 } config_field;
 
 const config_field *config_fields(int *count);
+
+/* 1 when the job named field `path` itself (job_config.named), else 0. */
+int config_named(const job_config *cfg, const char *path);
 
 /* The per-head width: model.head_dim, or d_model / n_head when that is 0. */
 static inline int config_head_dim(const model_config *m)

@@ -87,7 +87,7 @@
       "Tokenizer: `byte` (ids 0-255 + loom's specials) or a `tokenizer.json` file or a model " \
       "folder holding one (docs/tokenizers.md); a relative path is taken from the job file's folder " \
       "(see Paths above).") \
-    X("train.steps", CFG_INT, train.steps, "20", POS, "Optimizer steps to run.") \
+    X("train.steps", CFG_INT, train.steps, "20", POS, "Optimizer steps to run (a fine-tune: finetune.epochs decide, unless the job names train.steps).") \
     X("train.batch_size", CFG_INT, train.batch_size, "8", POS, \
       "Global batch: sequences per optimizer step, summed over ranks and micro-batches.") \
     X("train.micro_batch", CFG_INT, train.micro_batch, "0", NONNEG, \
@@ -195,7 +195,7 @@
       "Projections that get adapters: a comma list of q, k, v, o, fc, proj (gelu) or " \
       "gate, up, down (swiglu); PEFT's names q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, " \
       "down_proj, GPT-2's c_attn (= q,k,v), c_fc, c_proj (= o,proj), or all-linear.") \
-    X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples.") \
+    X("finetune.epochs", CFG_INT, finetune.epochs, "3", POS, "Passes over the training examples (train.steps decides instead when the job names it).") \
     X("finetune.allow_other_base", CFG_BOOL, finetune.allow_other_base, "false", ANY, \
       "Resume LoRA adapters on a finetune.base other than the one they were trained on (its digest " \
       "differs); `loom ckpt merge --allow-other-base` is the same for a merge.") \
@@ -241,6 +241,12 @@ const config_field *config_fields(int *count)
 }
 
 const config_rule *config_rule_of(int i) { return &table_rules[i]; }
+
+int config_named(const job_config *cfg, const char *path)
+{
+    int i = config_field_find(path);
+    return i >= 0 && i < CONFIG_MAX_FIELDS && cfg->named[i];
+}
 
 int config_field_find(const char *path)
 {

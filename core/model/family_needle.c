@@ -537,6 +537,8 @@ void needle_net_close(needle_net *n)
 
 const needle_config *needle_net_config(const needle_net *n) { return &n->c; }
 
+void needle_net_set_a8(needle_net *n, int on) { n->qat = on ? n->qat | NEEDLE_NUM_A8 : n->qat & ~NEEDLE_NUM_A8; }
+
 void needle_net_set_recompute(needle_net *n, int whole) { n->keep_blocks = whole ? 0 : n->L; }
 
 void needle_net_set_stream_span(needle_net *n, int span)
@@ -740,7 +742,7 @@ static size_t nn_carve(const needle_net *n, nn_pass *p, char *base)
         a->dn0 = a->z0, a->dn1 = a->z1, a->dcond = nn_take(&cur, N * nh);
         a->ds8 = nn_take(&cur, N * NEEDLE_COND_RANK), a->d3p = nn_take(&cur, nh);
         size_t r = 0;
-        for (int t = 0; t < NN_TARGETS; t++) r = n->lora[t].A && (size_t)n->lora[t].r > r ? (size_t)n->lora[t].r : r;
+        for (int t = 0; t < NN_TARGETS; t++) r = (size_t)n->lora[t].r > r ? (size_t)n->lora[t].r : r;
         a->lx = nn_take(&cur, N * r), a->ly = nn_take(&cur, N * r);
     }
     return (size_t)(cur - base);
@@ -1176,41 +1178,69 @@ static void nn_dec_free(needle_net *n, nn_dec *dc)
 
 /* The caches and histories of B rows of cap positions (device), zeroed where they are read
  * before written. -1 + loom_fail. */
-static int nn_dec_alloc(needle_net *n, nn_dec *dc, int B, int cap)
+/* The decode caches' shapes for B rows of cap tokens, in floats: each layer's k and v caches
+ * (kv each) and q, k, v tap histories (hist[3], none without taps), each site's engram history
+ * (he), the scratch (tmp). nn_dec_alloc allocates them; needle_net_plan counts them. */
+typedef struct nn_dec_dims {
+    size_t kv, hist[3], he, tmp;
+    int c, Le;
+} nn_dec_dims;
+
+static void nn_dec_dims_of(const needle_net *n, int B, int cap, nn_dec_dims *z)
 {
     const needle_geometry *g = &n->g;
-    const int F = nn_head_F(g), c = n->c.qkv_conv_taps;
-    memset(dc, 0, sizeof *dc);
-    dc->B = B, dc->cap = cap, dc->c = c;
+    const int c = n->c.qkv_conv_taps;
+    int Le = 0;
     for (int s = 0; s < n->nsites; s++) {
         const int le = (n->site[s].ntaps - 1) * g->engram_dilation + 1;
-        dc->Le = le > dc->Le ? le : dc->Le;
+        Le = le > Le ? le : Le;
     }
     int w = n->d;
     const int widths[3] = {g->q_dim, g->k_dim, g->v_dim};
     for (int k = 0; k < 3; k++) w = widths[k] > w ? widths[k] : w;
-    const int h = c > dc->Le ? c : dc->Le;
+    const int h = c > Le ? c : Le;
+    z->c = c, z->Le = Le;
+    z->kv = (size_t)B * cap * n->c.num_kv_heads * nn_head_F(g);
+    for (int k = 0; k < 3; k++) z->hist[k] = c > 0 ? (size_t)B * c * widths[k] : 0;
+    z->he = (size_t)B * Le * n->d;
+    z->tmp = (size_t)B * (h > 0 ? h : 1) * w;
+}
+
+static int nn_dec_alloc(needle_net *n, nn_dec *dc, int B, int cap)
+{
+    nn_dec_dims z;
+    nn_dec_dims_of(n, B, cap, &z);
+    memset(dc, 0, sizeof *dc);
+    dc->B = B, dc->cap = cap, dc->c = z.c, dc->Le = z.Le;
     dc->kc = calloc((size_t)n->L, sizeof(float *)), dc->vc = calloc((size_t)n->L, sizeof(float *));
     dc->hq = calloc((size_t)n->L, sizeof(float *)), dc->hk = calloc((size_t)n->L, sizeof(float *));
     dc->hv = calloc((size_t)n->L, sizeof(float *));
     dc->pos_h = calloc((size_t)B, sizeof(int));
     int ok = dc->kc && dc->vc && dc->hq && dc->hk && dc->hv && dc->pos_h;
-    const size_t kv = (size_t)B * cap * n->c.num_kv_heads * F;
     for (int l = 0; ok && l < n->L; l++) {
-        ok = (dc->kc[l] = backend_alloc(n->be, kv * sizeof(float))) && (dc->vc[l] = backend_alloc(n->be, kv * sizeof(float)));
-        for (int k = 0; ok && c > 0 && k < 3; k++) {
+        ok = (dc->kc[l] = backend_alloc(n->be, z.kv * sizeof(float))) && (dc->vc[l] = backend_alloc(n->be, z.kv * sizeof(float)));
+        for (int k = 0; ok && z.c > 0 && k < 3; k++) {
             float **hist = k == 0 ? &dc->hq[l] : k == 1 ? &dc->hk[l] : &dc->hv[l];
-            ok = (*hist = backend_alloc(n->be, (size_t)B * c * widths[k] * sizeof(float))) != NULL;
+            ok = (*hist = backend_alloc(n->be, z.hist[k] * sizeof(float))) != NULL;
         }
     }
-    for (int s = 0; ok && s < n->nsites; s++) ok = (dc->he[s] = backend_alloc(n->be, (size_t)B * dc->Le * n->d * sizeof(float))) != NULL;
-    ok = ok && (dc->tmp = backend_alloc(n->be, (size_t)B * (h > 0 ? h : 1) * w * sizeof(float))) &&
+    for (int s = 0; ok && s < n->nsites; s++) ok = (dc->he[s] = backend_alloc(n->be, z.he * sizeof(float))) != NULL;
+    ok = ok && (dc->tmp = backend_alloc(n->be, z.tmp * sizeof(float))) &&
          (dc->pos = backend_alloc(n->be, (size_t)B * sizeof(int32_t))) && (dc->posw = backend_alloc(n->be, (size_t)B * sizeof(int32_t)));
     if (!ok) {
         nn_dec_free(n, dc);
         return loom_fail("needle: out of memory for the decode caches of %d rows of %d", B, cap);
     }
     return 0;
+}
+
+/* The bytes nn_dec_alloc allocates on the device. */
+static size_t nn_dec_bytes(const needle_net *n, int B, int cap)
+{
+    nn_dec_dims z;
+    nn_dec_dims_of(n, B, cap, &z);
+    size_t f = (size_t)n->L * (2 * z.kv + z.hist[0] + z.hist[1] + z.hist[2]) + (size_t)n->nsites * z.he + z.tmp;
+    return f * sizeof(float) + 2 * (size_t)B * sizeof(int32_t);
 }
 
 /* KV-cached greedy decoding (needle_net_generate): one prefill pass over the prompts (right-
@@ -1250,12 +1280,21 @@ int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int 
     }
     nn_pass p;
     dc.prefill = 1, dc.len = lens;
-    if (rc == 0 && (rc = nn_pass_begin(n, &p, batch, B, T, 0, 0)) == 0) {
+    /* the prefill runs the head on each row's last prompt position only (head mode: no (B T, V')
+     * logits), in blocks of head_rows rows gathered from the head's input */
+    if (rc == 0 && (rc = nn_pass_begin(n, &p, batch, B, T, 0, 1)) == 0) {
         p.dec = &dc;
         if ((rc = nn_embed(n, &p, batch)) == 0) nn_forward(n, &p, NULL);
-        for (int b = 0; rc == 0 && b < B; b++)
-            if (nn_row_open(tokens, b, cap, lens, max_new, eos, made))
-                tokens[(size_t)b * cap + lens[b]] = nn_pick(n, p.logits + ((size_t)b * T + lens[b] - 1) * n->Vout, lg, pick, ctx, b, 0), made[b]++;
+        for (int b = 0; b < B; b++) pos[b] = (int32_t)((size_t)b * T + lens[b] - 1);
+        backend_copy_h2d(n->be, p.hrows, pos, (size_t)B * sizeof(int32_t));
+        for (int b0 = 0; rc == 0 && b0 < B; b0 += n->head_rows) {
+            const int k = B - b0 < n->head_rows ? B - b0 : n->head_rows;
+            backend_embedding_forward(n->be, p.hblk, p.hrows + b0, p.hf, NULL, 1, k, n->d); /* gather */
+            nn_linear(n, p.logits, p.hblk, n->wte, (size_t)k, n->d, n->Vout);
+            for (int b = b0; b < b0 + k; b++)
+                if (nn_row_open(tokens, b, cap, lens, max_new, eos, made))
+                    tokens[(size_t)b * cap + lens[b]] = nn_pick(n, p.logits + (size_t)(b - b0) * n->Vout, lg, pick, ctx, b, 0), made[b]++;
+        }
         nn_pass_free(n, &p);
     }
     dc.prefill = 0, dc.hist_tok = tokens;
@@ -1291,6 +1330,99 @@ int needle_net_sample(needle_net *n, int32_t *tokens, int B, int cap, const int 
 void needle_net_bytes(const needle_net *n, size_t *held, size_t *activations)
 {
     *held = n->owned_bytes, *activations = n->arena_bytes;
+}
+
+/* nn_alloc's bytes for a tensor of `floats` (an empty one takes one float). */
+static size_t nn_owned(size_t floats) { return (floats ? floats : 1) * sizeof(float); }
+
+/* The bytes nn_load and needle_net_lora_init(rank) allocate through nn_alloc (n->owned_bytes),
+ * tensor by tensor in their order; n is a plan's net: its shapes, sites and qat set, nothing
+ * loaded. A change to what those two allocate must change this too (test_needle_net checks it). */
+static size_t nn_held_bytes(const needle_net *n, int rank)
+{
+    const needle_geometry *g = &n->g;
+    const size_t L = (size_t)n->L, d = (size_t)n->d, dq = (size_t)g->qk_head_dim, c = (size_t)n->c.qkv_conv_taps;
+    const size_t a = (size_t)g->hada_a, b = (size_t)g->hada_b, hn = (size_t)g->hada_n, W = (size_t)g->lanes * d;
+    size_t s = (n->qat & NEEDLE_NUM_W4) ? nn_owned(16) : 0;
+    s += nn_owned((size_t)n->V * d) + nn_owned(d); /* wte, lnf */
+    for (int t = 0; t < NN_TARGETS; t++) {
+        int in, out;
+        nn_target_dims(n, t, &in, &out);
+        s += 2 * L * nn_owned((size_t)in * out); /* the base w0 and the merged kernel, per layer */
+        if (rank > 0) {                          /* A, B, their gradients and moments */
+            s += 4 * nn_owned(L * (size_t)in * rank) + 4 * nn_owned(L * (size_t)rank * out);
+        }
+    }
+    s += L * (2 * nn_owned(dq) + nn_owned(1)); /* q_norm, k_norm, attn_gate */
+    if (c > 0) s += L * (nn_owned(c * g->q_dim) + nn_owned(c * g->k_dim) + nn_owned(c * g->v_dim));
+    s += L * (3 * nn_owned(d) + 3 * nn_owned(a * a) + 3 * nn_owned(b * b) + 5 * nn_owned(hn) +
+              nn_owned(d * NEEDLE_COND_RANK) + nn_owned(NEEDLE_COND_RANK * hn)); /* nn_load_mlp */
+    s += L * (nn_owned((size_t)n->K * W) + nn_owned((size_t)n->K) + nn_owned(3)); /* nn_load_mhc */
+    const size_t rows = (size_t)g->engram_tables * n->c.engram_slots, e = (size_t)g->engram_tables * g->engram_sub_dim;
+    for (int k = 0; k < n->nsites; k++)
+        s += nn_owned((rows + 1) * g->engram_sub_dim) + 2 * nn_owned(e * d) + nn_owned((size_t)n->site[k].ntaps * d);
+    int wide = n->d;
+    const int widths[6] = {g->q_dim, g->k_dim, g->v_dim, g->attn_dim, g->hada_n, g->lanes * n->d};
+    for (int i = 0; i < 6; i++) wide = widths[i] > wide ? widths[i] : wide;
+    s += nn_owned(dq / 2) + nn_owned(dq) + nn_owned((size_t)wide) + nn_owned((size_t)g->lanes) + 4 * nn_owned(hn);
+    return s;
+}
+
+/* A pass's arena for B x T with its head in blocks (keep: a training pass; else a decode's
+ * prefill), as nn_pass_begin sizes it. */
+static size_t nn_pass_bytes(const needle_net *n, int B, int T, int keep)
+{
+    nn_pass p;
+    memset(&p, 0, sizeof p);
+    p.B = B, p.T = T, p.keep = keep, p.head = 1;
+    return nn_carve(n, &p, NULL);
+}
+
+int needle_net_plan(const needle_net_ask *ask, needle_net_size *out)
+{
+    memset(out, 0, sizeof *out);
+    if (ask->B < 1 || ask->T < 1 || ask->lora_rank < 0) return loom_fail("needle: plan of %d x %d tokens, rank %d", ask->B, ask->T, ask->lora_rank);
+    needle_file *f = needle_open_rung(ask->base, ask->layers);
+    if (!f) return -1;
+    needle_net n;
+    memset(&n, 0, sizeof n);
+    n.c = *needle_file_config(f);
+    needle_geometry_of(&n.c, &n.g);
+    n.qat = ask->qat;
+    n.L = n.c.num_layers, n.d = n.c.d_model, n.V = n.c.vocab_size;
+    n.Vout = n.c.out_vocab > 0 ? n.c.out_vocab : n.V;
+    n.K = 2 * n.g.lanes + n.g.lanes * n.g.lanes;
+    n.head_rows = NN_HEAD_ROWS, n.span = NN_SPAN;
+    n.nsites = n.c.engram_layers.n < NEEDLE_MAX_SITES ? n.c.engram_layers.n : NEEDLE_MAX_SITES;
+    int rc = 0;
+    for (int k = 0; k < n.nsites && rc == 0; k++) { /* each site's tap count is its file tensor's */
+        char path[96];
+        snprintf(path, sizeof path, "engrams_%d/taps", k);
+        int i = needle_file_find(f, path);
+        if (i < 0) rc = loom_fail("%s: tensor %s missing", ask->base, path);
+        else n.site[k].ntaps = (int)(needle_file_tensor(f, i)->numel / (size_t)(n.d > 0 ? n.d : 1));
+    }
+    for (int i = 0; rc == 0 && i < needle_file_count(f); i++) out->base_params += needle_file_tensor(f, i)->numel;
+    needle_close(f);
+    if (rc) return -1;
+    out->heads = n.c.num_heads, out->kv_heads = n.c.num_kv_heads, out->head_width = nn_head_F(&n.g);
+    out->held = nn_held_bytes(&n, 0);
+    if (ask->lora_rank > 0) {
+        const size_t with = nn_held_bytes(&n, ask->lora_rank);
+        out->lora = (with - out->held) / 4;
+        out->held = with;
+        for (int t = 0; t < NN_TARGETS; t++) n.lora[t].r = ask->lora_rank;
+    }
+    n.keep_blocks = ask->recompute ? 0 : n.L;
+    out->train_pass = nn_pass_bytes(&n, ask->B, ask->T, 1);
+    n.keep_blocks = ask->recompute ? n.L : 0;
+    out->other_pass = nn_pass_bytes(&n, ask->B, ask->T, 1);
+    if (ask->gen_rows > 0 && ask->gen_cap > 0) {
+        const int Tp = ask->T < ask->gen_cap ? ask->T : ask->gen_cap;
+        out->gen_pass = nn_pass_bytes(&n, ask->gen_rows, Tp, 0);
+        out->gen_caches = nn_dec_bytes(&n, ask->gen_rows, ask->gen_cap);
+    }
+    return 0;
 }
 
 double needle_net_step_flops(const needle_net *n, int B, int T)

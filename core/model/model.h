@@ -254,6 +254,10 @@ typedef struct model_gen model_gen;
 model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens); /* NULL + loom_fail */
 void model_gen_destroy(model_gen *g);
 size_t model_gen_bytes(const model_gen *g);
+/* The bytes of model_gen_create(m, rows, cap, fwd_tokens)'s buffers and caches, before it runs
+ * (m may be model_plan's): inside m's activation arena when they fit its activation_bytes (a
+ * training model), else its own. */
+size_t model_gen_size(model *m, int rows, int cap, int fwd_tokens);
 /* Start R sequences (prompt r = prompts[r][0..lens[r]), 1 <= lens[r] < cap): one forward for the
  * whole batch when R * longest prompt <= fwd_tokens (else consecutive groups); logits_host (R, vocab)
  * receives each row's next-token logits. Row r is live row r. */
@@ -297,6 +301,10 @@ typedef struct needle_net needle_net;
 needle_net *needle_net_open(backend *be, const char *base, int layers, const char *adapter, int qat);
 void needle_net_close(needle_net *n);
 const needle_config *needle_net_config(const needle_net *n);
+/* Needle's A8 and KV8 (NEEDLE_NUM_A8) on (1) or off (0) from here on, the weights untouched: a QAT
+ * net then decodes as a W4 net with the same adapters does, bit for bit (Needle scores a fine-tune
+ * on W4 weights with float activations), without a second copy of the base. */
+void needle_net_set_a8(needle_net *n, int on);
 /* What a training pass keeps for its backward (train.recompute): 0 (the default) keeps a block of
  * each layer (its q, k, v, gate and out projections, attention's output and log-sum-exp, mHC's
  * coefficients, the MLP's s8 and the layer's output y) and every 4th layer's stream, the others
@@ -322,6 +330,28 @@ double needle_net_step_flops(const needle_net *n, int B, int T);
  * copies, the merged targets, adapters, their gradients and moments), *activations the largest
  * pass's arena so far. */
 void needle_net_bytes(const needle_net *n, size_t *held, size_t *activations);
+/* needle_net's memory before it is opened: what needle_net_bytes would report, and a decode's.
+ * For `loom plan` (core/train/plan.c); test_needle_net checks held and train_pass against a real
+ * net to the byte. */
+typedef struct needle_net_size {
+    size_t held;        /* needle_net_bytes' *held after needle_net_open (no adapter file) and
+                         * needle_net_lora_init(lora_rank) (lora_rank 0: without the second) */
+    size_t lora;        /* of held, the adapters' A and B; their gradients and two moments are as
+                         * many bytes each, also of held */
+    size_t base_params; /* elements of the base's tensors as the file holds them */
+    size_t train_pass;  /* *activations after needle_net_grad over B x T (train.recompute as asked) */
+    size_t other_pass;  /* the same with recompute the other way */
+    size_t gen_pass;    /* a needle_net_generate of gen_rows rows of gen_cap tokens, prompts at most
+                         * T: its prefill's arena (a net that ran no pass before) ... */
+    size_t gen_caches;  /* ... and its caches (keys, values, the taps' histories) */
+    int heads, kv_heads, head_width; /* attention's: H, Hk and the padded head width F */
+} needle_net_size;
+typedef struct needle_net_ask {
+    const char *base;   /* the base file (needle_net_open's base, layers, qat) */
+    int layers, qat, lora_rank, recompute, B, T, gen_rows, gen_cap;
+} needle_net_ask;
+/* 0, or -1 + loom_fail (the file is not a Needle base). Reads the file's header only. */
+int needle_net_plan(const needle_net_ask *ask, needle_net_size *s);
 /* Greedy decoding (run.generate's, without its cache-less cost in memory): B rows of cap tokens,
  * row b's prompt its first lens[b] (> 0); up to max_new[b] tokens appended after it, stopping
  * after eos (-1: none) or at cap; made[b] the count. -1 + loom_fail. */

@@ -73,6 +73,27 @@ static size_t gen_kv_floats(const model_gen *g) { return (size_t)g->rows * g->ca
 static float *gen_kc(const model_gen *g, int l) { return g->kv + (size_t)l * gen_kv_floats(g); }
 static float *gen_vc(const model_gen *g, int l) { return gen_kc(g, l) + (size_t)g->rows * g->cap * g->kw; }
 
+/* A context's shape for rows sequences of cap positions, fwd_tokens token rows a forward. */
+static void gen_shape(model_gen *g, model *m, int rows, int cap, int fwd_tokens)
+{
+    g->m = m;
+    g->rows = rows;
+    g->cap = cap;
+    g->nf = fwd_tokens > rows ? fwd_tokens : rows;
+    if (g->nf < cap) g->nf = cap; /* one whole sequence per forward at least */
+    g->lc = rows > 64 ? rows : 64;
+    if (g->lc > g->nf) g->lc = g->nf;
+    m->family->kv_widths(&m->cfg, &g->kw, &g->vw);
+}
+
+size_t model_gen_size(model *m, int rows, int cap, int fwd_tokens)
+{
+    model_gen g;
+    memset(&g, 0, sizeof g);
+    gen_shape(&g, m, rows, cap, fwd_tokens);
+    return gen_carve(&g, NULL) + (size_t)m->cfg.n_layer * gen_kv_floats(&g) * sizeof(float);
+}
+
 model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
 {
     if (rows < 1 || cap < 1 || cap > m->cfg.max_seq) {
@@ -82,14 +103,7 @@ model_gen *model_gen_create(model *m, int rows, int cap, int fwd_tokens)
     }
     model_gen *g = calloc(1, sizeof *g);
     if (!g) { loom_fail("generate: out of host memory"); return NULL; }
-    g->m = m;
-    g->rows = rows;
-    g->cap = cap;
-    g->nf = fwd_tokens > rows ? fwd_tokens : rows;
-    if (g->nf < cap) g->nf = cap; /* one whole sequence per forward at least */
-    g->lc = rows > 64 ? rows : 64;
-    if (g->lc > g->nf) g->lc = g->nf;
-    m->family->kv_widths(&m->cfg, &g->kw, &g->vw);
+    gen_shape(g, m, rows, cap, fwd_tokens);
     g->acts = calloc((size_t)m->cfg.n_layer, sizeof *g->acts);
     g->pos_h = calloc((size_t)g->lc, sizeof(int32_t));
     g->idx_h = calloc((size_t)g->lc, sizeof(int32_t));

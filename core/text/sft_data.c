@@ -460,6 +460,8 @@ static int sft_round_len(const sft_data *d, int longest)
     return T < d->T ? T : d->T;
 }
 
+int sft_pass_len(const sft_data *d) { return sft_round_len(d, d->longest); }
+
 int sft_batch_len(const sft_data *d, uint64_t seed, int epoch, uint64_t first_global_index, int n)
 {
     int longest = 0;

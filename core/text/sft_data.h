@@ -96,6 +96,10 @@ int sft_batch_len(const sft_data *d, uint64_t seed, int epoch, uint64_t first_gl
 /* The same for validation rows first .. first + n - 1 (rows past the set count as empty). */
 int sft_val_batch_len(const sft_data *d, int first, int n);
 
+/* The longest row any batch of d runs at: d->T, or bucketed the longest example's length rounded
+ * as sft_batch_len rounds it. */
+int sft_pass_len(const sft_data *d);
+
 /* Fill n rows of T: row i is sample first_global_index + i (see sft_sample_index);
  * tokens[t] = row[t] (the pad id past the row), targets[t] = row[t+1] where loss_mask[t+1] else -1.
  * Any split of a global batch over ranks gives the same rows. Returns the number of targets >= 0. */

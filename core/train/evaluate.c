@@ -14,9 +14,6 @@
 #include "base/rng.h"
 #include "core/text/text.h"
 
-/* Largest forward (token rows) a generation prefill or loss pass runs at once: bounds the one
- * layer's activations the context holds (~36 KB per row for a 576-wide, 1536-ff model). */
-enum { EVAL_FWD_TOKENS = 8192 };
 
 static double eval_now(void)
 {
@@ -47,7 +44,7 @@ static int evaluate_loss_gen(session *s, const sft_data *d, int rounds, double *
 {
     int mb = s->micro_batch, T = s->seq_len, W = s->comm->size, r = s->comm->rank;
     size_t n = (size_t)mb * T;
-    int fwd = (int)n < EVAL_FWD_TOKENS ? (int)n : EVAL_FWD_TOKENS;
+    int fwd = (int)n < EVALUATE_FWD_TOKENS ? (int)n : EVALUATE_FWD_TOKENS;
     model_gen *g = model_gen_create(s->model, 1, T, fwd);
     int32_t *tokens = malloc(n * sizeof(int32_t)), *targets = malloc(n * sizeof(int32_t));
     int rc = g && tokens && targets ? 0 : -1;
@@ -225,7 +222,7 @@ static int eval_fwd_tokens(int R, const int *lens)
     for (int r = 0; r < R; r++)
         if (lens[r] > longest) longest = lens[r];
     long want = (long)R * longest;
-    return want < EVAL_FWD_TOKENS ? (int)want : EVAL_FWD_TOKENS;
+    return want < EVALUATE_FWD_TOKENS ? (int)want : EVALUATE_FWD_TOKENS;
 }
 
 int evaluate_generate_batch(session *s, const chat_template *ct, int R,
@@ -311,7 +308,7 @@ static int eval_run(session *s, const sft_data *d, eval_work *w, eval_meter *mt,
     int *limit = malloc((size_t)w->n * sizeof(int));
     char *text = malloc((size_t)T * 8 + 16);
     int cap = limit && text ? eval_limits(s, w->n, w->lens, w->max_new, limit) : loom_fail("eval: out of host memory");
-    int fwd = EVAL_FWD_TOKENS < B * T ? EVAL_FWD_TOKENS : B * T;
+    int fwd = EVALUATE_FWD_TOKENS < B * T ? EVALUATE_FWD_TOKENS : B * T;
     model_gen *g = cap > 0 ? model_gen_create(s->model, B, cap, fwd < cap ? cap : fwd) : NULL;
     if (!g) rc = -1;
     for (int j0 = 0; rc == 0 && j0 < w->n; j0 += B) {

@@ -7,6 +7,11 @@
 #include "core/train/session.h"
 #include "core/text/text.h"
 
+/* Largest forward (token rows) a generation prefill or loss pass runs at once: bounds the one
+ * layer's activations the context holds (~36 KB per row for a 576-wide, 1536-ff model). The
+ * accuracy's context: eval.batch rows of up to the row length T, min(this, rows T) a forward. */
+enum { EVALUATE_FWD_TOKENS = 8192 };
+
 /* Mean loss per answer token over the validation set. Collective. */
 int evaluate_loss(session *s, const sft_data *d, double *val_loss);
 

@@ -37,12 +37,13 @@
 #include "core/train/interrupt.h"
 #include "core/train/metrics.h"
 #include "core/train/optim.h"
+#include "core/train/plan.h"
 #include "core/train/resume_check.h"
 #include "core/train/session.h"
 
 
 typedef struct nf {
-    job_config cfg;       /* a copy: train.steps is derived from the epochs */
+    job_config cfg;       /* a copy: train.steps is derived from the epochs (session_finetune_steps) */
     comm *c;
     backend *be;
     needle_net *net;
@@ -56,6 +57,7 @@ typedef struct nf {
     chat_template chat;
     sft_data sft;
     int T, mb, accum;
+    int Tpass;            /* the longest row a pass runs at (sft_pass_len): what the passes are sized for */
     long steps_per_epoch;
     int32_t *tokens, *targets;
     float *weights;
@@ -73,6 +75,7 @@ typedef struct nf {
     fault_plan fault;     /* tests only: LOOM_FAULT_* (a rank exits or hangs at a step) */
     const volatile sig_atomic_t *stop; /* train_options.stop, or NULL */
     int stopped;          /* the signal every rank agreed to stop on after this step, or 0 */
+    size_t rss_before;    /* resident bytes before the net (plan_log_peak) */
 } nf;
 
 static double nf_now(void)
@@ -165,10 +168,11 @@ static int nf_state(nf *t, int which, int set, float *host)
     return 0;
 }
 
-static int nf_load_data(nf *t)
+/* The rows of data.train as Needle renders them, for base config nc (its vocabulary and length);
+ * train.steps (session_finetune_steps). */
+static int nf_load_data(nf *t, const needle_config *nc)
 {
     job_config *cfg = &t->cfg;
-    const needle_config *nc = needle_net_config(t->net);
     if (!(t->tok = tokenizer_open(cfg->model.tokenizer))) return -1;
     if (cfg->data.pack)
         log_info("data.pack: not for Needle bases yet: each step runs its rows padded to the batch's longest");
@@ -181,8 +185,14 @@ static int nf_load_data(nf *t)
         return -1;
     t->T = t->sft.T;
     if (sft_data_batching(&t->sft, cfg->train.batch_size, dc.bucket, cfg->train.seed)) return -1;
+    t->Tpass = sft_pass_len(&t->sft);
     t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
-    cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
+    if (session_finetune_steps(cfg, t->steps_per_epoch)) return -1;
+    /* the held-out evaluation decodes at most eval.batch (64) rows together, at most its examples:
+     * eval.batch clipped to what it runs, so that the plan counts those (plan.c) */
+    const int nsel = cfg->eval.max_examples > 0 && cfg->eval.max_examples < t->sft.val.n ? cfg->eval.max_examples : t->sft.val.n;
+    cfg->eval.batch = cfg->eval.batch < 1 ? 1 : cfg->eval.batch > 64 ? 64 : cfg->eval.batch;
+    if (nsel > 0 && cfg->eval.batch > nsel) cfg->eval.batch = nsel;
     log_info("data %s: %d train / %d val examples, rows of %s%d tokens (longest %d, %d truncated), "
              "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, dc.bucket ? "at most " : "", t->T,
              t->sft.longest, t->sft.n_truncated, t->steps_per_epoch);
@@ -190,6 +200,26 @@ static int nf_load_data(nf *t)
         log_warn("%s: skipped %d bad line(s) (data.skip_bad_lines); first: %s", dc.train, t->sft.bad.count,
                  t->sft.bad.first);
     return 0;
+}
+
+int finetune_needle_seq_len(job_config *cfg, int *T)
+{
+    *T = 0;
+    needle_file *f = nf_check_config(cfg) ? NULL : needle_open(cfg->finetune.base);
+    nf *t = f ? calloc(1, sizeof *t) : NULL;
+    if (f && !t) loom_fail("finetune: out of host memory");
+    int rc = -1;
+    if (t) {
+        t->cfg = *cfg;
+        rc = session_resolve_date(&t->cfg, NULL) ? -1 : nf_load_data(t, needle_file_config(f));
+        *T = t->Tpass;
+        cfg->eval.batch = t->cfg.eval.batch;
+        if (t->tok) sft_data_free(&t->sft);
+        tokenizer_free(t->tok);
+        free(t);
+    }
+    needle_close(f);
+    return rc;
 }
 
 /* needle_net_grad's weights from sft's targets: position i's loss counts where targets[i] >= 0,
@@ -413,31 +443,35 @@ static int nf_validate(nf *t, double *val)
 
 /* Tool-call accuracy of the held-out examples (eval.max_examples of them, each rank a share) as
  * Needle scores a fine-tune (ft:345-384, _score_quantised): greedy decoding of up to 96 tokens on
- * the merged adapters with W4 weights (a net of its own: the training net may run other numerics),
+ * the merged adapters with W4 weights and float activations (under QAT the training net with A8
+ * off; after a float fine-tune a W4 net of its own),
  * Needle's exact-call figure (no call block = the answer []) beside loom's exact and names. */
-#define NF_EVAL_NEW 96
 static int nf_accuracy(nf *t, const char *what, eval_result *res)
 {
     const double t0 = nf_now();
     const sft_set *v = &t->sft.val;
-    const int T = t->sft.T, W = t->c->size, B = t->cfg.eval.batch > 0 ? t->cfg.eval.batch : 1;
-    const int maxlen = needle_net_config(t->net)->max_seq_len, cap = T + NF_EVAL_NEW;
+    const int T = t->sft.T, W = t->c->size, B = t->cfg.eval.batch; /* clipped to [1, 64] (nf_load_data) */
+    const int maxlen = needle_net_config(t->net)->max_seq_len, cap = t->Tpass + FINETUNE_NEEDLE_EVAL_NEW; /* prompts <= Tpass */
     int *sel = malloc((size_t)(v->n > 0 ? v->n : 1) * sizeof(int));
     int32_t *rows = malloc((size_t)B * cap * sizeof(int32_t));
     int *lens = malloc((size_t)B * sizeof(int) * 3), *max_new = lens + B, *made = lens + 2 * B;
     char *text = malloc((size_t)cap * 16 + 16);
-    needle_net *e = NULL;
+    /* a QAT net's weights are W4 already: it decodes with A8 off (needle_net_set_a8); a float one's
+     * are not, so a W4 net of its own takes its adapters */
+    const int own = !t->cfg.finetune.qat;
+    needle_net *e = own ? NULL : t->net;
     int rc = !sel || !rows || !lens || !text ? loom_fail("eval: out of host memory") : 0;
-    if (rc == 0 && !(e = needle_net_open(t->be, t->cfg.finetune.base, t->cfg.model.layers, NULL, NEEDLE_NUM_W4))) rc = -1;
-    if (rc == 0) rc = needle_net_lora_init(e, t->rank, t->cfg.finetune.lora_alpha, t->cfg.train.seed);
-    float *ab = rc == 0 ? malloc(t->state_elems * sizeof(float)) : NULL;
-    if (rc == 0 && !ab) rc = loom_fail("eval: out of host memory");
-    for (int i = 0; rc == 0 && i < t->nad; i++) {
+    if (rc == 0 && own && !(e = needle_net_open(t->be, t->cfg.finetune.base, t->cfg.model.layers, NULL, NEEDLE_NUM_W4))) rc = -1;
+    if (rc == 0 && own) rc = needle_net_lora_init(e, t->rank, t->cfg.finetune.lora_alpha, t->cfg.train.seed);
+    float *ab = rc == 0 && own ? malloc(t->state_elems * sizeof(float)) : NULL;
+    if (rc == 0 && own && !ab) rc = loom_fail("eval: out of host memory");
+    for (int i = 0; rc == 0 && own && i < t->nad; i++) {
         float *a = ab + t->table[2 * i].offset, *b = ab + t->table[2 * i + 1].offset;
         rc = needle_net_lora_state(t->net, needle_lora_path(i), 0, a, b, NULL, NULL, NULL, NULL) ||
                      needle_net_lora_state(e, needle_lora_path(i), 1, a, b, NULL, NULL, NULL, NULL) ? -1 : 0;
     }
     free(ab);
+    if (!own) needle_net_set_a8(e, 0);
     double s[7] = {0}; /* exact, names, Needle's exact call, examples, tokens, answer [], no call block */
     const int nsel = rc == 0 ? evaluate_select(v->n, t->cfg.eval.max_examples, sel) : 0;
     int mine[64], nm = 0;
@@ -449,7 +483,7 @@ static int nf_accuracy(nf *t, const char *what, eval_result *res)
             memcpy(rows + (size_t)j * cap, v->tokens + (size_t)i * T, (size_t)plen * sizeof(int32_t));
             lens[j] = plen;
             max_new[j] = v->prompt_len[i] >= T || plen >= maxlen ? 0
-                         : NF_EVAL_NEW < maxlen - plen ? NF_EVAL_NEW : maxlen - plen;
+                         : FINETUNE_NEEDLE_EVAL_NEW < maxlen - plen ? FINETUNE_NEEDLE_EVAL_NEW : maxlen - plen;
         }
         rc = needle_net_generate(e, rows, nm, cap, lens, max_new, t->chat.eot, made);
         for (int j = 0; rc == 0 && j < nm; j++) {
@@ -465,7 +499,8 @@ static int nf_accuracy(nf *t, const char *what, eval_result *res)
         }
         nm = 0;
     }
-    needle_net_close(e);
+    if (own) needle_net_close(e);
+    else needle_net_set_a8(e, 1);
     free(sel), free(rows), free(lens), free(text);
     double failed = rc != 0;
     if (comm_allreduce_host(t->c, &failed, 1) || (failed > 0 && rc == 0 && loom_fail("eval: failed on another rank")))
@@ -515,8 +550,10 @@ static int nf_loop(nf *t, train_report *rep, const train_options *opt)
 }
 
 /* The backend, the net (numerics qat) and a fresh adapter on each target: what training, evaluation
- * and sampling share. */
-static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat)
+ * and sampling share. data 1 also loads the data (nf_load_data); 2 (training) also checks the job
+ * fits the device (plan_check, before the net allocates anything) and starts its peak memory's
+ * count (plan_log_peak). */
+static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat, int data)
 {
     t->cfg = *cfg;
     t->c = c;
@@ -526,9 +563,17 @@ static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat)
     needle_file *f = needle_open(cfg->finetune.base);
     if (!f) return -1;
     t->base_digest = needle_file_digest(f);
+    int rc = data ? nf_load_data(t, needle_file_config(f)) : 0;
     needle_close(f);
+    if (rc) return -1;
     if (tokenizer_hash_of(cfg->model.tokenizer, &t->tok_hash)) t->tok_hash = 0;
     if (!(t->be = session_backend_open(&t->cfg, c))) return -1;
+    if (data == 2) {
+        size_t peak;
+        if (plan_check(&t->cfg, c, t->be, t->Tpass, 1)) return -1;
+        plan_reset_peak();
+        plan_rss(&t->rss_before, &peak);
+    }
     if (!(t->net = needle_net_open(t->be, cfg->finetune.base, cfg->model.layers, NULL, qat))) return -1;
     t->L = needle_net_config(t->net)->num_layers;
     needle_net_set_recompute(t->net, cfg->train.recompute);
@@ -542,7 +587,7 @@ static int nf_open_net(nf *t, const job_config *cfg, comm *c, int qat)
 /* train 0 (loom eval): no checkpoint lock, no metrics, nothing written. */
 static int nf_open(nf *t, const job_config *cfg, comm *c, const train_options *opt, int train)
 {
-    if (nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0) || nf_load_data(t)) return -1;
+    if (nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0, train ? 2 : 1)) return -1;
     const train_config *tc = &t->cfg.train;
     t->mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch_size / c->size;
     if (t->mb < 1 || tc->batch_size % (t->mb * c->size) != 0)
@@ -608,6 +653,7 @@ int finetune_needle_run(const job_config *cfg, comm *c, const train_options *opt
         rep.accuracy = ev.accuracy, rep.names = ev.names, rep.eval_s = ev.seconds, rep.eval_examples = ev.examples;
     if (t->log) metrics_summary(t->log, &rep.tokens_per_s, &rep.mfu);
     if (t->net) needle_net_bytes(t->net, &rep.state_bytes, &rep.activation_bytes); /* the frozen base included */
+    if (rc == 0) plan_log_peak(&t->cfg, c, t->be, t->Tpass, 1, t->rss_before);
     if (report) *report = rep;
     nf_close(t);
     free(t);
@@ -653,7 +699,7 @@ int finetune_needle_sample(const job_config *cfg, comm *c, const char *ckpt, con
 {
     nf *t = calloc(1, sizeof *t);
     if (!t) return loom_fail("sample: out of host memory");
-    int rc = nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_W4 : 0);
+    int rc = nf_open_net(t, cfg, c, cfg->finetune.qat ? NEEDLE_NUM_W4 : 0, 0);
     if (rc == 0 && ckpt && ckpt[0]) rc = nf_resume(t, ckpt, 0);
     const int maxlen = rc == 0 ? needle_net_config(t->net)->max_seq_len : 0;
     if (rc == 0 && n >= maxlen) rc = loom_fail("sample: a prompt of %d tokens leaves no room in the model's %d", n, maxlen);

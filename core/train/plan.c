@@ -14,8 +14,11 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "checkpoints/needle.h"
 #include "core/model/model.h"
 #include "core/train/dp.h"
+#include "core/train/evaluate.h"
+#include "core/train/finetune_needle.h"
 
 const char *plan_part_name(int part)
 {
@@ -33,6 +36,18 @@ const char *plan_bytes(size_t bytes, char *buf, size_t len)
     else if (b >= 1024.0) snprintf(buf, len, "%.1f KiB", b / 1024.0);
     else snprintf(buf, len, "%zu B", bytes);
     return buf;
+}
+
+/* The libraries' pages and the sgemm reference's buffers (plan_cpu_workspace): the part of a CPU
+ * rank's workspace no model shape changes. *libs the first, the second returned. */
+static size_t plan_cpu_fixed(const plan_shape *sh, size_t *libs)
+{
+    const size_t f = sizeof(float);
+    const char *gemm = getenv("LOOM_GEMM"), *peak = getenv("LOOM_CPU_PEAK_GFLOPS");
+    const int race = !(gemm && gemm[0]);
+    *libs = ((size_t)3 + (race ? 12 + 5 * (size_t)sh->threads : 0)) << 20;
+    if (peak && atof(peak) > 0) return 0;
+    return 3 * (size_t)1536 * 1552 * f + (race ? 3 * (size_t)1536 * 576 * f : 0);
 }
 
 /* The CPU backend's buffers beyond the model's, at their peak (bytes):
@@ -60,12 +75,8 @@ static size_t plan_cpu_workspace(const job_config *cfg, const train_plan *p, con
     size_t f = sizeof(float), N = (size_t)p->micro_batch * p->shape.T, C = (size_t)c->d_model;
     size_t F = (size_t)c->d_ff > C ? (size_t)c->d_ff : C, V = (size_t)c->vocab, D = (size_t)config_head_dim(c);
     size_t G = (size_t)(c->n_head / (c->n_kv_head > 0 ? c->n_kv_head : 1));
-    const char *gemm = getenv("LOOM_GEMM"), *peak = getenv("LOOM_CPU_PEAK_GFLOPS");
-    size_t reference = 0;
-    if (!(peak && atof(peak) > 0)) {
-        reference = 3 * (size_t)1536 * 1552 * f;
-        if (!(gemm && gemm[0])) reference += 3 * (size_t)1536 * 576 * f;
-    }
+    const char *gemm = getenv("LOOM_GEMM");
+    size_t libs, reference = plan_cpu_fixed(&p->shape, &libs);
     size_t kept = (size_t)p->shape.threads * 64 * G * ((size_t)p->shape.T + 2 * D + 2) * f;
     size_t head = (size_t)m->head_chunk * V;
     if (p->shape.bf16) kept += (head > N * F ? head : N * F) * 2 + N * F * 2;
@@ -76,7 +87,6 @@ static size_t plan_cpu_workspace(const job_config *cfg, const train_plan *p, con
             if (len > ckpt) ckpt = len;
         }
     size_t step = kept + (race > ckpt ? race : ckpt);
-    size_t libs = ((size_t)3 + (race ? 12 + 5 * (size_t)p->shape.threads : 0)) << 20;
     return libs + (reference > step ? reference : step);
 }
 
@@ -108,6 +118,77 @@ static int plan_lora(const job_config *cfg, const plan_shape *sh, lora_spec *lor
     return lora_spec_from_config(&cfg->finetune, &cfg->model, lora);
 }
 
+/* The CPU kernels' scratch in a Needle step, at its largest: attention's backward, per thread
+ * (cpu_attention.c: blocks of M = 48 query rows of a kv head's group, at least 4 per head, each
+ * 2 T + 4 F + 2 floats), and where a step has fewer than 8 (row, kv head) pairs, the partial dK,
+ * dV of its query segments (2 x pairs x segments x T x F). */
+static size_t plan_needle_scratch(const needle_net_size *s, const plan_shape *sh, int rows)
+{
+    const size_t T = (size_t)sh->T, F = (size_t)s->head_width, G = (size_t)(s->heads / (s->kv_heads > 0 ? s->kv_heads : 1));
+    const size_t M = 4 * G > 48 ? 4 * G : 48, pairs = (size_t)rows * s->kv_heads;
+    size_t seg = pairs >= 8 ? 1 : (8 + pairs - 1) / pairs, part = seg > 1 ? 2 * pairs * seg * T * F : 0;
+    return ((size_t)sh->threads * M * (2 * T + 4 * F + 2) + part) * sizeof(float);
+}
+
+/* A fine-tune of a Needle base (core/train/finetune_needle.c), from its net's own sizes
+ * (needle_net_plan): the frozen base as the net holds it (each target's base and its merged copy,
+ * the rest; W4 in place under QAT), the adapters, gradients and moments, replicated on every rank
+ * (parallel.zero_stage shards nothing there), one training pass's arena, and with several ranks the
+ * gradients' host copies (double and float) and MPI's temporary for their sum. The workspace is the
+ * libraries', plus the largest of the sgemm reference, a step's host rows and the CPU kernels'
+ * per-thread scratch, and the held-out evaluation (every fine-tune with held-out rows ends with
+ * one): a second net (W4 weights) beside the first, its prefill and its decode caches. */
+static int plan_needle(const job_config *cfg, train_plan *p)
+{
+    const plan_shape *sh = &p->shape;
+    const int eval_rows = cfg->eval.batch > 0 ? (cfg->eval.batch < 64 ? cfg->eval.batch : 64) : 1; /* finetune_needle_seq_len */
+    const int eval = cfg->data.val_split > 0 || cfg->data.val[0];
+    needle_net_ask ask = {cfg->finetune.base, cfg->model.layers, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0,
+                          cfg->finetune.lora_rank, p->recompute, p->micro_batch, sh->T,
+                          eval ? eval_rows : 0, sh->T + FINETUNE_NEEDLE_EVAL_NEW};
+    needle_net_size s;
+    if (needle_net_plan(&ask, &s)) return -1;
+    const size_t state = s.lora / sizeof(float); /* the adapters' floats */
+    p->lora_rank = cfg->finetune.lora_rank;
+    p->nparams = state, p->nbase_params = s.base_params;
+    p->part[PLAN_PARAMS] = s.lora;
+    p->part[PLAN_GRADS] = s.lora;
+    p->part[PLAN_OPTIM] = 2 * s.lora;
+    p->part[PLAN_BASE] = s.held - 4 * s.lora;
+    p->part[PLAN_ACTS] = s.train_pass;
+    p->acts_other = s.other_pass;
+    if (sh->ranks > 1) p->part[PLAN_DP] = state * (sizeof(double) + sizeof(float)) + (sh->cpu ? ((size_t)8 << 20) + state * sizeof(double) : 0);
+    size_t libs = 0, reference = sh->cpu ? plan_cpu_fixed(sh, &libs) : 0;
+    size_t rows = (size_t)p->micro_batch * sh->T;
+    size_t step = rows * (2 * sizeof(int32_t) + sizeof(float)) + (sh->cpu ? plan_needle_scratch(&s, sh, p->micro_batch) : 0);
+    /* under QAT the evaluation decodes on the training net (its arena reused when large enough),
+     * after a float fine-tune on a W4 net of its own */
+    size_t gen = !eval ? 0 : ask.qat ? (s.gen_pass > s.train_pass ? s.gen_pass - s.train_pass : 0) + s.gen_caches
+                                     : s.held + s.gen_pass + s.gen_caches;
+    /* the sgemm reference runs before the first pass allocates the arena: the larger phase counts */
+    size_t most = reference > s.train_pass + step ? reference - s.train_pass : step;
+    p->part[PLAN_WORKSPACE] = libs + (most > gen ? most : gen);
+    return 0;
+}
+
+/* A fine-tune's held-out evaluation (evaluate_accuracy: eval.batch rows of up to T positions, on
+ * a model_gen context): nothing more when its context fits the idle training arena, else its own
+ * buffers and caches beside it, with the libraries' pages (the workspace it would replace). Not run
+ * at ZeRO-3, nor without held-out rows. */
+static size_t plan_eval_gen(const job_config *cfg, const train_plan *p, model *m)
+{
+    const plan_shape *sh = &p->shape;
+    if (!sh->finetune || p->zero_stage == 3 || !(cfg->data.val_split > 0 || cfg->data.val[0])) return 0;
+    const int rows = cfg->eval.batch > 0 ? cfg->eval.batch : 1;
+    const long want = (long)rows * sh->T;
+    const int fwd = want < EVALUATE_FWD_TOKENS ? (int)want : EVALUATE_FWD_TOKENS;
+    size_t bytes = model_gen_size(m, rows, sh->T, fwd);
+    if (bytes <= m->activation_bytes) return 0;
+    size_t libs = 0;
+    if (sh->cpu) plan_cpu_fixed(sh, &libs);
+    return bytes + libs;
+}
+
 int plan_compute(const job_config *cfg, const plan_shape *sh, train_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -121,6 +202,14 @@ int plan_compute(const job_config *cfg, const plan_shape *sh, train_plan *p)
     if (sh->T < 1) return loom_fail("plan: rows of %d tokens", sh->T);
     p->zero_stage = cfg->parallel.zero_stage;
     p->recompute = tc->recompute != 0;
+    if (sh->finetune && needle_is_base(cfg->finetune.base)) {
+        if (plan_needle(cfg, p)) return -1;
+        for (int i = 0; i < PLAN_NPARTS; i++) {
+            p->total += p->part[i];
+            if (p->part[i] > p->part[p->largest]) p->largest = i;
+        }
+        return 0;
+    }
     lora_spec lora;
     if (plan_lora(cfg, sh, &lora)) return -1;
     p->lora_rank = lora.rank;
@@ -148,6 +237,14 @@ int plan_compute(const job_config *cfg, const plan_shape *sh, train_plan *p)
         for (int i = 0; i < PLAN_NPARTS; i++) {
             p->total += p->part[i];
             if (p->part[i] > p->part[p->largest]) p->largest = i;
+        }
+    }
+    if (rc == 0) { /* a fine-tune's held-out evaluation, after (and before) its steps */
+        size_t gen = plan_eval_gen(cfg, p, m);
+        if (gen > p->part[PLAN_WORKSPACE]) {
+            p->total += gen - p->part[PLAN_WORKSPACE];
+            p->part[PLAN_WORKSPACE] = gen;
+            if (p->part[PLAN_WORKSPACE] > p->part[p->largest]) p->largest = PLAN_WORKSPACE;
         }
     }
     model_destroy(other);
@@ -293,6 +390,27 @@ int plan_reset_peak(void)
     if (!f) return -1;
     int ok = fputs("5", f) >= 0; /* 5: reset the peak RSS (Linux 4.0+) */
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+void plan_log_peak(const job_config *cfg, comm *c, backend *be, int T, int finetune, size_t rss_before)
+{
+    size_t rss, peak;
+    plan_rss(&rss, &peak);
+    double *grew = calloc((size_t)c->size, sizeof *grew);
+    if (!grew) return;
+    grew[c->rank] = peak > rss_before ? (double)(peak - rss_before) : 0.0;
+    plan_shape sh;
+    plan_shape_of(c, be, T, finetune, &sh);
+    train_plan p;
+    if ((c->size == 1 || comm_allreduce_host(c, grew, c->size) == 0) && peak && plan_compute(cfg, &sh, &p) == 0) {
+        char line[512], b[32];
+        int n = 0;
+        for (int r = 0; r < c->size && r < 16 && n < (int)sizeof line - 64; r++)
+            n += snprintf(line + n, sizeof line - (size_t)n, "%s rank %d %.0f", r ? "," : "", r, grew[r]);
+        log_info("memory: peak resident growth since before the model (bytes):%s; plan %zu per rank (%s)", line,
+                 p.total, plan_bytes(p.total, b, sizeof b));
+    }
+    free(grew);
 }
 
 void plan_shape_of(comm *c, backend *be, int T, int finetune, plan_shape *sh)

@@ -15,7 +15,7 @@
 /* The parts of a rank's memory, in the order `loom plan` prints them. */
 enum {
     PLAN_PARAMS,    /* trainable parameters: all, or this rank's slices (ZeRO-3) */
-    PLAN_BASE,      /* LoRA: the frozen base, fp32, whole on every rank */
+    PLAN_BASE,      /* LoRA: the frozen base, fp32, whole on every rank (a Needle base: as its net holds it) */
     PLAN_GRADS,     /* gradients: all, or this rank's slices (ZeRO-2/3) */
     PLAN_OPTIM,     /* AdamW's two moments of the slices this rank updates */
     PLAN_BF16,      /* bf16 copies of the weights the matmuls read (a bf16 backend only) */
@@ -76,6 +76,12 @@ void plan_shape_of(comm *c, backend *be, int T, int finetune, plan_shape *sh);
  * the smallest node's, -1 + one line naming the need, the memory, the largest part and the
  * switch that shrinks it. LOOM_NO_FIT_CHECK=1 skips the refusal. Collective. */
 int plan_check(const job_config *cfg, comm *c, backend *be, int T, int finetune);
+
+/* Each rank's peak resident growth since rss_before (plan_reset_peak, then plan_rss, before the
+ * job allocated its model), against the plan of the job: one info line of rank 0's, every rank's
+ * growth in bytes (tests/core/train/plan_peak.sh reads it). Collective; silent where
+ * /proc/self/status is not there. */
+void plan_log_peak(const job_config *cfg, comm *c, backend *be, int T, int finetune, size_t rss_before);
 
 /* "1.25 GB" (powers of 1024: KiB, MiB, GiB) into buf; returns buf. */
 const char *plan_bytes(size_t bytes, char *buf, size_t len);

@@ -4,6 +4,7 @@
 #include "core/train/session.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,4 +193,20 @@ void session_close(session *s)
     model_destroy(s->model);
     backend_destroy(s->be);
     free(s);
+}
+
+int session_finetune_steps(job_config *cfg, long steps_per_epoch)
+{
+    if (config_named(cfg, "train.steps")) {
+        log_info("train.steps %d (set by the job) decides the fine-tune's length: %.2f epochs of %ld steps%s",
+                 cfg->train.steps, (double)cfg->train.steps / (double)(steps_per_epoch > 0 ? steps_per_epoch : 1),
+                 steps_per_epoch, config_named(cfg, "finetune.epochs") ? " (finetune.epochs is not used)" : "");
+        return 0;
+    }
+    const long steps = steps_per_epoch * cfg->finetune.epochs;
+    if (steps < 1 || steps > INT_MAX)
+        return loom_fail("finetune.epochs %d of %ld steps: %ld steps (set train.steps instead)", cfg->finetune.epochs,
+                         steps_per_epoch, steps);
+    cfg->train.steps = (int)steps;
+    return 0;
 }

@@ -135,4 +135,9 @@ void session_close(session *s);
 /* mkdir -p */
 int session_mkdirs(const char *path);
 
+/* A fine-tune's length into cfg->train.steps: train.steps when the job names it (it wins over
+ * finetune.epochs, as max_steps over num_train_epochs in transformers; the data cycle on past an
+ * epoch's end), else finetune.epochs passes of steps_per_epoch steps. 0, or -1 + loom_fail. */
+int session_finetune_steps(job_config *cfg, long steps_per_epoch);
+
 #endif

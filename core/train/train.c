@@ -4,6 +4,7 @@
  * directly: comm.h, backend.h and ckpt.h are its only doors. */
 #include "core/train/train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,7 +178,11 @@ static int trainer_load_data(trainer *t)
                  "%.1f%% unsorted: %s", 100.0 * t->sft.share_sorted, 100.0 * t->sft.share_unsorted,
                  t->sft.sorted ? "sorted" : "unsorted (sorting saves under 10% of the tokens)");
     t->steps_per_epoch = sft_steps_per_epoch(&t->sft, cfg->train.batch_size);
-    cfg->train.steps = (int)(t->steps_per_epoch * cfg->finetune.epochs);
+    if (session_finetune_steps(cfg, t->steps_per_epoch)) return -1;
+    /* the held-out evaluation decodes at most its examples together: eval.batch clipped to them,
+     * so that the plan counts what it runs (plan.c) */
+    const int nsel = cfg->eval.max_examples > 0 && cfg->eval.max_examples < t->sft.val.n ? cfg->eval.max_examples : t->sft.val.n;
+    if (nsel > 0 && cfg->eval.batch > nsel) cfg->eval.batch = nsel;
     log_info("data %s: %d train / %d val examples, rows of %s%d tokens (longest %d, %d truncated), "
              "%ld steps per epoch", dc.train, t->sft.train.n, t->sft.val.n, dc.bucket ? "at most " : "",
              t->T, t->sft.longest, t->sft.n_truncated, t->steps_per_epoch);
@@ -187,19 +192,18 @@ static int trainer_load_data(trainer *t)
     return 0;
 }
 
-int train_seq_len(const job_config *cfg, int finetune, int *T)
+int train_seq_len(job_config *cfg, int finetune, int *T)
 {
     *T = cfg->train.seq_len;
     if (!finetune) return 0;
-    if (finetune_needle_base(cfg->finetune.base))
-        return loom_fail("finetune.base %s is a Needle base: its memory is not planned yet (docs/needle.md)",
-                         cfg->finetune.base);
+    if (finetune_needle_base(cfg->finetune.base)) return finetune_needle_seq_len(cfg, T);
     trainer t;
     memset(&t, 0, sizeof t);
     t.cfg = *cfg;
     t.finetune = 1;
     int rc = session_resolve_date(&t.cfg, NULL) ? -1 : trainer_load_data(&t); /* the rows as the job renders them */
     *T = t.T;
+    cfg->eval.batch = t.cfg.eval.batch;
     sft_data_free(&t.sft);
     tokenizer_free(t.tok);
     return rc;
@@ -216,7 +220,7 @@ static int trainer_open(trainer *t, const job_config *cfg, comm *c, const train_
     trainer_slow_waits(t, c, 1); /* until step 1 is done */
     if (trainer_load_data(t)) return -1;
     size_t peak;
-    plan_reset_peak(); /* the peak from here on is the session's (trainer_log_memory) */
+    plan_reset_peak(); /* the peak from here on is the session's (plan_log_peak) */
     plan_rss(&t->rss_before, &peak);
     t->s = session_open(&t->cfg, c, SESSION_TRAIN, finetune, t->T);
     if (!t->s) return -1;
@@ -298,31 +302,6 @@ static int trainer_loop(trainer *t, train_report *rep, const train_options *opt)
     return session_maybe_checkpoint(t->s, 1);
 }
 
-/* Each rank's peak resident memory since before its session (plan_reset_peak), against the plan
- * (plan.h): one info line of rank 0's, every rank's growth in bytes (tests/core/train/plan_peak.sh
- * reads it). Collective; silent where /proc/self/status is not there. */
-static void trainer_log_memory(trainer *t)
-{
-    comm *c = t->s->comm;
-    size_t rss, peak;
-    plan_rss(&rss, &peak);
-    double *grew = calloc((size_t)c->size, sizeof *grew);
-    if (!grew) return;
-    grew[c->rank] = peak > t->rss_before ? (double)(peak - t->rss_before) : 0.0;
-    plan_shape sh;
-    plan_shape_of(c, t->s->be, t->T, t->finetune, &sh);
-    train_plan p;
-    if ((c->size == 1 || comm_allreduce_host(c, grew, c->size) == 0) && peak && plan_compute(&t->cfg, &sh, &p) == 0) {
-        char line[512], b[32];
-        int n = 0;
-        for (int r = 0; r < c->size && r < 16 && n < (int)sizeof line - 64; r++)
-            n += snprintf(line + n, sizeof line - (size_t)n, "%s rank %d %.0f", r ? "," : "", r, grew[r]);
-        log_info("memory: peak resident growth since before the model (bytes):%s; plan %zu per rank (%s)", line,
-                 p.total, plan_bytes(p.total, b, sizeof b));
-    }
-    free(grew);
-}
-
 static int train_job(const job_config *cfg, comm *c, const train_options *opt, train_report *report,
                      int finetune)
 {
@@ -344,7 +323,7 @@ static int train_job(const job_config *cfg, comm *c, const train_options *opt, t
         rep.eval_examples = ev.examples;
     }
     if (t.s && t.log) {
-        if (rc == 0) trainer_log_memory(&t);
+        if (rc == 0) plan_log_peak(&t.cfg, t.s->comm, t.s->be, t.T, t.finetune, t.rss_before);
         metrics_summary(t.log, &rep.tokens_per_s, &rep.mfu);
         rep.state_bytes = dp_state_bytes(t.s->dp);
         rep.activation_bytes = t.s->model->activation_bytes;

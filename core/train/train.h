@@ -56,13 +56,14 @@ typedef struct train_report {
 int train_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
 
 /* Fine-tune from finetune.base on the JSONL tool-calling data in data.train for finetune.epochs
- * (train.steps is derived from them); LoRA or full per finetune.method. */
+ * (or train.steps when the job names it: session_finetune_steps); LoRA or full per finetune.method. */
 int finetune_run(const job_config *cfg, comm *c, const train_options *opt, train_report *report);
 
 /* The tokens per row a job sizes its model for: train.seq_len, or for a fine-tune (finetune 1)
  * the longest row its data renders to (at most data.max_len; the data and tokenizer are read, the
- * model is not). For `loom plan`. 0, or -1 + loom_fail (a Needle base: not planned). */
-int train_seq_len(const job_config *cfg, int finetune, int *T);
+ * model is not; a Needle base's rows as its fine-tune renders them, and its eval.batch clipped as
+ * finetune_needle_seq_len says). For `loom plan`. 0, or -1 + loom_fail. */
+int train_seq_len(job_config *cfg, int finetune, int *T);
 
 /* Needle bases (finetune.base a Needle .safetensors or its `loom import`; core/train/finetune_needle.c):
  * 1 when path is one (finetune_run hands those jobs over by itself); and `loom eval` of one: the validation

@@ -90,7 +90,7 @@ static void test_defaults(void)
     /* Table sanity: unique paths, docs, in-bounds offsets, every default accepted strictly. */
     int n;
     const config_field *f = config_fields(&n);
-    CHECK(n > 40, "only %d fields", n);
+    CHECK(n > 40 && n <= CONFIG_MAX_FIELDS, "%d fields (job_config.named holds %d)", n, CONFIG_MAX_FIELDS);
     for (int i = 0; i < n; i++) {
         CHECK(f[i].doc && f[i].doc[0] && f[i].offset + f[i].size <= sizeof(job_config), "%s",
               f[i].path);
@@ -101,7 +101,19 @@ static void test_defaults(void)
         CHECK(config_set(&d, set) == 0, "default of %s rejected: %s", f[i].path, loom_error());
         CHECK(!fields_differ(&c, &d), "setting the default of %s changed %s", f[i].path,
               fields_differ(&c, &d));
+        int named = 0;
+        for (int j = 0; j < n; j++) named += d.named[j];
+        CHECK(config_named(&d, f[i].path) && named == 1, "--set %s: %d fields named", f[i].path, named);
     }
+    /* named: what the file and --set give, never the defaults or a preset's fields */
+    CHECK(load(&d, "{\"model\": {\"preset\": \"tiny\", \"d_model\": 96}, \"train\": {\"lr\": 0.01}}", "train.steps=3",
+               NULL, NULL) == 0,
+          "load: %s", loom_error());
+    int named = 0;
+    for (int j = 0; j < n; j++) named += d.named[j];
+    CHECK(named == 4 && config_named(&d, "model.preset") && config_named(&d, "model.d_model") &&
+              config_named(&d, "train.lr") && config_named(&d, "train.steps") && !config_named(&d, "model.n_layer"),
+          "named: %d fields", named);
 }
 
 static void test_presets(void)

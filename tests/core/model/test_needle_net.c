@@ -369,6 +369,115 @@ static void check_odd_rung(backend *be, const char *base, const int32_t *tok, co
     needle_net_close(n);
 }
 
+/* needle_net_plan against real nets, to the byte: what a net holds after opening (float and QAT,
+ * the base's depth and a rung) and after needle_net_lora_init, a training pass's arena with the
+ * blocks kept and with train.recompute, and a fresh net's decode prefill. */
+static void check_plan(backend *be, const char *base, const int32_t *tok, const float *mask, int B, int T)
+{
+    int n_ok = 0;
+    size_t real[8] = {0}, other[8] = {0};
+    for (int k = 0; k < 8; k++) {
+        const int layers = k & 1 ? 3 : 0, qat = k & 2 ? NEEDLE_NUM_QAT : 0, whole = k >> 2 & 1;
+        needle_net *n = needle_net_open(be, base, layers, NULL, qat);
+        if (!n && layers) continue; /* no 3-layer rung of a 2-layer fixture */
+        CHECK(n != NULL, "open %s: %s", base, loom_error());
+        if (!n) return;
+        needle_net_ask ask = {base, layers, qat, 0, whole, B, T, 0, 0};
+        needle_net_size s0, s4;
+        CHECK(needle_net_plan(&ask, &s0) == 0, "plan: %s", loom_error());
+        ask.lora_rank = 4;
+        CHECK(needle_net_plan(&ask, &s4) == 0, "plan: %s", loom_error());
+        size_t held, acts, held4, acts4;
+        needle_net_bytes(n, &held, &acts);
+        needle_net_set_recompute(n, whole);
+        double loss = 0;
+        CHECK(needle_net_lora_init(n, 4, 8.0f, 7) == 0 && needle_net_grad(n, tok, mask, B, T, 0, 0, &loss) == 0,
+              "lora + grad: %s", loom_error());
+        needle_net_bytes(n, &held4, &acts4);
+        CHECK(held == s0.held && held4 == s4.held && acts4 == s4.train_pass,
+              "plan (layers %d, qat %d, recompute %d): held %zu / %zu with rank 4, pass %zu; the net %zu / %zu, %zu",
+              layers, qat, whole, s0.held, s4.held, s4.train_pass, held, held4, acts4);
+        CHECK(s4.lora > 0 && held4 - held == 4 * s4.lora, "plan: adapters %zu bytes, held grew %zu", s4.lora, held4 - held);
+        real[k] = acts4, other[k] = s4.other_pass;
+        needle_net_close(n);
+        n_ok++;
+    }
+    for (int k = 0; k < 4; k++) /* the pass with recompute the other way: the other net's */
+        CHECK(real[k] == other[k + 4] && real[k + 4] == other[k], "plan, recompute the other way: %zu and %zu, the nets %zu and %zu",
+              other[k + 4], other[k], real[k], real[k + 4]);
+    needle_net *g = needle_net_open(be, base, 0, NULL, NEEDLE_NUM_W4);
+    const int cap = T + 8;
+    int32_t *rows = malloc((size_t)B * cap * sizeof(int32_t));
+    int *lens = malloc(3 * (size_t)B * sizeof(int)), *max_new = lens + B, *made = lens + 2 * B;
+    for (int b = 0; b < B; b++) {
+        lens[b] = T - b % 2, max_new[b] = 8;
+        memcpy(rows + (size_t)b * cap, tok + (size_t)b * T, (size_t)T * sizeof(int32_t));
+    }
+    needle_net_ask ask = {base, 0, NEEDLE_NUM_W4, 4, 0, B, T, B, cap};
+    needle_net_size s;
+    size_t held, acts;
+    CHECK(g && needle_net_plan(&ask, &s) == 0 && needle_net_lora_init(g, 4, 8.0f, 7) == 0 &&
+          needle_net_generate(g, rows, B, cap, lens, max_new, -1, made) == 0, "generate: %s", loom_error());
+    if (g) needle_net_bytes(g, &held, &acts);
+    CHECK(g && held == s.held && acts == s.gen_pass && s.gen_caches > 0,
+          "plan of a decode: held %zu, prefill %zu; the net %zu, %zu", s.held, s.gen_pass, g ? held : 0, g ? acts : 0);
+    needle_net_close(g);
+    free(rows), free(lens);
+    printf("ok   needle plan: held and pass bytes equal the nets' in %d configurations and a decode's prefill\n", n_ok);
+}
+
+/* A QAT net after a step, decoded with A8 off (needle_net_set_a8), against a W4 net given the same
+ * adapters: the fine-tune's evaluation on its training net, the same tokens as a net of its own. */
+static void check_eval_on_qat_net(backend *be, const char *base, const int32_t *tok, const float *mask, int B, int T)
+{
+    needle_net *q = needle_net_open(be, base, 0, NULL, NEEDLE_NUM_QAT), *w = needle_net_open(be, base, 0, NULL, NEEDLE_NUM_W4);
+    double loss = 0;
+    needle_adamw o = {.lr = 5e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f,
+                      .clip = 1.0f, .grad_mult = 1.0f, .count = 1};
+    int ok = q && w && needle_net_lora_init(q, 4, 8.0f, 7) == 0 && needle_net_lora_init(w, 4, 8.0f, 9) == 0;
+    for (int s = 0; ok && s < 3; s++, o.count++)
+        ok = needle_net_grad(q, tok, mask, B, T, 0, 0, &loss) == 0 && needle_net_step(q, &o, NULL) == 0;
+    for (int t = 0; ok && t < 5; t++) { /* q's stepped adapters into w */
+        int in, out, r;
+        const char *path = needle_net_lora_info(q, t, &in, &out, &r, NULL);
+        float *A = malloc((size_t)needle_net_config(q)->num_layers * in * r * sizeof(float));
+        float *Bm = malloc((size_t)needle_net_config(q)->num_layers * r * out * sizeof(float));
+        ok = A && Bm && needle_net_lora_state(q, path, 0, A, Bm, NULL, NULL, NULL, NULL) == 0 &&
+             needle_net_lora_state(w, path, 1, A, Bm, NULL, NULL, NULL, NULL) == 0;
+        free(A), free(Bm);
+    }
+    CHECK(ok, "QAT net, three steps, adapters into a W4 net: %s", loom_error());
+    const int cap = T + 16;
+    int32_t *rq = malloc((size_t)B * cap * sizeof(int32_t)), *rw = malloc((size_t)B * cap * sizeof(int32_t));
+    int *lens = malloc(4 * (size_t)B * sizeof(int)), *max_new = lens + B, *mq = lens + 2 * B, *mw = lens + 3 * B;
+    for (int b = 0; b < B; b++) {
+        lens[b] = T / 2 + b % 3, max_new[b] = 16;
+        memcpy(rq + (size_t)b * cap, tok + (size_t)b * T, (size_t)T * sizeof(int32_t));
+        memcpy(rw + (size_t)b * cap, tok + (size_t)b * T, (size_t)T * sizeof(int32_t));
+    }
+    if (ok) {
+        needle_net_set_a8(q, 0);
+        ok = needle_net_generate(q, rq, B, cap, lens, max_new, -1, mq) == 0 &&
+             needle_net_generate(w, rw, B, cap, lens, max_new, -1, mw) == 0;
+        CHECK(ok, "generate: %s", loom_error());
+        needle_net_set_a8(q, 1);
+    }
+    int same = ok, differs = 0;
+    for (int b = 0; ok && b < B; b++) {
+        same = same && mq[b] == mw[b] && !memcmp(rq + (size_t)b * cap, rw + (size_t)b * cap, (size_t)(lens[b] + mq[b]) * sizeof(int32_t));
+        differs += memcmp(rq + (size_t)b * cap + lens[b], tok + (size_t)b * T + lens[b], (size_t)mq[b] * sizeof(int32_t)) != 0;
+    }
+    CHECK(same, "a QAT net with A8 off decodes otherwise than a W4 net with its adapters");
+    double l8 = 0, l0 = 0; /* and A8 back on: the training loss again */
+    CHECK(needle_net_loss(q, tok, mask, B, T, 0, &l8) == 0, "loss: %s", loom_error());
+    needle_net_set_a8(q, 0);
+    CHECK(needle_net_loss(q, tok, mask, B, T, 0, &l0) == 0 && l0 != l8, "A8 off: loss %.9g, on %.9g", l0, l8);
+    needle_net_set_a8(q, 1);
+    printf("ok   needle eval on the QAT net (A8 off): %d rows of %d new tokens are a W4 net's (%d off the data)\n", B, 16, differs);
+    needle_net_close(q), needle_net_close(w);
+    free(rq), free(rw), free(lens);
+}
+
 static void check_fresh_adapter(backend *be, const char *base, const int32_t *tok, const float *mask, int B, int T)
 {
     needle_net *n = needle_net_open(be, base, 0, NULL, 0);
@@ -585,6 +694,8 @@ int main(int argc, char **argv)
         needle_net_close(n);
     }
     check_fresh_adapter(be, base, tok, mask, B, T);
+    check_plan(be, base, tok, mask, B, T);
+    check_eval_on_qat_net(be, base, tok, mask, B, T);
     check_odd_rung(be, base, tok, mask, B, T);
     check_save(be, base, lora, tok, mask, B, T);
     check_decode(be, base, lora, json);

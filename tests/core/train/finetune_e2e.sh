@@ -3,7 +3,8 @@
 #  1. a full fine-tune on a small generated tool dataset raises held-out tool-call exact match at
 #     least 20 points above the base model's;
 #  2. `loom ckpt merge` folds the adapters in: the merged model's val loss equals the adapted one;
-#  3. with MPIRUN: the same fine-tune on 2 ranks matches 1 rank step by step (same global batch).
+#  3. with MPIRUN: the same fine-tune on 2 ranks matches 1 rank step by step (same global batch);
+#  and train.steps, when the job names it, is the fine-tune's length instead of finetune.epochs.
 set -u
 loom=$1; shift
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -43,6 +44,15 @@ awk -v a="$after" -v b="$before" 'BEGIN {exit !(a >= b + 20)}' ||
 # LoRA adapters, a short run (for the merge check below)
 "$loom" finetune "$job" "${common[@]}" --set finetune.epochs=1 --out "$w/lora" --quiet > "$w/lora.log" 2>&1 ||
   { cat "$w/lora.log"; fail "lora fine-tune"; }
+
+# train.steps named by the job decides a fine-tune's length over finetune.epochs (3 steps of an
+# epoch of 11 here, the rate's schedule over those 3)
+"$loom" finetune "$job" "${common[@]}" --set finetune.epochs=1 --set train.steps=3 --set checkpoint.every=0 \
+  --out "$w/steps" > "$w/steps.log" 2>&1 || { cat "$w/steps.log"; fail "fine-tune with train.steps"; }
+last=$(sed -nE 's/.*"step": *([0-9]+),.*/\1/p' "$w/steps/metrics.jsonl" | tail -1)
+[ "$last" = 3 ] && grep -q "train.steps 3 (set by the job) decides the fine-tune's length: .* (finetune.epochs is not used)" "$w/steps.log" &&
+  [ "$(cat "$w/steps/ckpt/latest")" = step_00000003.h5 ] || { tail -5 "$w/steps.log"; fail "train.steps=3: the fine-tune ran to step '$last'"; }
+echo "ok: train.steps=3 named by the job: the fine-tune ran 3 steps"
 
 # merge: adapted model (eval with the adapter) == merged model (eval as a plain base)
 "$loom" ckpt merge "$w/base/ckpt" "$w/lora/ckpt" "$w/merged" > "$w/merge.log" 2>&1 || { cat "$w/merge.log"; fail "merge"; }

@@ -175,6 +175,12 @@ if [ ${#MPIRUN[@]} -gt 0 ]; then
   close_losses G/metrics.jsonl F/metrics.jsonl $((K + 1)) "$N" 1e-5
 fi
 
+# train.steps named by the job is the fine-tune's length (over the 4 epochs FT asks for)
+ft 1 S --set train.steps=2 --set checkpoint.every=0 || { tail S.log; fail "S"; }
+[ "$(sed -nE 's/.*"step": *([0-9]+),.*/\1/p' S/metrics.jsonl | tail -1)" = 2 ] && grep -q "train.steps 2 (set by the job)" S.log ||
+  { tail S.log; fail "S: train.steps=2 did not decide the fine-tune's length"; }
+echo "ok: S: train.steps=2 named by the job: 2 steps"
+
 head -c 100000 "$FIX/train_base.safetensors" > cut.safetensors
 refused 1 "cut.safetensors" finetune "$JOB" --out X "${FT[@]}" --set finetune.base=cut.safetensors
 refused 1 "format_version" finetune "$JOB" --out X "${FT[@]}" --set finetune.base=$FIX/model_ref.safetensors

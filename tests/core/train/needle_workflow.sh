@@ -6,7 +6,7 @@
 # learning rate, one thread a rank; the 4-rank run is interrupted after its step 2 (its checkpoint)
 # so the resume line resumes it; the rung of 8 layers becomes the fixture's rung of 2. Without
 # MPIRUN the mpirun line runs on 1 rank. Checks each command's result: the checkpoints, the resume,
-# the evaluation lines, the exported adapter and merged base (which loom then evaluates), the imported
+# the plan, the evaluation lines, the exported adapter and merged base (which loom then evaluates), the imported
 # base given back as its file.
 LOOM=$1; shift
 MPIRUN=("$@")
@@ -37,7 +37,7 @@ while IFS= read -r line; do
     *) fail "docs/needle.md: line $n is neither loom nor mpirun: $line" ;;
     esac
     eval "args=($rest)" # the doc's own quoting (a query, a JSON tools list)
-    case ${args[0]} in finetune | eval) args+=("${extra[@]}") ;; esac
+    case ${args[0]} in finetune | eval | plan) args+=("${extra[@]}") ;; esac
     [ ${#fault[@]} -gt 0 ] && args+=(--set checkpoint.every=2)
     echo "+ ${line:0:160}" >>log.txt
     ( [ ${#fault[@]} -eq 0 ] || export "${fault[@]}"; loom_np "$np" "${args[@]}" ) </dev/null >>log.txt 2>&1
@@ -50,6 +50,7 @@ while IFS= read -r line; do
     fi
 done <<<"$cmds"
 
+grep -qE "^fits: yes" log.txt && grep -qE "^activations +[0-9.]+ [KMG]iB" log.txt || fail "loom plan: no parts or fit line"
 grep -q "^resumed runs/needle-4/ckpt/step_00000002.h5: step 2 of" log.txt || fail "the resume line did not resume the interrupted run"
 steps=$(sed -nE 's/.* ([0-9]+) steps per epoch.*/\1/p' log.txt | head -1)
 [ "$(cat runs/needle-4/ckpt/latest)" = "$(printf 'step_%08d.h5' "$steps")" ] || fail "the resumed run did not end at step $steps"

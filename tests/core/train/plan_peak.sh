@@ -4,7 +4,9 @@
 # restarted through /proc/self/clear_refs before the session opens, less VmRSS then); the largest
 # rank's must be within 10% of `loom plan --json`'s total_per_rank, on 1 and 2 ranks, ZeRO stages
 # 0-3, fp32 and bf16 (LOOM_CPU_BF16=1: oneDNN's bf16 path where the CPU has AVX512_BF16; elsewhere
-# bf16 runs in fp32 and the plan says so), with recompute, and a LoRA fine-tune. Then: train
+# bf16 runs in fp32 and the plan says so), with recompute, LoRA fine-tunes (one whose evaluation
+# needs memory of its own) and a Needle base's
+# (QAT and float, 1 and 2 ranks; and its refusal). Then: train
 # refuses in one line a job that does not fit LOOM_DEVICE_MEM, before allocating it, naming the
 # largest part and the switch; LOOM_NO_FIT_CHECK=1 runs it anyway.
 set -u
@@ -82,6 +84,33 @@ head -40 "$src/configs/data/tools.jsonl" > tools.jsonl
 check lora_bf16 1 -- finetune "$src/configs/tiny-finetune.json" "${model[@]}" --set finetune.base="$w/base/ckpt" \
   --set data.train="$w/tools.jsonl" --set train.batch_size=8 --set precision=bf16 --set finetune.eval_base=false \
   --set eval.max_examples=2 --set checkpoint.every=-1
+
+# the held-out evaluation of a fine-tune whose training arena is small (train.recompute) decodes 32
+# rows on a context of its own beside it (model_gen): the plan counts it (without, it planned 65% low)
+head -200 "$src/configs/data/tools.jsonl" > tools200.jsonl
+check lora_eval32 1 -- finetune "$src/configs/tiny-finetune.json" "${model[@]}" --set finetune.base="$w/base/ckpt" \
+  --set data.train="$w/tools200.jsonl" --set train.batch_size=8 --set train.recompute=true --set data.val_split=0.3 \
+  --set eval.batch=32 --set eval.max_examples=32 --set finetune.eval_base=false --set checkpoint.every=-1
+
+# a Needle base's LoRA fine-tune (its own net, core/train/finetune_needle.c): the base as its net
+# holds it (each target's base and merged copy, W4 under QAT), the arena of its longest batch, the
+# held-out evaluation's second net; 21 rows of up to 200 tokens on the 3-layer fixture: ~200 MB
+fix=$src/tests/fixtures/needle
+needle=(--set finetune.base="$fix/train_base.safetensors" --set data.train="$fix/needle_rows.jsonl"
+        --set model.tokenizer="$fix/needle.model" --set finetune.epochs=1 --set checkpoint.every=-1)
+check needle_qat 1 -- finetune "$src/configs/needle-finetune.json" "${needle[@]}" --set train.batch_size=21
+check needle_float_recompute 1 -- finetune "$src/configs/needle-finetune.json" "${needle[@]}" --set train.batch_size=21 \
+  --set finetune.qat=false --set train.recompute=true
+if [ ${#mpirun[@]} -gt 0 ]; then
+  check np2_needle 2 -- finetune "$src/configs/needle-finetune.json" "${needle[@]}" --set train.batch_size=20
+fi
+msg=$(LOOM_DEVICE_MEM=50M "$loom" finetune "$src/configs/needle-finetune.json" "${needle[@]}" --set train.batch_size=21 \
+      --out needle_refused 2>&1) && fail "a Needle fine-tune ran over LOOM_DEVICE_MEM"
+[ "$(grep -c error <<<"$msg")" = 1 ] &&
+  grep -qE '^loom: error: the job needs [0-9.]+ [KMG]iB per rank and the device has 50.0 MiB \(LOOM_DEVICE_MEM\): the largest part is activations, [0-9.]+ MiB; train.recompute=true shrinks it' <<<"$msg" ||
+  { echo "$msg"; fail "the Needle refusal does not name the need, the device, the largest part and the switch"; }
+grep -q '^step' <<<"$msg" && fail "the refused Needle job ran a step"
+echo "ok: a Needle fine-tune refuses in one line"
 
 # the refusal: activations dominate (16 rows of 256), 100 MiB offered
 big=("${model[@]}" --set train.batch_size=16 --set train.seq_len=256 --set checkpoint.every=-1)
