@@ -135,13 +135,15 @@ static size_t plan_needle_scratch(const needle_net_size *s, const plan_shape *sh
  * the rest; W4 in place under QAT), the adapters, gradients and moments, replicated on every rank
  * (parallel.zero_stage shards nothing there), one training pass's arena, and with several ranks the
  * gradients' host copies (double and float) and MPI's temporary for their sum. The workspace is the
- * libraries', plus the largest of the sgemm reference, a step's host rows and the CPU kernels'
- * per-thread scratch, and the held-out evaluation (every fine-tune with held-out rows ends with
- * one): a second net (W4 weights) beside the first, its prefill and its decode caches. */
+ * libraries', plus the largest of: a step's host rows and the CPU kernels' per-thread scratch; the
+ * held-out evaluation (every fine-tune with held-out rows ends with one), its decode caches and
+ * prefill, and after a float fine-tune a second net (W4 weights) beside the first; the sgemm
+ * reference less the arena (it runs before the first pass allocates it). */
 static int plan_needle(const job_config *cfg, train_plan *p)
 {
     const plan_shape *sh = &p->shape;
-    const int eval_rows = cfg->eval.batch > 0 ? (cfg->eval.batch < 64 ? cfg->eval.batch : 64) : 1; /* finetune_needle_seq_len */
+    /* eval.batch as finetune_needle_seq_len clips it: at most 64, at most the held-out examples */
+    const int eval_rows = cfg->eval.batch > 0 ? (cfg->eval.batch < 64 ? cfg->eval.batch : 64) : 1;
     const int eval = cfg->data.val_split > 0 || cfg->data.val[0];
     needle_net_ask ask = {cfg->finetune.base, cfg->model.layers, cfg->finetune.qat ? NEEDLE_NUM_QAT : 0,
                           cfg->finetune.lora_rank, p->recompute, p->micro_batch, sh->T,
